@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the Go tools the tests run -- kube-apiserver, etcd, the CNI reference plugins and cnitool -- from the
+# pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default <repo>/.testenv,
+# which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${HEREABOUTS_TESTENV:-$root/.testenv}
+mods=$root/hack/testenv
+
+# never fetch another Go; the modules pin what they need and build static without a C toolchain
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
+
+command -v go >/dev/null || { echo "testenv: go is not on PATH; install Go >= $(awk '/^go /{print $2}' "$mods/k8s/go.mod")" >&2; exit 1; }
+
+modver() { (cd "$mods/$1" && go list -m -f '{{.Version}}' "$2"); }
+
+# build NAME VERSIONDIR MODULEDIR PACKAGE [LDFLAGS]: go build into $out/VERSIONDIR/NAME unless it is there
+build() {
+  local name=$1 dir=$out/$2 mod=$3 pkg=$4 ldflags=${5:--s -w}
+  if [[ -x $dir/$name ]]; then return 0; fi
+  mkdir -p "$dir"
+  local t0=$SECONDS
+  echo "testenv: building $name ($2) ..." >&2
+  (cd "$mods/$mod" && go build -trimpath -ldflags "$ldflags" -o "$dir/.$name.tmp" "$pkg")
+  mv "$dir/.$name.tmp" "$dir/$name"
+  echo "testenv: built $name in $((SECONDS - t0)) s" >&2
+}
+
+link() { mkdir -p "$out/bin"; ln -sfn "../$2/$1" "$out/bin/$1"; }
+
+k8s=$(modver k8s k8s.io/kubernetes)
+etcd=$(modver k8s go.etcd.io/etcd/server/v3)
+plugins=$(modver cni github.com/containernetworking/plugins)
+cni=$(modver cni github.com/containernetworking/cni)
+
+minor=${k8s#v1.}; minor=${minor%%.*}
+# version stamping: without it /version reports v0.0.0-master and the compatibility version falls back
+kldf="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1 \
+-X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean \
+-X k8s.io/client-go/pkg/version.gitVersion=$k8s"
+
+# the slow builds first: the apiserver is most of the cold build time
+build kube-apiserver "kubernetes-$k8s" k8s k8s.io/kubernetes/cmd/kube-apiserver "$kldf"
+# -o names the binary: go would call it "server" after the path element before /v3
+build etcd "etcd-$etcd" k8s go.etcd.io/etcd/server/v3
+for p in main/bridge main/macvlan main/ipvlan main/dummy main/loopback ipam/host-local; do
+  build "${p#*/}" "cni-plugins-$plugins" cni "github.com/containernetworking/plugins/plugins/$p"
+done
+build cnitool "cni-$cni" cni github.com/containernetworking/cni/cnitool
+
+link kube-apiserver "kubernetes-$k8s"
+link etcd "etcd-$etcd"
+for p in bridge macvlan ipvlan dummy loopback host-local; do link "$p" "cni-plugins-$plugins"; done
+link cnitool "cni-$cni"
+
+echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni"

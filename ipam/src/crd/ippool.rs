@@ -1,0 +1,44 @@
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The allocations of one range (one per node slice in slice mode). Named after the range, see `names`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "whereabouts.cni.cncf.io",
+    version = "v1alpha1",
+    kind = "IPPool",
+    root = "IpPool",
+    plural = "ippools",
+    singular = "ippool",
+    namespaced
+)]
+pub struct IpPoolSpec {
+    /// Range is a RFC 4632/4291-style string that represents an IP address and prefix length in CIDR notation
+    pub range: String,
+    /// Allocations is the set of allocated IPs for the given range, keyed by the decimal offset of the address from
+    /// the range's network address.
+    // Always written, even when empty: Whereabouts' schema requires it and our guarded patches add keys below it.
+    #[serde(default)]
+    pub allocations: BTreeMap<String, IpAllocation>,
+}
+
+/// The owner of one allocated address.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct IpAllocation {
+    /// The container id of the sandbox holding the address.
+    pub id: String,
+    /// The pod holding the address, as `namespace/name`.
+    pub podref: String,
+    /// The interface name inside the sandbox.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ifname: String,
+    /// The UID of the pod (hereabouts addition): tells a pod recreated under the same name from the holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poduid: Option<String>,
+    /// When the address was allocated, RFC 3339 (hereabouts addition): fresh allocations get a grace period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<String>,
+}

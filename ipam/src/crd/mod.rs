@@ -1,0 +1,47 @@
+//! The custom resources hereabouts stores its state in: Whereabouts' own, with optional additions only, so objects
+//! written by either binary stay readable by the other.
+
+mod ippool;
+mod nodeslice;
+mod reservation;
+
+pub use ippool::{IpAllocation, IpPool, IpPoolSpec};
+pub use nodeslice::{NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
+pub use reservation::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The API group of every hereabouts (and Whereabouts) resource.
+pub const GROUP: &str = "whereabouts.cni.cncf.io";
+
+/// Every CRD hereabouts uses, with the file name Whereabouts ships it under (`doc/crds/`).
+pub fn definitions() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        ("whereabouts.cni.cncf.io_ippools.yaml", IpPool::crd()),
+        ("whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml", OverlappingRangeIpReservation::crd()),
+        ("whereabouts.cni.cncf.io_nodeslicepools.yaml", NodeSlicePool::crd()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_whereabouts() {
+        let names: Vec<_> = definitions().into_iter().map(|(_, crd)| crd.metadata.name.unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "ippools.whereabouts.cni.cncf.io",
+                "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+                "nodeslicepools.whereabouts.cni.cncf.io"
+            ]
+        );
+        for (_, crd) in definitions() {
+            assert_eq!(crd.spec.scope, "Namespaced");
+            assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+        }
+    }
+}

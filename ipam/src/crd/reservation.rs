@@ -1,0 +1,25 @@
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The cluster-wide claim on one address across every pool whose range contains it. Named after the address.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "whereabouts.cni.cncf.io",
+    version = "v1alpha1",
+    kind = "OverlappingRangeIPReservation",
+    root = "OverlappingRangeIpReservation",
+    plural = "overlappingrangeipreservations",
+    singular = "overlappingrangeipreservation",
+    namespaced
+)]
+pub struct OverlappingRangeIpReservationSpec {
+    /// The container id of the sandbox holding the address.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub containerid: String,
+    /// The interface name inside the sandbox.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ifname: String,
+    /// The pod holding the address, as `namespace/name`.
+    pub podref: String,
+}
