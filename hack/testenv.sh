@@ -33,6 +33,7 @@ k8s=$(modver k8s k8s.io/kubernetes)
 etcd=$(modver k8s go.etcd.io/etcd/server/v3)
 plugins=$(modver cni github.com/containernetworking/plugins)
 cni=$(modver cni github.com/containernetworking/cni)
+wb=$(modver whereabouts github.com/k8snetworkplumbingwg/whereabouts)
 
 minor=${k8s#v1.}; minor=${minor%%.*}
 # version stamping: without it /version reports v0.0.0-master and the compatibility version falls back
@@ -48,10 +49,21 @@ for p in main/bridge main/macvlan main/ipvlan main/dummy main/loopback ipam/host
   build "${p#*/}" "cni-plugins-$plugins" cni "github.com/containernetworking/plugins/plugins/$p"
 done
 build cnitool "cni-$cni" cni github.com/containernetworking/cni/cnitool
+# upstream Whereabouts, for the compatibility tests and the side-by-side benchmark; its CRDs ship in its module
+build whereabouts "whereabouts-$wb" whereabouts github.com/k8snetworkplumbingwg/whereabouts/cmd
+if [[ ! -d $out/whereabouts-$wb/crds ]]; then
+  src=$(cd "$mods/whereabouts" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/whereabouts)
+  mkdir -p "$out/whereabouts-$wb/.crds.tmp"
+  cp "$src"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$out/whereabouts-$wb/.crds.tmp/"
+  chmod u+w "$out/whereabouts-$wb/.crds.tmp/"*
+  mv "$out/whereabouts-$wb/.crds.tmp" "$out/whereabouts-$wb/crds"
+fi
 
 link kube-apiserver "kubernetes-$k8s"
 link etcd "etcd-$etcd"
 for p in bridge macvlan ipvlan dummy loopback host-local; do link "$p" "cni-plugins-$plugins"; done
 link cnitool "cni-$cni"
+link whereabouts "whereabouts-$wb"
+ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
 
-echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni"
+echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb"

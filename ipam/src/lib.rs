@@ -1,6 +1,14 @@
 //! The hereabouts IPAM domain, shared by the CNI plugin and the reconciler.
 //!
 //! The data model is Whereabouts' (group `whereabouts.cni.cncf.io/v1alpha1`), so a cluster can switch in place:
-//! see [`crd`].
+//! see [`crd`]. [`range`] and [`allocator`] are pure and tested without a server; [`store`] is the only module that
+//! talks to the API server, and [`ipam`] orchestrates them into the use cases (assign, release, check, gc).
 
+pub mod allocator;
+pub mod budget;
+pub mod config;
 pub mod crd;
+pub mod ipam;
+pub mod names;
+pub mod range;
+pub mod store;

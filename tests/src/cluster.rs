@@ -147,6 +147,27 @@ impl TestCluster {
         name
     }
 
+    /// Replaces the installed CRDs with the manifests in `dir` (e.g. Whereabouts' own), for the test binary's
+    /// remaining life, and waits until they are established.
+    pub async fn replace_crds(&self, dir: &Path) -> anyhow::Result<()> {
+        let api = Api::<CustomResourceDefinition>::all(self.admin().await);
+        for entry in std::fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))? {
+            let path = entry?.path();
+            if path.extension().is_none_or(|x| x != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            let mut crd: CustomResourceDefinition =
+                serde_yaml_ng::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let current = api.get(&name).await.with_context(|| format!("get CRD {name}"))?;
+            crd.metadata.resource_version = current.metadata.resource_version;
+            api.replace(&name, &PostParams::default(), &crd).await.with_context(|| format!("replace CRD {name}"))?;
+            crate::wait::crd_established(&api, &name).await?;
+        }
+        Ok(())
+    }
+
     /// The API server's Prometheus metrics, as text.
     pub async fn metrics(&self) -> String {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();

@@ -3,9 +3,13 @@
 
 pub mod cluster;
 pub mod crds;
+pub mod fixture;
 pub mod kubeconfig;
+pub mod metrics;
 mod pki;
+pub mod plugin;
 mod process;
+pub mod rbac;
 pub mod testenv;
 pub mod wait;
 

@@ -41,4 +41,11 @@ pub struct IpAllocation {
     /// When the address was allocated, RFC 3339 (hereabouts addition): fresh allocations get a grace period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated: Option<String>,
+    /// The node the address was allocated on (hereabouts addition): CNI GC only releases its own node's entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The CNI network (netconf `name`) the address was allocated for (hereabouts addition): pools without a
+    /// `network_name` may be shared by several networks, and CNI GC only releases its own network's entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }

@@ -1,0 +1,464 @@
+//! The JSON of the netconf and of an `ipam` object (inline or the flat file) -> typed, per-key validated fields.
+//!
+//! Keys and meanings are Whereabouts' (`pkg/types/types.go`, `IPAMConfig.UnmarshalJSON`), except that a key this
+//! plugin does not know is refused instead of dropped, and a value of the wrong type or shape is refused with the
+//! key named.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde_json::{Map, Value};
+
+use super::error::ConfigError;
+use super::json::{array, boolean, check_keys, object, string, strings, uint, uint32};
+use super::{Dns, LogLevel, Route, SUPPORTED_CNI_VERSIONS, StaticAddress};
+use crate::allocator::Strategy;
+
+/// Where a value comes from: the `ipam` object on stdin or the flat file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin<'p> {
+    Inline,
+    FlatFile(&'p Path),
+}
+
+impl Origin<'_> {
+    /// The name of `key` (a path below the `ipam` object, e.g. `ipRanges[1].range_start`) in messages.
+    pub(super) fn key(self, key: &str) -> String {
+        match self {
+            Origin::Inline => format!("ipam.{key}"),
+            Origin::FlatFile(path) => format!("{key} (flat file {})", path.display()),
+        }
+    }
+}
+
+/// A value with its origin, so that a message about a merged config still names the right place.
+#[derive(Debug, Clone)]
+pub(super) struct Sourced<'p, T> {
+    pub value: T,
+    pub origin: Origin<'p>,
+}
+
+pub(super) type Field<'p, T> = Option<Sourced<'p, T>>;
+
+fn sourced<T>(origin: Origin<'_>, value: Option<T>) -> Field<'_, T> {
+    value.map(|value| Sourced { value, origin })
+}
+
+/// One `ipRanges[]` entry, checked for shape only (the range math is [`super::ranges`]' job).
+#[derive(Debug, Clone, Default)]
+pub(super) struct RawRange {
+    pub range: Option<String>,
+    pub range_start: Option<String>,
+    pub range_end: Option<String>,
+    pub exclude: Vec<String>,
+}
+
+/// `dns`: merged key by key like Whereabouts' `mergo.Merge` does with `cnitypes.DNS`.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RawDns<'p> {
+    pub nameservers: Field<'p, Vec<String>>,
+    pub domain: Field<'p, String>,
+    pub search: Field<'p, Vec<String>>,
+    pub options: Field<'p, Vec<String>>,
+}
+
+/// An `ipam` object (inline or flat file). Empty values (`""`, `[]`, `null`) are absent, as for Whereabouts.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RawIpam<'p> {
+    pub type_: Field<'p, String>,
+    pub range: Field<'p, String>,
+    pub range_start: Field<'p, String>,
+    pub range_end: Field<'p, String>,
+    pub exclude: Field<'p, Vec<String>>,
+    pub ip_ranges: Field<'p, Vec<RawRange>>,
+    pub gateway: Field<'p, IpAddr>,
+    pub routes: Field<'p, Vec<Route>>,
+    pub dns: RawDns<'p>,
+    pub addresses: Field<'p, Vec<StaticAddress>>,
+    pub network_name: Field<'p, String>,
+    pub overlapping_ranges: Field<'p, bool>,
+    pub kubeconfig: Field<'p, PathBuf>,
+    pub configuration_path: Field<'p, PathBuf>,
+    pub log_file: Field<'p, PathBuf>,
+    pub log_level: Field<'p, LogLevel>,
+    pub node_slice_size: Field<'p, String>,
+    pub reconciler_cron_expression: Field<'p, String>,
+    pub strategy: Field<'p, Strategy>,
+    pub timeout: Field<'p, Duration>,
+    /// Keys accepted and ignored, named as in messages.
+    pub ignored: Vec<String>,
+}
+
+/// The parts of the netconf this plugin reads; every other top-level key belongs to the calling plugin.
+#[derive(Debug)]
+pub(super) struct NetConf<'v> {
+    pub cni_version: String,
+    pub name: String,
+    pub ipam: &'v Map<String, Value>,
+    /// `runtimeConfig.ips`, each with its key.
+    pub runtime_ips: Vec<(String, String)>,
+}
+
+/// Whereabouts' keys of the `ipam` object that hereabouts accepts and ignores (etcd, leader election, test knobs).
+pub const IGNORED_KEYS: &[&str] = &[
+    "datastore",
+    "etcd_host",
+    "etcd_username",
+    "etcd_password",
+    "etcd_key_file",
+    "etcd_cert_file",
+    "etcd_ca_cert_file",
+    "leader_lease_duration",
+    "leader_renew_deadline",
+    "leader_retry_period",
+    "sleep_for_race",
+];
+
+/// The keys of the `ipam` object (and of the flat file) that mean something here.
+pub const IPAM_KEYS: &[&str] = &[
+    "type",
+    "range",
+    "range_start",
+    "range_end",
+    "exclude",
+    "ipRanges",
+    "gateway",
+    "routes",
+    "dns",
+    "addresses",
+    "network_name",
+    "enable_overlapping_ranges",
+    "kubernetes",
+    "configuration_path",
+    "log_file",
+    "log_level",
+    "node_slice_size",
+    "reconciler_cron_expression",
+    "allocation_strategy",
+    "timeout_seconds",
+];
+
+const IPAM_HINTS: &[(&str, &str)] = &[
+    ("subnet", "did you mean \"range\"? (host-local's `subnet`)"),
+    ("ranges", "did you mean \"ipRanges\"? (host-local's `ranges` is a list of lists; here it is one list)"),
+    ("kubeconfig", "did you mean \"kubernetes\": {\"kubeconfig\": ...}?"),
+    ("overlappingranges", "did you mean \"enable_overlapping_ranges\"?"),
+    ("ips", "requested addresses go in the top-level \"runtimeConfig\": {\"ips\": [...]} or CNI_ARGS IP="),
+    ("strategy", "did you mean \"allocation_strategy\"?"),
+    ("timeout", "did you mean \"timeout_seconds\"?"),
+    ("omitranges", "did you mean \"exclude\"?"),
+    ("gw", "did you mean \"gateway\"?"),
+    ("ipam", "the flat file holds the keys of the ipam object itself, not an \"ipam\" object"),
+    ("cniversion", "the flat file holds only keys of the ipam object"),
+    ("name", "the network name is the top-level \"name\" of the netconf; pools are named by \"network_name\""),
+];
+
+const RANGE_KEYS: &[&str] = &["range", "range_start", "range_end", "exclude"];
+const RANGE_HINTS: &[(&str, &str)] =
+    &[("gateway", "the gateway is set once, in \"gateway\" of the ipam object"), ("subnet", "did you mean \"range\"?")];
+const ROUTE_KEYS: &[&str] = &["dst", "gw", "mtu", "advmss", "priority", "table", "scope"];
+const ADDRESS_KEYS: &[&str] = &["address", "gateway"];
+const DNS_KEYS: &[&str] = &["nameservers", "domain", "search", "options"];
+const KUBERNETES_KEYS: &[&str] = &["kubeconfig", "k8s_api_root"];
+
+/// Reads the top level of the netconf: `cniVersion`, `name`, `ipam`, `runtimeConfig.ips`.
+pub(super) fn parse_netconf(v: &Value) -> Result<NetConf<'_>, ConfigError> {
+    let Value::Object(top) = v else { return Err(super::json::wrong_type("stdin", "a JSON object", v)) };
+    let cni_version = match top.get("cniVersion") {
+        None | Some(Value::Null) => return Err(ConfigError::UnsupportedVersion { found: None }),
+        Some(v) => string(v, "cniVersion")?.unwrap_or_default(),
+    };
+    if !SUPPORTED_CNI_VERSIONS.contains(&cni_version.as_str()) {
+        return Err(ConfigError::UnsupportedVersion { found: Some(cni_version) });
+    }
+    let name = match top.get("name") {
+        Some(v) => string(v, "name")?,
+        None => None,
+    }
+    .ok_or_else(|| ConfigError::invalid("name", "missing: the CNI spec requires the network name"))?;
+    let ipam = match top.get("ipam") {
+        None | Some(Value::Null) => return Err(ConfigError::invalid("ipam", "missing: this is an IPAM plugin")),
+        Some(v) => object(v, "ipam")?.expect("null handled above"),
+    };
+    let mut runtime_ips = Vec::new();
+    if let Some(rc) = top.get("runtimeConfig")
+        && let Some(rc) = object(rc, "runtimeConfig")?
+        && let Some(ips) = rc.get("ips")
+    {
+        let ips = strings(ips, "runtimeConfig.ips")?.unwrap_or_default();
+        runtime_ips = ips.into_iter().enumerate().map(|(i, ip)| (format!("runtimeConfig.ips[{i}]"), ip)).collect();
+    }
+    Ok(NetConf { cni_version, name, ipam, runtime_ips })
+}
+
+/// Reads one `ipam` object: the inline one or the flat file.
+pub(super) fn parse_ipam<'p>(map: &Map<String, Value>, origin: Origin<'p>) -> Result<RawIpam<'p>, ConfigError> {
+    check_keys(map, &[IPAM_KEYS, IGNORED_KEYS].concat(), IPAM_HINTS, |k| origin.key(k))?;
+    let mut raw = RawIpam::default();
+    for (name, v) in map {
+        let key = origin.key(name);
+        let key = key.as_str();
+        match name.as_str() {
+            "type" => raw.type_ = sourced(origin, string(v, key)?),
+            "range" => raw.range = sourced(origin, string(v, key)?),
+            "range_start" => raw.range_start = sourced(origin, string(v, key)?),
+            "range_end" => raw.range_end = sourced(origin, string(v, key)?),
+            "exclude" => raw.exclude = sourced(origin, strings(v, key)?),
+            "ipRanges" => raw.ip_ranges = sourced(origin, list(v, key, parse_range_entry)?),
+            "gateway" => raw.gateway = sourced(origin, string(v, key)?.map(|s| ip(&s, key)).transpose()?),
+            "routes" => raw.routes = sourced(origin, list(v, key, parse_route)?),
+            "addresses" => raw.addresses = sourced(origin, list(v, key, parse_address)?),
+            "dns" => raw.dns = parse_dns(v, origin)?,
+            "network_name" => {
+                raw.network_name = sourced(origin, string(v, key)?.map(|s| network_name(s, key)).transpose()?);
+            }
+            "enable_overlapping_ranges" => raw.overlapping_ranges = sourced(origin, boolean(v, key)?),
+            "kubernetes" => parse_kubernetes(v, origin, &mut raw)?,
+            "configuration_path" => raw.configuration_path = sourced(origin, absolute(v, key)?),
+            "log_file" => raw.log_file = sourced(origin, absolute(v, key)?),
+            "log_level" => raw.log_level = sourced(origin, string(v, key)?.map(|s| log_level(&s, key)).transpose()?),
+            "node_slice_size" => {
+                raw.node_slice_size = sourced(origin, string(v, key)?.map(|s| slice_size(s, key)).transpose()?);
+            }
+            "reconciler_cron_expression" => raw.reconciler_cron_expression = sourced(origin, string(v, key)?),
+            "allocation_strategy" => {
+                raw.strategy = sourced(origin, string(v, key)?.map(|s| strategy(&s, key)).transpose()?);
+            }
+            "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
+            _ => raw.ignored.push(key.to_string()),
+        }
+    }
+    Ok(raw)
+}
+
+/// An array of objects, each read by `item` with its key `key[i]`; `null` and `[]` are absent.
+fn list<T>(
+    v: &Value,
+    key: &str,
+    item: impl Fn(&Map<String, Value>, &str) -> Result<T, ConfigError>,
+) -> Result<Option<Vec<T>>, ConfigError> {
+    let Some(items) = array(v, key)? else { return Ok(None) };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, v) in items.iter().enumerate() {
+        let key = format!("{key}[{i}]");
+        match object(v, &key)? {
+            Some(map) => out.push(item(map, &key)?),
+            None => return Err(super::json::wrong_type(&key, "an object", v)),
+        }
+    }
+    Ok(Some(out))
+}
+
+fn parse_range_entry(map: &Map<String, Value>, key: &str) -> Result<RawRange, ConfigError> {
+    check_keys(map, RANGE_KEYS, RANGE_HINTS, |k| format!("{key}.{k}"))?;
+    let get = |k: &str| map.get(k).unwrap_or(&Value::Null);
+    Ok(RawRange {
+        range: string(get("range"), &format!("{key}.range"))?,
+        range_start: string(get("range_start"), &format!("{key}.range_start"))?,
+        range_end: string(get("range_end"), &format!("{key}.range_end"))?,
+        exclude: strings(get("exclude"), &format!("{key}.exclude"))?.unwrap_or_default(),
+    })
+}
+
+fn parse_route(map: &Map<String, Value>, key: &str) -> Result<Route, ConfigError> {
+    check_keys(map, ROUTE_KEYS, &[("destination", "did you mean \"dst\"?")], |k| format!("{key}.{k}"))?;
+    let get = |k: &str| map.get(k).unwrap_or(&Value::Null);
+    let dst_key = format!("{key}.dst");
+    let dst = string(get("dst"), &dst_key)?.ok_or_else(|| ConfigError::invalid(&dst_key, "missing"))?;
+    let dst = cidr(&dst, &dst_key)?;
+    if dst != dst.trunc() {
+        return Err(ConfigError::invalid(&dst_key, format!("{dst} has host bits set (did you mean {}?)", dst.trunc())));
+    }
+    let gw_key = format!("{key}.gw");
+    let gw = string(get("gw"), &gw_key)?.map(|s| ip(&s, &gw_key)).transpose()?;
+    if let Some(gw) = gw {
+        same_family(gw, dst, &gw_key, "dst")?;
+    }
+    let scope = match uint32(get("scope"), &format!("{key}.scope"))? {
+        Some(s) => Some(u8::try_from(s).map_err(|_| ConfigError::invalid(format!("{key}.scope"), "must be 0..=255"))?),
+        None => None,
+    };
+    Ok(Route {
+        dst,
+        gw,
+        mtu: uint32(get("mtu"), &format!("{key}.mtu"))?,
+        advmss: uint32(get("advmss"), &format!("{key}.advmss"))?,
+        priority: uint32(get("priority"), &format!("{key}.priority"))?,
+        table: uint32(get("table"), &format!("{key}.table"))?,
+        scope,
+    })
+}
+
+fn parse_address(map: &Map<String, Value>, key: &str) -> Result<StaticAddress, ConfigError> {
+    check_keys(map, ADDRESS_KEYS, &[("gw", "did you mean \"gateway\"?")], |k| format!("{key}.{k}"))?;
+    let get = |k: &str| map.get(k).unwrap_or(&Value::Null);
+    let addr_key = format!("{key}.address");
+    let address = string(get("address"), &addr_key)?.ok_or_else(|| ConfigError::invalid(&addr_key, "missing"))?;
+    let address = cidr(&address, &addr_key)?;
+    let gw_key = format!("{key}.gateway");
+    let gateway = string(get("gateway"), &gw_key)?.map(|s| ip(&s, &gw_key)).transpose()?;
+    if let Some(gw) = gateway {
+        same_family(gw, address, &gw_key, "address")?;
+    }
+    Ok(StaticAddress { address, gateway })
+}
+
+fn parse_dns<'p>(v: &Value, origin: Origin<'p>) -> Result<RawDns<'p>, ConfigError> {
+    let Some(map) = object(v, &origin.key("dns"))? else { return Ok(RawDns::default()) };
+    check_keys(map, DNS_KEYS, &[("nameserver", "did you mean \"nameservers\"?")], |k| origin.key(&format!("dns.{k}")))?;
+    let mut dns = RawDns::default();
+    for (name, v) in map {
+        let key = origin.key(&format!("dns.{name}"));
+        match name.as_str() {
+            "nameservers" => {
+                let servers = strings(v, &key)?;
+                for (i, s) in servers.iter().flatten().enumerate() {
+                    // a link-local server may carry a zone, `fe80::1%eth0`
+                    let addr = s.split_once('%').map_or(s.as_str(), |(a, _)| a);
+                    ip(addr, &format!("{key}[{i}]"))?;
+                }
+                dns.nameservers = sourced(origin, servers);
+            }
+            "domain" => dns.domain = sourced(origin, string(v, &key)?),
+            "search" => dns.search = sourced(origin, strings(v, &key)?),
+            "options" => dns.options = sourced(origin, strings(v, &key)?),
+            _ => unreachable!("checked by check_keys"),
+        }
+    }
+    Ok(dns)
+}
+
+fn parse_kubernetes<'p>(v: &Value, origin: Origin<'p>, raw: &mut RawIpam<'p>) -> Result<(), ConfigError> {
+    let Some(map) = object(v, &origin.key("kubernetes"))? else { return Ok(()) };
+    check_keys(map, KUBERNETES_KEYS, &[("kubeconfigpath", "did you mean \"kubeconfig\"?")], |k| {
+        origin.key(&format!("kubernetes.{k}"))
+    })?;
+    for (name, v) in map {
+        let key = origin.key(&format!("kubernetes.{name}"));
+        match name.as_str() {
+            "kubeconfig" => raw.kubeconfig = sourced(origin, absolute(v, &key)?),
+            _ => raw.ignored.push(key),
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn ip(s: &str, key: &str) -> Result<IpAddr, ConfigError> {
+    s.parse().map_err(|_| ConfigError::invalid(key, format!("{s:?} is not an IP address")))
+}
+
+pub(super) fn cidr(s: &str, key: &str) -> Result<IpNet, ConfigError> {
+    s.parse().map_err(|_| ConfigError::invalid(key, format!("{s:?} is not a CIDR (address/prefix)")))
+}
+
+pub(super) fn same_family(ip: IpAddr, net: IpNet, key: &str, other: &str) -> Result<(), ConfigError> {
+    if ip.is_ipv4() == matches!(net, IpNet::V4(_)) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        key,
+        format!("{ip} is {} but {other} {net} is {}", family(ip.is_ipv4()), family(net_v4(net))),
+    ))
+}
+
+pub(super) fn family(v4: bool) -> &'static str {
+    if v4 { "IPv4" } else { "IPv6" }
+}
+
+pub(super) fn net_v4(net: IpNet) -> bool {
+    matches!(net, IpNet::V4(_))
+}
+
+fn absolute(v: &Value, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(s) = string(v, key)? else { return Ok(None) };
+    let path = PathBuf::from(&s);
+    if path.is_absolute() {
+        Ok(Some(path))
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            format!("{s:?} is not an absolute path (a CNI plugin's working directory is not defined)"),
+        ))
+    }
+}
+
+/// Pools are named `<network_name>-<range>`, so the name must be usable in a Kubernetes object name.
+fn network_name(s: String, key: &str) -> Result<String, ConfigError> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if s.chars().all(ok_char) && alnum(s.chars().next()) && alnum(s.chars().last()) && s.len() <= 200 {
+        Ok(s)
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            format!(
+                "{s:?}: pool names start with it, so it must be lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (at most 200)"
+            ),
+        ))
+    }
+}
+
+fn log_level(s: &str, key: &str) -> Result<LogLevel, ConfigError> {
+    LogLevel::parse(s)
+        .ok_or_else(|| ConfigError::invalid(key, format!("{s:?}: expected one of debug, verbose, info, error, panic")))
+}
+
+fn strategy(s: &str, key: &str) -> Result<Strategy, ConfigError> {
+    match s {
+        "lowest" => Ok(Strategy::LowestFree),
+        "random" => Ok(Strategy::Random),
+        _ => Err(ConfigError::invalid(key, format!("{s:?}: expected \"lowest\" or \"random\""))),
+    }
+}
+
+fn timeout(n: u64, key: &str) -> Result<Duration, ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::invalid(key, "must be at least 1"));
+    }
+    Ok(Duration::from_secs(n))
+}
+
+/// `node_slice_size`: a prefix length, `/24` or `24` (Whereabouts' `iphelpers.DivideRangeBySize`).
+fn slice_size(s: String, key: &str) -> Result<String, ConfigError> {
+    match slice_prefix(&s) {
+        Some(_) => Ok(s),
+        None => Err(ConfigError::invalid(key, format!("{s:?}: expected a prefix length such as \"/26\" or \"26\""))),
+    }
+}
+
+pub(super) fn slice_prefix(s: &str) -> Option<u8> {
+    let digits = s.strip_prefix('/').unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u8>().ok().filter(|p| *p <= 128)
+}
+
+/// Whether the inline `ipam.type` names this plugin: Whereabouts only accepts `"whereabouts"` (and checks it
+/// before merging the flat file); hereabouts, a drop-in, accepts its own name too.
+pub(super) fn check_type(raw: &RawIpam<'_>) -> Result<(), ConfigError> {
+    match &raw.type_ {
+        None => Err(ConfigError::invalid("ipam.type", "missing (expected \"hereabouts\" or \"whereabouts\")")),
+        Some(t) if super::IPAM_TYPES.contains(&t.value.as_str()) => Ok(()),
+        Some(t) => Err(ConfigError::invalid(
+            "ipam.type",
+            format!("{:?} is not this plugin (expected \"hereabouts\" or \"whereabouts\")", t.value),
+        )),
+    }
+}
+
+impl RawDns<'_> {
+    pub(super) fn into_dns(self) -> Option<Dns> {
+        let dns = Dns {
+            nameservers: self.nameservers.map(|f| f.value).unwrap_or_default(),
+            domain: self.domain.map(|f| f.value),
+            search: self.search.map(|f| f.value).unwrap_or_default(),
+            options: self.options.map(|f| f.value).unwrap_or_default(),
+        };
+        let empty =
+            dns.nameservers.is_empty() && dns.domain.is_none() && dns.search.is_empty() && dns.options.is_empty();
+        (!empty).then_some(dns)
+    }
+}

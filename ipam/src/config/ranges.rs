@@ -1,0 +1,218 @@
+//! `range` (+ `range_start`, `range_end`, `exclude`) and `ipRanges[]` -> [`IpRange`]s, and the checks that need
+//! them: the gateway, static addresses, `node_slice_size`.
+//!
+//! Whereabouts (`config.LoadIPAMConfig`) puts `range` first and then `ipRanges` in order; the top-level
+//! `range_start`/`range_end`/`exclude` narrow `range` only. It drops a start outside the range and an unparsable
+//! bound without a word; here the same mistakes are refused, naming the key, before [`IpRange::parse`] does the
+//! range math.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::StaticAddress;
+use super::error::ConfigError;
+use super::netconf::{Origin, RawIpam, Sourced, cidr, family, ip, net_v4, same_family, slice_prefix};
+use crate::range::IpRange;
+
+/// One range entry with the keys of its parts.
+struct Spec<'s> {
+    /// `ipam.range` or `ipam.ipRanges[N]`: where [`IpRange::parse`]'s own refusals are reported.
+    key: String,
+    range: &'s str,
+    range_key: String,
+    start: Option<(&'s str, String)>,
+    end: Option<(&'s str, String)>,
+    exclude: &'s [String],
+    exclude_key: String,
+}
+
+pub(super) fn build(raw: &RawIpam<'_>) -> Result<Vec<IpRange>, ConfigError> {
+    let mut out = Vec::new();
+    let start = raw.range_start.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_start")));
+    let end = raw.range_end.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_end")));
+    match &raw.range {
+        Some(range) => {
+            let (exclude, exclude_origin) = match &raw.exclude {
+                Some(e) => (e.value.as_slice(), e.origin),
+                None => (&[][..], Origin::Inline),
+            };
+            out.push(one(&Spec {
+                key: range.origin.key("range"),
+                range: &range.value,
+                range_key: range.origin.key("range"),
+                start,
+                end,
+                exclude,
+                exclude_key: exclude_origin.key("exclude"),
+            })?);
+        }
+        None => {
+            let exclude = raw.exclude.as_ref().map(|e| e.origin.key("exclude"));
+            if let Some(key) = start.map(|(_, k)| k).or(end.map(|(_, k)| k)).or(exclude) {
+                return Err(ConfigError::invalid(
+                    key,
+                    "set without \"range\": it narrows \"range\" only (each ipRanges entry takes its own)",
+                ));
+            }
+        }
+    }
+    if let Some(list) = &raw.ip_ranges {
+        for (i, entry) in list.value.iter().enumerate() {
+            let base = format!("ipRanges[{i}]");
+            let sub = |name: &str| list.origin.key(&format!("{base}.{name}"));
+            let range = entry.range.as_deref().ok_or_else(|| ConfigError::invalid(sub("range"), "missing"))?;
+            out.push(one(&Spec {
+                key: list.origin.key(&base),
+                range,
+                range_key: sub("range"),
+                start: entry.range_start.as_deref().map(|s| (s, sub("range_start"))),
+                end: entry.range_end.as_deref().map(|s| (s, sub("range_end"))),
+                exclude: &entry.exclude,
+                exclude_key: sub("exclude"),
+            })?);
+        }
+    }
+    Ok(out)
+}
+
+fn one(spec: &Spec<'_>) -> Result<IpRange, ConfigError> {
+    let (net, implied) = cidr_of(spec.range, &spec.range_key)?;
+    let start = bound(spec, spec.start.as_ref(), implied.map(|(a, _)| a), net)?;
+    let end = bound(spec, spec.end.as_ref(), implied.map(|(_, b)| b), net)?;
+    if let (Some((s, s_key)), Some((e, e_key))) = (&start, &end)
+        && e < s
+    {
+        return Err(ConfigError::invalid(e_key, format!("{e} is before the start {s} ({s_key})")));
+    }
+    for (i, e) in spec.exclude.iter().enumerate() {
+        let key = format!("{}[{i}]", spec.exclude_key);
+        let ex = e
+            .parse::<IpNet>()
+            .or_else(|_| e.parse::<IpAddr>().map(IpNet::from))
+            .map_err(|_| ConfigError::invalid(&key, format!("{e:?} is not a CIDR or an IP address")))?;
+        if net_v4(ex) != net_v4(net) {
+            return Err(ConfigError::invalid(
+                &key,
+                format!("{e} is {} but the range {net} is {}", family(net_v4(ex)), family(net_v4(net))),
+            ));
+        }
+        if !ex.trunc().contains(&net.network()) && !net.contains(&ex.network()) {
+            return Err(ConfigError::invalid(
+                &key,
+                format!("{e} does not overlap the range {net}: it excludes nothing"),
+            ));
+        }
+    }
+    let start_s = spec.start.as_ref().map(|(s, _)| *s);
+    let end_s = spec.end.as_ref().map(|(s, _)| *s);
+    IpRange::parse(spec.range, start_s, end_s, spec.exclude)
+        .map_err(|source| ConfigError::Range { key: spec.key.clone(), source })
+}
+
+/// The CIDR of `range` (host bits cleared, as Whereabouts does) and, for `first-last/prefix`, the bounds it gives.
+fn cidr_of(range: &str, key: &str) -> Result<(IpNet, Option<(IpAddr, IpAddr)>), ConfigError> {
+    let Some((a, b)) = range.split_once('-') else { return Ok((cidr(range, key)?.trunc(), None)) };
+    let first: IpAddr = a.parse().map_err(|_| {
+        ConfigError::invalid(
+            key,
+            format!("{range:?}: {a:?} is not an IP address (expected a CIDR or first-last/prefix)"),
+        )
+    })?;
+    let last: IpNet = b
+        .parse()
+        .map_err(|_| ConfigError::invalid(key, format!("{range:?}: {b:?} is not the last address with its prefix")))?;
+    let net = last.trunc();
+    same_family(first, net, key, "the CIDR")?;
+    if !net.contains(&first) {
+        return Err(ConfigError::invalid(key, format!("{range:?}: the first address {first} is outside {net}")));
+    }
+    if first > last.addr() {
+        return Err(ConfigError::invalid(key, format!("{range:?}: the first address is after the last")));
+    }
+    Ok((net, Some((first, last.addr()))))
+}
+
+/// An explicit `range_start`/`range_end`, checked against the CIDR and against the bound `first-last/prefix` gives.
+fn bound(
+    spec: &Spec<'_>,
+    explicit: Option<&(&str, String)>,
+    implied: Option<IpAddr>,
+    net: IpNet,
+) -> Result<Option<(IpAddr, String)>, ConfigError> {
+    let Some((s, key)) = explicit else { return Ok(implied.map(|i| (i, spec.range_key.clone()))) };
+    let addr = ip(s, key)?;
+    same_family(addr, net, key, "the range")?;
+    if !net.contains(&addr) {
+        return Err(ConfigError::invalid(key, format!("{addr} is outside {net}")));
+    }
+    if let Some(i) = implied
+        && i != addr
+    {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{addr} conflicts with {i} given by {} {:?}", spec.range_key, spec.range),
+        ));
+    }
+    Ok(Some((addr, key.clone())))
+}
+
+/// The CIDRs of `ranges`, for messages.
+pub(super) fn cidr_list(ranges: &[IpRange]) -> String {
+    ranges.iter().map(|r| r.cidr().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// The gateway is never handed out: excluded from every range that contains it. A gateway inside no range is a
+/// mistake (Whereabouts would return it with addresses it cannot reach).
+pub(super) fn apply_gateway(ranges: &mut [IpRange], gw: &Sourced<'_, IpAddr>) -> Result<(), ConfigError> {
+    let key = gw.origin.key("gateway");
+    if ranges.is_empty() {
+        return Err(ConfigError::invalid(
+            key,
+            "there is no range for it to be the gateway of (with addresses only, set addresses[].gateway)",
+        ));
+    }
+    let mut found = false;
+    for r in ranges.iter_mut().filter(|r| r.cidr().contains(&gw.value)) {
+        r.exclude_addr(gw.value);
+        found = true;
+    }
+    if found {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(key, format!("{} is inside none of the ranges ({})", gw.value, cidr_list(ranges))))
+    }
+}
+
+/// A static address that a range could also hand out would be given to two pods.
+pub(super) fn check_static(addresses: &Sourced<'_, Vec<StaticAddress>>, ranges: &[IpRange]) -> Result<(), ConfigError> {
+    for (i, a) in addresses.value.iter().enumerate() {
+        let ip = a.address.addr();
+        if let Some(r) = ranges.iter().find(|r| r.offset_of(ip).is_some_and(|o| r.is_usable(o))) {
+            return Err(ConfigError::invalid(
+                addresses.origin.key(&format!("addresses[{i}].address")),
+                format!("{ip} can also be handed out from the range {}: add it to that range's exclude", r.cidr()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `node_slice_size` must cut every range into slices: a prefix between the range's and the address length.
+pub(super) fn check_node_slice(ranges: &[IpRange], size: &Sourced<'_, String>) -> Result<(), ConfigError> {
+    let key = size.origin.key("node_slice_size");
+    let p = slice_prefix(&size.value).expect("checked when read");
+    if ranges.is_empty() {
+        return Err(ConfigError::invalid(key, "there is no range to slice"));
+    }
+    for r in ranges {
+        let net = r.cidr();
+        if p < net.prefix_len() || p > net.max_prefix_len() {
+            return Err(ConfigError::invalid(
+                key,
+                format!("/{p} cannot slice {net}: a slice is /{} to /{}", net.prefix_len(), net.max_prefix_len()),
+            ));
+        }
+    }
+    Ok(())
+}

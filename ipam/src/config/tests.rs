@@ -1,0 +1,740 @@
+//! Unit tests of config loading: every refusal with its code and key, the flat-file rules, the defaults.
+//!
+//! Tests marked `needs range` build [`IpRange`]s and pass once `crate::range::IpRange::parse` is implemented.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::*;
+
+const KUBECONFIG: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
+
+fn netconf_with(top: Value, ipam: Value) -> Vec<u8> {
+    let mut conf = json!({"cniVersion": "1.0.0", "name": "net1", "type": "macvlan", "master": "eth0"});
+    merge_into(&mut conf, top);
+    conf["ipam"] = ipam;
+    serde_json::to_vec(&conf).unwrap()
+}
+
+fn netconf(ipam: Value) -> Vec<u8> {
+    netconf_with(json!({}), ipam)
+}
+
+/// `patch`'s keys replace `base`'s; a `null` removes the key.
+fn merge_into(base: &mut Value, patch: Value) {
+    let (Value::Object(base), Value::Object(patch)) = (base, patch) else { panic!("objects only") };
+    for (k, v) in patch {
+        if v.is_null() {
+            base.remove(&k);
+        } else {
+            base.insert(k, v);
+        }
+    }
+}
+
+/// A config with one range.
+fn ranged(patch: Value) -> Value {
+    let mut ipam = json!({"type": "whereabouts", "range": "10.0.0.0/24", "kubernetes": {"kubeconfig": KUBECONFIG}});
+    merge_into(&mut ipam, patch);
+    ipam
+}
+
+/// A config with static addresses only: loads without building any range.
+fn static_only(patch: Value) -> Value {
+    let mut ipam = json!({
+        "type": "whereabouts",
+        "addresses": [{"address": "192.168.100.5/24", "gateway": "192.168.100.1"}],
+        "kubernetes": {"kubeconfig": KUBECONFIG},
+    });
+    merge_into(&mut ipam, patch);
+    ipam
+}
+
+fn load_at(stdin: &[u8], cni_args: &str, paths: &[PathBuf]) -> Result<IpamConfig, ConfigError> {
+    load_with_paths(&Input { stdin, cni_args }, paths)
+}
+
+fn ok(stdin: &[u8], cni_args: &str) -> IpamConfig {
+    load_at(stdin, cni_args, &[]).unwrap_or_else(|e| panic!("refused: {e}"))
+}
+
+fn refused(stdin: &[u8], cni_args: &str) -> ConfigError {
+    match load_at(stdin, cni_args, &[]) {
+        Ok(c) => panic!("accepted: {c:?}"),
+        Err(e) => e,
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+const POD_ARGS: &str =
+    "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=pod-0;K8S_POD_INFRA_CONTAINER_ID=c1;K8S_POD_UID=u1";
+
+/// (what, stdin, CNI_ARGS, code, a part of the message: the key)
+type Case = (&'static str, Vec<u8>, &'static str, u32, &'static str);
+
+fn refusals() -> Vec<Case> {
+    let raw = |s: &str| s.as_bytes().to_vec();
+    vec![
+        ("cniVersion too old", raw(r#"{"cniVersion":"0.2.0","name":"n","ipam":{}}"#), "", 1, "cniVersion: \"0.2.0\""),
+        ("cniVersion unknown", raw(r#"{"cniVersion":"2.0.0","name":"n","ipam":{}}"#), "", 1, "cniVersion"),
+        ("cniVersion missing", raw(r#"{"name":"n","ipam":{}}"#), "", 1, "cniVersion: missing"),
+        ("cniVersion a number", raw(r#"{"cniVersion":1,"name":"n","ipam":{}}"#), "", 6, "cniVersion"),
+        ("stdin not JSON", raw("cniVersion=1.0.0"), "", 6, "stdin"),
+        ("stdin not an object", raw("[1, 2]"), "", 6, "stdin"),
+        ("name missing", raw(r#"{"cniVersion":"1.0.0","ipam":{"type":"whereabouts"}}"#), "", 7, "name"),
+        ("ipam missing", raw(r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan"}"#), "", 7, "ipam"),
+        ("ipam null", raw(r#"{"cniVersion":"1.0.0","name":"n","ipam":null}"#), "", 7, "ipam"),
+        ("ipam not an object", raw(r#"{"cniVersion":"1.0.0","name":"n","ipam":"whereabouts"}"#), "", 6, "ipam"),
+        ("ipam.type missing", netconf(ranged(json!({"type": null}))), "", 7, "ipam.type"),
+        ("ipam.type another plugin", netconf(ranged(json!({"type": "host-local"}))), "", 7, "ipam.type"),
+        ("unknown key", netconf(ranged(json!({"foo": 1}))), "", 2, "ipam.foo: unknown key"),
+        ("camelCase rangeStart", netconf(ranged(json!({"rangeStart": "10.0.0.5"}))), "", 2, "ipam.rangeStart"),
+        ("capitalised Gateway", netconf(ranged(json!({"Gateway": "10.0.0.1"}))), "", 2, "ipam.Gateway"),
+        ("kubeconfig at top", netconf(ranged(json!({"kubeconfig": KUBECONFIG}))), "", 2, "ipam.kubeconfig"),
+        ("range a number", netconf(ranged(json!({"range": 10}))), "", 6, "ipam.range"),
+        ("exclude element a number", netconf(ranged(json!({"exclude": ["10.0.0.1", 2]}))), "", 6, "ipam.exclude[1]"),
+        ("exclude a string", netconf(ranged(json!({"exclude": "10.0.0.1"}))), "", 6, "ipam.exclude"),
+        ("overlapping a string", netconf(ranged(json!({"enable_overlapping_ranges": "no"}))), "", 6, "ipam.enable_"),
+        ("ipRanges an object", netconf(ranged(json!({"ipRanges": {"range": "10.1.0.0/24"}}))), "", 6, "ipam.ipRanges"),
+        ("bad range", netconf(ranged(json!({"range": "banana"}))), "", 7, "ipam.range"),
+        ("range prefix too long", netconf(ranged(json!({"range": "10.0.0.0/33"}))), "", 7, "ipam.range"),
+        ("range /32", netconf(ranged(json!({"range": "10.0.0.1/32"}))), "", 7, "ipam.range"),
+        ("range /128", netconf(ranged(json!({"range": "2001:db8::1/128"}))), "", 7, "ipam.range"),
+        ("start not an IP", netconf(ranged(json!({"range_start": "10.0.0.x"}))), "", 7, "ipam.range_start"),
+        ("start outside", netconf(ranged(json!({"range_start": "10.0.1.5"}))), "", 7, "ipam.range_start"),
+        ("start other family", netconf(ranged(json!({"range_start": "2001:db8::5"}))), "", 7, "ipam.range_start"),
+        ("end outside", netconf(ranged(json!({"range_end": "10.0.1.5"}))), "", 7, "ipam.range_end"),
+        (
+            "end before start",
+            netconf(ranged(json!({"range_start": "10.0.0.50", "range_end": "10.0.0.10"}))),
+            "",
+            7,
+            "ipam.range_end: 10.0.0.10 is before the start 10.0.0.50",
+        ),
+        (
+            "first-last/len start outside",
+            netconf(ranged(json!({"range": "10.0.1.5-10.0.0.20/24"}))),
+            "",
+            7,
+            "ipam.range",
+        ),
+        (
+            "first-last/len with another start",
+            netconf(ranged(json!({"range": "10.0.0.5-10.0.0.20/24", "range_start": "10.0.0.6"}))),
+            "",
+            7,
+            "ipam.range_start",
+        ),
+        ("exclude other family", netconf(ranged(json!({"exclude": ["2001:db8::/64"]}))), "", 7, "ipam.exclude[0]"),
+        ("exclude not a CIDR", netconf(ranged(json!({"exclude": ["10.0.0.0/24", "x"]}))), "", 7, "ipam.exclude[1]"),
+        ("exclude elsewhere", netconf(ranged(json!({"exclude": ["192.168.0.0/24"]}))), "", 7, "ipam.exclude[0]"),
+        (
+            "range_start without range",
+            netconf(ranged(json!({"range": null, "range_start": "10.0.0.5", "ipRanges": [{"range": "10.0.0.0/24"}]}))),
+            "",
+            7,
+            "ipam.range_start: set without \"range\"",
+        ),
+        ("ipRanges entry without range", netconf(ranged(json!({"ipRanges": [{}]}))), "", 7, "ipam.ipRanges[0].range"),
+        (
+            "ipRanges entry with a gateway",
+            netconf(ranged(json!({"ipRanges": [{"range": "10.1.0.0/24", "gateway": "10.1.0.1"}]}))),
+            "",
+            2,
+            "ipam.ipRanges[0].gateway",
+        ),
+        (
+            "ipRanges entry camelCase",
+            netconf(ranged(json!({"ipRanges": [{"range": "10.1.0.0/24", "rangeEnd": "10.1.0.9"}]}))),
+            "",
+            2,
+            "ipam.ipRanges[0].rangeEnd: unknown key (did you mean \"range_end\"?)",
+        ),
+        (
+            "ipRanges entry bad range",
+            netconf(ranged(json!({"ipRanges": [{"range": "10.1.0.0/24"}, {"range": "10.2.0.0/99"}]}))),
+            "",
+            7,
+            "ipam.ipRanges[1]",
+        ),
+        ("no range at all", netconf(ranged(json!({"range": null}))), "", 7, "ipam.range: no range"),
+        ("gateway garbage", netconf(ranged(json!({"gateway": "10.0.0.256"}))), "", 7, "ipam.gateway"),
+        ("gateway outside every range", netconf(ranged(json!({"gateway": "10.9.0.1"}))), "", 7, "ipam.gateway"),
+        (
+            "gateway with addresses only",
+            netconf(static_only(json!({"gateway": "192.168.100.1"}))),
+            "",
+            7,
+            "ipam.gateway",
+        ),
+        ("route dst garbage", netconf(ranged(json!({"routes": [{"dst": "default"}]}))), "", 7, "ipam.routes[0].dst"),
+        ("route dst missing", netconf(ranged(json!({"routes": [{"gw": "10.0.0.1"}]}))), "", 7, "ipam.routes[0].dst"),
+        (
+            "route dst host bits",
+            netconf(ranged(json!({"routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.1/16"}]}))),
+            "",
+            7,
+            "ipam.routes[1].dst: 10.9.0.1/16 has host bits set (did you mean 10.9.0.0/16?)",
+        ),
+        (
+            "route gw other family",
+            netconf(ranged(json!({"routes": [{"dst": "0.0.0.0/0", "gw": "2001:db8::1"}]}))),
+            "",
+            7,
+            "ipam.routes[0].gw",
+        ),
+        (
+            "route unknown key",
+            netconf(ranged(json!({"routes": [{"dst": "0.0.0.0/0", "via": "x"}]}))),
+            "",
+            2,
+            "ipam.routes[0].via",
+        ),
+        ("route not an object", netconf(ranged(json!({"routes": ["0.0.0.0/0"]}))), "", 6, "ipam.routes[0]"),
+        (
+            "dns nameserver garbage",
+            netconf(ranged(json!({"dns": {"nameservers": ["dns.local"]}}))),
+            "",
+            7,
+            "ipam.dns.nameservers[0]",
+        ),
+        (
+            "dns unknown key",
+            netconf(ranged(json!({"dns": {"nameserver": ["10.0.0.2"]}}))),
+            "",
+            2,
+            "ipam.dns.nameserver",
+        ),
+        (
+            "address without prefix",
+            netconf(static_only(json!({"addresses": [{"address": "192.168.1.5"}]}))),
+            "",
+            7,
+            "ipam.addresses[0].address",
+        ),
+        (
+            "address gateway other family",
+            netconf(static_only(json!({"addresses": [{"address": "192.168.1.5/24", "gateway": "fe80::1"}]}))),
+            "",
+            7,
+            "ipam.addresses[0].gateway",
+        ),
+        (
+            "address also in the range",
+            netconf(ranged(json!({"addresses": [{"address": "10.0.0.7/24"}]}))),
+            "",
+            7,
+            "ipam.addresses[0].address",
+        ),
+        (
+            "strategy unknown",
+            netconf(ranged(json!({"allocation_strategy": "fastest"}))),
+            "",
+            7,
+            "ipam.allocation_strategy",
+        ),
+        ("timeout 0", netconf(ranged(json!({"timeout_seconds": 0}))), "", 7, "ipam.timeout_seconds"),
+        ("timeout a string", netconf(ranged(json!({"timeout_seconds": "90"}))), "", 6, "ipam.timeout_seconds"),
+        ("timeout negative", netconf(ranged(json!({"timeout_seconds": -1}))), "", 6, "ipam.timeout_seconds"),
+        ("log_level unknown", netconf(ranged(json!({"log_level": "loud"}))), "", 7, "ipam.log_level"),
+        ("network_name not a name", netconf(ranged(json!({"network_name": "Net_A"}))), "", 7, "ipam.network_name"),
+        (
+            "kubeconfig relative",
+            netconf(ranged(json!({"kubernetes": {"kubeconfig": "whereabouts.kubeconfig"}}))),
+            "",
+            7,
+            "ipam.kubernetes.kubeconfig",
+        ),
+        (
+            "kubernetes unknown key",
+            netconf(ranged(json!({"kubernetes": {"kube_config": KUBECONFIG}}))),
+            "",
+            2,
+            "ipam.kubernetes.kube_config: unknown key (did you mean \"kubeconfig\"?)",
+        ),
+        ("node_slice_size garbage", netconf(ranged(json!({"node_slice_size": "big"}))), "", 7, "ipam.node_slice_size"),
+        (
+            "node_slice_size wider than the range",
+            netconf(ranged(json!({"node_slice_size": "/16"}))),
+            "",
+            7,
+            "ipam.node_slice_size",
+        ),
+        (
+            "configuration_path missing",
+            netconf(ranged(json!({"configuration_path": "/nonexistent/hereabouts.conf"}))),
+            "",
+            7,
+            "ipam.configuration_path: /nonexistent/hereabouts.conf does not exist",
+        ),
+        (
+            "runtimeConfig not an object",
+            netconf_with(json!({"runtimeConfig": []}), ranged(json!({}))),
+            "",
+            6,
+            "runtimeConfig",
+        ),
+        (
+            "runtimeConfig ips not strings",
+            netconf_with(json!({"runtimeConfig": {"ips": [5]}}), ranged(json!({}))),
+            "",
+            6,
+            "runtimeConfig.ips[0]",
+        ),
+        (
+            "runtimeConfig ip garbage",
+            netconf_with(json!({"runtimeConfig": {"ips": ["10.0.0.5/24/8"]}}), static_only(json!({}))),
+            "",
+            7,
+            "runtimeConfig.ips[0]",
+        ),
+        (
+            "requested IP outside every range",
+            netconf_with(json!({"runtimeConfig": {"ips": ["10.0.0.5", "10.1.0.5/24"]}}), ranged(json!({}))),
+            "",
+            7,
+            "runtimeConfig.ips[1]: 10.1.0.5 is outside every range (10.0.0.0/24)",
+        ),
+        (
+            "requested IP with another prefix",
+            netconf_with(json!({"runtimeConfig": {"ips": ["10.0.0.5/16"]}}), ranged(json!({}))),
+            "",
+            7,
+            "runtimeConfig.ips[0]",
+        ),
+        (
+            "requested IP excluded",
+            netconf_with(json!({"runtimeConfig": {"ips": ["10.0.0.5"]}}), ranged(json!({"exclude": ["10.0.0.0/28"]}))),
+            "",
+            7,
+            "runtimeConfig.ips[0]: 10.0.0.5 cannot be handed out",
+        ),
+        (
+            "requested IP is the gateway",
+            netconf_with(json!({"runtimeConfig": {"ips": ["10.0.0.1"]}}), ranged(json!({"gateway": "10.0.0.1"}))),
+            "",
+            7,
+            "runtimeConfig.ips[0]",
+        ),
+        (
+            "requested IP with addresses only",
+            netconf_with(json!({"runtimeConfig": {"ips": ["192.168.100.5"]}}), static_only(json!({}))),
+            "",
+            7,
+            "runtimeConfig.ips[0]",
+        ),
+        (
+            "CNI_ARGS pair without =",
+            netconf(static_only(json!({}))),
+            "K8S_POD_NAMESPACE=ns;K8S_POD_NAME",
+            4,
+            "\"K8S_POD_NAME\"",
+        ),
+        ("CNI_ARGS unknown key", netconf(static_only(json!({}))), "K8S_POD_NAME=p;FOO=bar", 4, "FOO"),
+        ("CNI_ARGS IgnoreUnknown=0", netconf(static_only(json!({}))), "IgnoreUnknown=0;FOO=bar", 4, "FOO"),
+        ("CNI_ARGS IgnoreUnknown garbage", netconf(static_only(json!({}))), "IgnoreUnknown=maybe", 4, "IgnoreUnknown"),
+        ("CNI_ARGS IP garbage", netconf(static_only(json!({}))), "IP=10.0.0.x;K8S_POD_NAME=p", 4, "CNI_ARGS: IP"),
+        ("CNI_ARGS IP outside", netconf(ranged(json!({}))), "IP=10.1.0.5", 7, "CNI_ARGS IP: 10.1.0.5 is outside"),
+        ("CNI_ARGS GATEWAY garbage", netconf(static_only(json!({}))), "GATEWAY=gw", 4, "GATEWAY"),
+        ("CNI_ARGS GATEWAY matching nothing", netconf(static_only(json!({}))), "GATEWAY=10.9.9.1", 4, "GATEWAY"),
+        (
+            "CNI_ARGS conflicting repeat",
+            netconf(static_only(json!({}))),
+            "K8S_POD_NAME=a;K8S_POD_NAME=b",
+            4,
+            "K8S_POD_NAME",
+        ),
+    ]
+}
+
+#[test]
+fn every_refusal_has_its_code_and_names_its_key() {
+    let mut failures = Vec::new();
+    for (what, stdin, args, code, key) in refusals() {
+        match load_at(&stdin, args, &[]) {
+            Ok(_) => failures.push(format!("{what}: accepted")),
+            Err(e) if e.code() != code || !e.to_string().contains(key) => {
+                failures.push(format!("{what}: got code {} {e:?}: {e}; want code {code} naming {key:?}", e.code()));
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), refusals().len(), failures.join("\n"));
+}
+
+#[test]
+fn unknown_keys_are_all_named_with_the_key_meant() {
+    let e = refused(&netconf(ranged(json!({"rangeStart": "10.0.0.5", "rangeEnd": "10.0.0.9", "subnet": "x"}))), "");
+    let ConfigError::UnknownKeys(keys) = &e else { panic!("{e:?}") };
+    let shown: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "ipam.rangeEnd: unknown key (did you mean \"range_end\"?)",
+            "ipam.rangeStart: unknown key (did you mean \"range_start\"?)",
+            "ipam.subnet: unknown key (did you mean \"range\"? (host-local's `subnet`))",
+        ]
+    );
+    assert_eq!(e.code(), 2);
+    let e = refused(&netconf(ranged(json!({"Gateway": "10.0.0.1"}))), "");
+    assert!(e.to_string().contains("keys are case-sensitive: did you mean \"gateway\"?"), "{e}");
+}
+
+#[test]
+fn start_outside_names_the_entry() {
+    // checked before the range math, so the message is this module's own
+    let conf = netconf(ranged(json!({
+        "ipRanges": [{"range": "10.0.0.0/24"}, {"range": "10.0.0.0/24", "range_start": "10.1.0.5"}],
+    })));
+    assert_eq!(refused(&conf, "").to_string(), "ipam.ipRanges[1].range_start: 10.1.0.5 is outside 10.0.0.0/24");
+}
+
+#[test]
+fn static_only_defaults() {
+    let c = ok(&netconf(static_only(json!({}))), "");
+    assert_eq!(c.cni_version, "1.0.0");
+    assert_eq!(c.name, "net1");
+    assert_eq!(c.network_name, "");
+    assert!(c.ranges.is_empty());
+    assert_eq!(c.gateway, None);
+    assert!(c.routes.is_empty());
+    assert_eq!(c.dns, None);
+    assert_eq!(
+        c.addresses,
+        [StaticAddress { address: "192.168.100.5/24".parse().unwrap(), gateway: Some(ip("192.168.100.1")) }]
+    );
+    assert!(c.overlapping_ranges);
+    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)));
+    assert_eq!(c.log_file, None);
+    assert_eq!(c.log_level, LogLevel::Debug);
+    assert_eq!(c.strategy, Strategy::LowestFree);
+    assert!(c.requested.is_empty());
+    assert_eq!(c.pod, PodRef::default());
+    assert_eq!(c.node_slice_size, None);
+    assert_eq!(c.reconciler_cron_expression, None);
+    assert_eq!(c.timeout, Duration::from_secs(90));
+    assert!(c.ignored.is_empty());
+    assert_eq!(c.flat_file, None);
+}
+
+#[test]
+fn every_key_is_read() {
+    let conf = netconf(static_only(json!({
+        "network_name": "net-a",
+        "enable_overlapping_ranges": false,
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.96.0.0/12", "gw": "192.168.100.254", "mtu": 1400, "table": 100}],
+        "dns": {"nameservers": ["10.96.0.10", "fe80::1%eth0"], "domain": "cluster.local", "search": ["svc"], "options": ["ndots:5"]},
+        "log_file": "/var/log/hereabouts.log",
+        "log_level": "VERBOSE",
+        "reconciler_cron_expression": "30 4 * * *",
+        "allocation_strategy": "random",
+        "timeout_seconds": 20,
+    })));
+    let c = ok(&conf, "");
+    assert_eq!(c.network_name, "net-a");
+    assert!(!c.overlapping_ranges);
+    assert_eq!(c.routes.len(), 2);
+    assert_eq!(c.routes[1].dst, "10.96.0.0/12".parse::<IpNet>().unwrap());
+    assert_eq!(c.routes[1].gw, Some(ip("192.168.100.254")));
+    assert_eq!((c.routes[1].mtu, c.routes[1].table), (Some(1400), Some(100)));
+    let dns = c.dns.unwrap();
+    assert_eq!(dns.nameservers, ["10.96.0.10", "fe80::1%eth0"]);
+    assert_eq!(dns.domain.as_deref(), Some("cluster.local"));
+    assert_eq!((dns.search, dns.options), (vec!["svc".to_string()], vec!["ndots:5".to_string()]));
+    assert_eq!(c.log_file.as_deref(), Some(Path::new("/var/log/hereabouts.log")));
+    assert_eq!(c.log_level, LogLevel::Verbose);
+    assert_eq!(c.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
+    assert_eq!(c.strategy, Strategy::Random);
+    assert_eq!(c.timeout, Duration::from_secs(20));
+}
+
+#[test]
+fn empty_values_are_absent_as_for_whereabouts() {
+    let c =
+        ok(&netconf(static_only(json!({"gateway": "", "range": "", "routes": [], "dns": {}, "network_name": ""}))), "");
+    assert_eq!((c.gateway, c.dns, c.routes.len()), (None, None, 0));
+}
+
+#[test]
+fn the_pod_comes_from_cni_args() {
+    let c = ok(&netconf(static_only(json!({}))), POD_ARGS);
+    assert_eq!(c.pod, PodRef { namespace: "ns1".into(), name: "pod-0".into(), uid: Some("u1".into()) });
+    assert_eq!(c.pod.to_string(), "ns1/pod-0");
+    c.require_pod().unwrap();
+}
+
+#[test]
+fn add_without_the_pod_is_refused() {
+    for args in ["", "K8S_POD_NAMESPACE=ns1", "K8S_POD_NAME=pod-0;K8S_POD_NAMESPACE="] {
+        // loading works (DEL may come without the pod) ...
+        let c = ok(&netconf(static_only(json!({}))), args);
+        // ... ADD does not
+        let e = c.require_pod().unwrap_err();
+        assert_eq!(e.code(), 4, "{e}");
+        assert!(e.to_string().contains("K8S_POD_"), "{e}");
+    }
+    let e = ok(&netconf(static_only(json!({}))), "K8S_POD_NAMESPACE=ns1").require_pod().unwrap_err();
+    assert_eq!(e.to_string(), "CNI_ARGS: K8S_POD_NAME missing or empty: ADD needs the pod");
+}
+
+#[test]
+fn ignore_unknown_lets_unknown_args_through() {
+    let c = ok(&netconf(static_only(json!({}))), "FOO=bar;IgnoreUnknown=true;K8S_POD_NAME=p;K8S_POD_NAMESPACE=n");
+    assert_eq!(c.ignored, ["CNI_ARGS FOO"]);
+    assert!(c.require_pod().is_ok());
+}
+
+#[test]
+fn legacy_keys_are_accepted_and_ignored() {
+    let conf = netconf(static_only(json!({
+        "datastore": "kubernetes",
+        "etcd_host": "https://etcd:2379",
+        "etcd_password": "secret",
+        "leader_lease_duration": 1500,
+        "leader_renew_deadline": 1000,
+        "leader_retry_period": 500,
+        "sleep_for_race": 1,
+        "kubernetes": {"kubeconfig": KUBECONFIG, "k8s_api_root": "https://10.96.0.1"},
+    })));
+    let c = ok(&conf, "");
+    let mut ignored = c.ignored.clone();
+    ignored.sort();
+    assert_eq!(
+        ignored,
+        [
+            "ipam.datastore",
+            "ipam.etcd_host",
+            "ipam.etcd_password",
+            "ipam.kubernetes.k8s_api_root",
+            "ipam.leader_lease_duration",
+            "ipam.leader_renew_deadline",
+            "ipam.leader_retry_period",
+            "ipam.sleep_for_race",
+        ]
+    );
+    assert!(!format!("{c:?}").contains("secret"));
+}
+
+#[test]
+fn cni_gateway_applies_to_the_static_addresses_that_contain_it() {
+    let conf = netconf(static_only(json!({"addresses": [{"address": "192.168.1.5/24"}, {"address": "fd00::5/64"}]})));
+    let c = ok(&conf, "GATEWAY=192.168.1.1, fd00::1");
+    assert_eq!(c.addresses[0].gateway, Some(ip("192.168.1.1")));
+    assert_eq!(c.addresses[1].gateway, Some(ip("fd00::1")));
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn flat_file_fills_the_kubeconfig_only_when_inline_lacks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = write(
+        dir.path(),
+        "whereabouts.conf",
+        r#"{"datastore": "kubernetes", "kubernetes": {"kubeconfig": "/flat/whereabouts.kubeconfig"},
+            "log_file": "/tmp/whereabouts.log", "log_level": "debug", "reconciler_cron_expression": "30 4 * * *"}"#,
+    );
+    let paths = [flat.clone()];
+    let lacking = netconf(static_only(json!({"kubernetes": null})));
+    let c = load_at(&lacking, "", &paths).unwrap();
+    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new("/flat/whereabouts.kubeconfig")));
+    assert_eq!(c.log_file.as_deref(), Some(Path::new("/tmp/whereabouts.log")));
+    assert_eq!(c.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
+    assert_eq!(c.flat_file.as_deref(), Some(flat.as_path()));
+    assert_eq!(c.ignored, [format!("datastore (flat file {})", flat.display())]);
+
+    let having = netconf(static_only(json!({"log_level": "error"})));
+    let c = load_at(&having, "", &paths).unwrap();
+    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)), "inline wins");
+    assert_eq!(c.log_level, LogLevel::Error, "inline wins");
+    assert_eq!(c.log_file.as_deref(), Some(Path::new("/tmp/whereabouts.log")), "the rest comes from the file");
+}
+
+#[test]
+fn flat_file_merges_nested_objects_key_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = write(dir.path(), "f.conf", r#"{"dns": {"nameservers": ["10.96.0.10"], "domain": "flat.local"}}"#);
+    let conf = netconf(static_only(json!({"dns": {"domain": "cluster.local"}})));
+    let dns = load_at(&conf, "", &[flat]).unwrap().dns.unwrap();
+    assert_eq!(dns.nameservers, ["10.96.0.10"]);
+    assert_eq!(dns.domain.as_deref(), Some("cluster.local"));
+}
+
+#[test]
+fn flat_file_cannot_turn_overlapping_ranges_off() {
+    // Whereabouts saves the inline value before the merge and restores it after
+    let dir = tempfile::tempdir().unwrap();
+    let flat = write(dir.path(), "f.conf", r#"{"enable_overlapping_ranges": false}"#);
+    let c = load_at(&netconf(static_only(json!({}))), "", std::slice::from_ref(&flat)).unwrap();
+    assert!(c.overlapping_ranges);
+    assert_eq!(c.ignored.len(), 1);
+    assert!(c.ignored[0].starts_with("enable_overlapping_ranges (flat file"), "{:?}", c.ignored);
+    let c = load_at(&netconf(static_only(json!({"enable_overlapping_ranges": false}))), "", &[flat]).unwrap();
+    assert!(!c.overlapping_ranges);
+}
+
+#[test]
+fn first_existing_default_path_is_used_and_none_is_fine() {
+    let dir = tempfile::tempdir().unwrap();
+    let second = write(dir.path(), "second.conf", r#"{"network_name": "second"}"#);
+    let third = write(dir.path(), "third.conf", r#"{"network_name": "third"}"#);
+    let paths = [dir.path().join("missing.conf"), dir.path().join("no-dir/x.conf"), second.clone(), third];
+    let c = load_at(&netconf(static_only(json!({}))), "", &paths).unwrap();
+    assert_eq!(c.network_name, "second");
+    assert_eq!(c.flat_file, Some(second));
+
+    let c = load_at(&netconf(static_only(json!({}))), "", &paths[..2]).unwrap();
+    assert_eq!((c.network_name.as_str(), c.flat_file), ("", None));
+}
+
+#[test]
+fn configuration_path_is_used_instead_of_the_default_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = write(dir.path(), "default.conf", r#"{"network_name": "default"}"#);
+    let chosen = write(dir.path(), "chosen.conf", r#"{"network_name": "chosen"}"#);
+    let conf = netconf(static_only(json!({"configuration_path": chosen})));
+    let c = load_at(&conf, "", &[default]).unwrap();
+    assert_eq!(c.network_name, "chosen");
+    assert_eq!(c.flat_file, Some(chosen));
+}
+
+#[test]
+fn flat_file_refusals_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("not-json.conf", "{\"kubernetes\": ", 6, "flat file"),
+        ("array.conf", "[]", 6, "flat file"),
+        ("unknown.conf", r#"{"rangeStart": "10.0.0.5"}"#, 2, "rangeStart (flat file"),
+        ("nested.conf", r#"{"ipam": {"range": "10.0.0.0/24"}}"#, 2, "not an \"ipam\" object"),
+        ("bad-value.conf", r#"{"log_level": "loud"}"#, 7, "log_level (flat file"),
+        ("bad-type.conf", r#"{"kubernetes": {"kubeconfig": 5}}"#, 6, "kubernetes.kubeconfig (flat file"),
+    ];
+    for (name, text, code, key) in cases {
+        let path = write(dir.path(), name, text);
+        let e = load_at(&netconf(static_only(json!({}))), "", std::slice::from_ref(&path)).unwrap_err();
+        assert_eq!(e.code(), code, "{name}: {e}");
+        assert!(e.to_string().contains(key), "{name}: {e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{name}: {e}");
+    }
+    // a directory where the file should be cannot be read
+    let e = load_at(&netconf(static_only(json!({}))), "", &[dir.path().to_path_buf()]).unwrap_err();
+    assert_eq!(e.code(), 5, "{e}");
+}
+
+#[test]
+fn serialises_as_cni_result_types() {
+    let route = Route {
+        dst: "10.96.0.0/12".parse().unwrap(),
+        gw: None,
+        mtu: Some(1400),
+        advmss: None,
+        priority: None,
+        table: None,
+        scope: None,
+    };
+    assert_eq!(serde_json::to_value(&route).unwrap(), json!({"dst": "10.96.0.0/12", "mtu": 1400}));
+    let dns = Dns { nameservers: vec!["10.96.0.10".into()], domain: None, search: vec![], options: vec![] };
+    assert_eq!(serde_json::to_value(&dns).unwrap(), json!({"nameservers": ["10.96.0.10"]}));
+}
+
+#[test]
+fn log_levels() {
+    for (s, l) in [
+        ("debug", LogLevel::Debug),
+        ("Verbose", LogLevel::Verbose),
+        ("INFO", LogLevel::Info),
+        ("error", LogLevel::Error),
+        ("panic", LogLevel::Panic),
+    ] {
+        assert_eq!(LogLevel::parse(s), Some(l));
+        assert_eq!(LogLevel::parse(l.as_str()), Some(l));
+    }
+    assert!(LogLevel::Panic < LogLevel::Debug);
+    assert_eq!(LogLevel::parse("warn"), None);
+}
+
+#[test]
+fn codes() {
+    let io = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+    let json_err = || serde_json::from_str::<Value>("{").unwrap_err();
+    let cases = [
+        (ConfigError::UnsupportedVersion { found: None }, 1),
+        (ConfigError::UnknownKeys(vec![]), 2),
+        (ConfigError::CniArgs(String::new()), 4),
+        (ConfigError::Io { key: String::new(), path: PathBuf::new(), source: io() }, 5),
+        (ConfigError::NotJson { key: String::new(), source: json_err() }, 6),
+        (ConfigError::WrongType { key: String::new(), expected: "", found: "" }, 6),
+        (ConfigError::invalid("", ""), 7),
+    ];
+    for (e, code) in cases {
+        assert_eq!(e.code(), code, "{e:?}");
+    }
+}
+
+// --- needs range: these build IpRanges ---
+
+#[test]
+fn range_first_then_ip_ranges_in_order() {
+    let conf = netconf(ranged(json!({
+        "ipRanges": [{"range": "10.1.0.0/24", "exclude": ["10.1.0.0/28"]}, {"range": "2001:db8::/64"}],
+    })));
+    let c = ok(&conf, "");
+    let cidrs: Vec<String> = c.ranges.iter().map(|r| r.cidr().to_string()).collect();
+    assert_eq!(cidrs, ["10.0.0.0/24", "10.1.0.0/24", "2001:db8::/64"]);
+}
+
+#[test]
+fn range_forms_whereabouts_accepts() {
+    for (range, cidr) in [
+        ("192.168.2.225/28", "192.168.2.224/28"),
+        ("10.0.0.5-10.0.0.20/24", "10.0.0.0/24"),
+        ("2001:db8:5422:5::-2001:db8:5422:5:7fff:ffff:ffff:ffff/64", "2001:db8:5422:5::/64"),
+    ] {
+        let c = ok(&netconf(ranged(json!({"range": range}))), "");
+        assert_eq!(c.ranges[0].cidr().to_string(), cidr, "{range}");
+    }
+    // the same start twice is not a conflict
+    ok(&netconf(ranged(json!({"range": "10.0.0.5-10.0.0.20/24", "range_start": "10.0.0.5"}))), "");
+}
+
+#[test]
+fn gateway_is_never_handed_out() {
+    let c = ok(&netconf(ranged(json!({"gateway": "10.0.0.1"}))), "");
+    assert_eq!(c.gateway, Some(ip("10.0.0.1")));
+    let r = &c.ranges[0];
+    assert!(!r.is_usable(r.offset_of(ip("10.0.0.1")).unwrap()));
+    assert!(r.is_usable(r.offset_of(ip("10.0.0.2")).unwrap()));
+}
+
+#[test]
+fn requested_addresses_from_runtime_config_and_cni_args() {
+    let conf = netconf_with(
+        json!({"runtimeConfig": {"ips": ["10.0.0.5/24", "2001:db8::7", "10.0.0.6/32"], "portMappings": []}}),
+        ranged(json!({"ipRanges": [{"range": "2001:db8::/64"}]})),
+    );
+    let c = ok(&conf, "IP=10.0.0.9,10.0.0.5;K8S_POD_NAME=p");
+    assert_eq!(c.requested, [ip("10.0.0.5"), ip("2001:db8::7"), ip("10.0.0.6"), ip("10.0.0.9")]);
+}
+
+#[test]
+fn flat_file_can_give_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = write(dir.path(), "f.conf", r#"{"range": "10.5.0.0/16", "range_start": "10.5.1.0"}"#);
+    let c = load_at(&netconf(ranged(json!({"range": null}))), "", &[flat]).unwrap();
+    assert_eq!(c.ranges[0].cidr().to_string(), "10.5.0.0/16");
+}
+
+#[test]
+fn node_slice_size_that_fits() {
+    let c = ok(&netconf(ranged(json!({"range": "10.0.0.0/16", "node_slice_size": "/24"}))), "");
+    assert_eq!(c.node_slice_size.as_deref(), Some("/24"));
+}

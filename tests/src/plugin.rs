@@ -1,0 +1,145 @@
+//! Running the compiled `hereabouts` binary as a container runtime does: CNI_* in the environment, the network
+//! config on stdin, the result or a CNI error on stdout.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt as _;
+
+/// The directory cargo puts the workspace's binaries in (the test executable lives in its `deps/`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// The path of a workspace binary; panics with the command that builds it when it is missing.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` (or `make test`, which does) first",
+        path.display()
+    );
+    path
+}
+
+/// One CNI invocation.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub command: &'static str,
+    pub container_id: String,
+    pub ifname: String,
+    pub args: String,
+    /// Extra environment, e.g. `NODENAME`.
+    pub env: Vec<(String, String)>,
+    /// The plugin to run instead of `hereabouts` (e.g. upstream Whereabouts).
+    pub program: Option<PathBuf>,
+    pub config: Value,
+}
+
+impl Invocation {
+    /// An invocation of `command` for pod `namespace/name` with container `container_id` on interface `net1`.
+    pub fn new(command: &'static str, config: &Value, namespace: &str, pod: &str, container_id: &str) -> Self {
+        Self {
+            command,
+            container_id: container_id.to_string(),
+            ifname: "net1".to_string(),
+            args: format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod}"),
+            env: Vec::new(),
+            program: None,
+            config: config.clone(),
+        }
+    }
+
+    /// Sets an extra environment variable.
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs the plugin and collects what it printed.
+    pub async fn run(&self) -> Output {
+        self.run_raw(self.config.to_string().as_bytes()).await
+    }
+
+    /// Runs the plugin with `stdin` as given (for malformed input).
+    pub async fn run_raw(&self, stdin: &[u8]) -> Output {
+        let mut cmd = tokio::process::Command::new(self.program.clone().unwrap_or_else(|| workspace_bin("hereabouts")));
+        cmd.env_clear()
+            .env("CNI_COMMAND", self.command)
+            .env("CNI_CONTAINERID", &self.container_id)
+            .env("CNI_NETNS", format!("/var/run/netns/{}", self.container_id))
+            .env("CNI_IFNAME", &self.ifname)
+            .env("CNI_ARGS", &self.args)
+            .env("CNI_PATH", target_dir())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn hereabouts");
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(stdin).await.expect("write the config to the plugin");
+        drop(pipe);
+        let out = child.wait_with_output().await.expect("wait for hereabouts");
+        Output {
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// What one invocation printed.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    /// The JSON on stdout (result or error); panics when stdout is not one JSON document.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}\nstderr: {}", self.stdout, self.stderr))
+    }
+
+    /// The result of a successful invocation; panics with what the plugin said otherwise.
+    pub fn result(&self) -> Value {
+        assert!(self.success, "plugin failed: {}\nstderr: {}", self.stdout, self.stderr);
+        self.json()
+    }
+
+    /// The CNI error code of a failed invocation; panics when it succeeded.
+    pub fn error_code(&self) -> u64 {
+        assert!(!self.success, "plugin succeeded where it should fail: {}", self.stdout);
+        self.json()["code"].as_u64().unwrap_or_else(|| panic!("no code in {}", self.stdout))
+    }
+
+    /// The addresses of an ADD result, without prefix length.
+    pub fn ips(&self) -> Vec<std::net::IpAddr> {
+        self.result()["ips"]
+            .as_array()
+            .expect("ips in the result")
+            .iter()
+            .map(|ip| {
+                let cidr = ip["address"].as_str().expect("address");
+                cidr.split('/').next().unwrap().parse().expect("an IP")
+            })
+            .collect()
+    }
+}
+
+/// A network config whose IPAM is hereabouts, with `ipam` merged over the kubeconfig and log settings.
+pub fn netconf(cni_version: &str, name: &str, kubeconfig: &std::path::Path, ipam: Value) -> Value {
+    let mut full = json!({
+        "type": "hereabouts",
+        "kubernetes": {"kubeconfig": kubeconfig},
+        "log_level": "debug",
+    });
+    if let (Some(full), Some(extra)) = (full.as_object_mut(), ipam.as_object()) {
+        full.extend(extra.clone());
+    }
+    json!({"cniVersion": cni_version, "name": name, "type": "macvlan", "ipam": full})
+}
