@@ -85,6 +85,16 @@ pub fn node_slice_pool_name(network_name: &str, config_name: &str) -> String {
     if network_name.is_empty() { config_name.to_string() } else { network_name.to_string() }
 }
 
+/// The `network_name` a pool named `pool_name` for `cidr` belongs to (the inverse of [`pool_name`]), or `None`
+/// when the name is not of that form (a slice pool, or a pool named by another tool).
+pub fn network_of_pool(pool_name: &str, cidr: IpNet) -> Option<String> {
+    let range = normalize_range(&range_string(cidr));
+    if pool_name == range {
+        return Some(String::new());
+    }
+    pool_name.strip_suffix(&range)?.strip_suffix('-').filter(|n| !n.is_empty()).map(str::to_string)
+}
+
 /// The name of the OverlappingRangeIPReservation of `ip`, e.g. `2001--1`, `net-a-10.0.0.1`.
 ///
 /// Whereabouts' `NormalizeIP`: the Go form of the address with a `0` appended when it ends in `:` (so
@@ -95,6 +105,22 @@ pub fn reservation_name(network_name: &str, ip: IpAddr) -> String {
         s.push('0');
     }
     with_network(network_name, s.replace(':', "-"))
+}
+
+#[cfg(test)]
+mod network_of_pool_tests {
+    use super::*;
+
+    #[test]
+    fn inverts_pool_name() {
+        for (net, cidr) in [("", "10.0.0.0/8"), ("net-a", "10.0.0.0/8"), ("x", "fd00:0:0:10::/64")] {
+            let cidr: IpNet = cidr.parse().unwrap();
+            assert_eq!(network_of_pool(&pool_name(net, cidr), cidr).as_deref(), Some(net));
+        }
+        let cidr: IpNet = "10.0.0.0/8".parse().unwrap();
+        assert_eq!(network_of_pool("something-else", cidr), None);
+        assert_eq!(network_of_pool("-10.0.0.0-8", cidr), None);
+    }
 }
 
 #[cfg(test)]

@@ -1,1 +1,41 @@
-fn main() {}
+//! `hereabouts-reconciler`: the DaemonSet binary. `run` (the default) gives back what deleted and finished pods
+//! held and runs the cron-scheduled cluster reconcile; `install-cni` puts the CNI plugin and its kubeconfig on the
+//! host.
+
+mod decide;
+mod http;
+mod install_cni;
+mod leader;
+mod metrics;
+mod pods;
+mod release;
+mod run;
+mod schedule;
+mod sweep;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "hereabouts-reconciler", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Give back what deleted and finished pods held, and run the cron-scheduled cluster reconcile.
+    Run(run::Args),
+    /// Copy the CNI binary to the host and write its kubeconfig and flat file, then keep the kubeconfig fresh.
+    InstallCni(install_cni::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).init();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    match cli.command {
+        Command::Run(args) => rt.block_on(run::run(args)),
+        Command::InstallCni(args) => rt.block_on(install_cni::run(args)),
+    }
+}

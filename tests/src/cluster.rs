@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -325,5 +326,14 @@ async fn install_crds(admin: &Client) -> anyhow::Result<()> {
     for name in names {
         crate::wait::crd_established(&api, &name).await?;
     }
-    Ok(())
+    // Established is not yet servable: the first list of a new resource may answer 429 "storage is
+    // (re)initializing" for a moment, which no test should have to see.
+    let lp = kube::api::ListParams::default().limit(1);
+    crate::wait::until(Duration::from_secs(30), "the CRDs to be servable", || async {
+        let pools = Api::<IpPool>::all(admin.clone()).list(&lp).await.is_ok();
+        let reservations = Api::<OverlappingRangeIpReservation>::all(admin.clone()).list(&lp).await.is_ok();
+        let slices = Api::<NodeSlicePool>::all(admin.clone()).list(&lp).await.is_ok();
+        (pools && reservations && slices).then_some(())
+    })
+    .await
 }

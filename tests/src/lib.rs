@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod crds;
+pub mod deploy;
 pub mod fixture;
 pub mod kubeconfig;
 pub mod metrics;
@@ -10,6 +11,7 @@ mod pki;
 pub mod plugin;
 mod process;
 pub mod rbac;
+pub mod reconciler;
 pub mod testenv;
 pub mod wait;
 

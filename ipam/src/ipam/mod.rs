@@ -3,9 +3,11 @@
 
 mod assign;
 mod journal;
+mod reclaim;
 mod release;
 
 pub use assign::assign;
+pub use reclaim::{Reclaimed, address_of, reclaim};
 pub use release::{Attachment, check, gc, release};
 
 use std::net::IpAddr;

@@ -1,0 +1,408 @@
+//! `install-cni` (DESIGN §6): puts the CNI plugin on the node and keeps its credentials fresh.
+//!
+//! It writes, each file atomically (see [`files`]):
+//! - `<cni-bin-dir>/hereabouts`, mode 0755: a copy of `--source-binary`, skipped when the bytes are the same;
+//! - `<cni-conf-dir>/hereabouts.d/hereabouts.kubeconfig`, mode 0600: the API server, the CA embedded, the
+//!   service-account token, and a context whose namespace is where the pools live;
+//! - `<cni-conf-dir>/hereabouts.d/hereabouts.conf`, mode 0644: the flat file (Whereabouts' format), naming the
+//!   kubeconfig by its path on the host (`--host-cni-conf-dir`), since the plugin runs on the host.
+//!
+//! Then, unless `--once`, it polls the token and CA files every `--watch-interval` and rewrites the kubeconfig
+//! when either's content changes, until SIGTERM or SIGINT. The kubelet rotates a projected token by swapping a
+//! `..data` symlink in the volume, which file-level inotify does not follow; comparing the content of two small
+//! files every few seconds is cheap and cannot miss a change. A file of the three that someone removed is put back
+//! on the next poll.
+
+mod files;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use hereabouts_ipam::config::{DEFAULT_FLAT_FILE_PATHS, LogLevel};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{info, warn};
+
+use render::Credentials;
+
+/// The binary's name in the CNI bin directory: the `type` a netconf names.
+const BINARY_NAME: &str = "hereabouts";
+/// The subdirectory of the CNI conf directory holding the flat file and the kubeconfig. Runtimes read only the
+/// top level of the conf directory, so nothing here is taken for a network config.
+const CONF_SUBDIR: &str = "hereabouts.d";
+const KUBECONFIG_NAME: &str = "hereabouts.kubeconfig";
+const FLAT_FILE_NAME: &str = "hereabouts.conf";
+
+/// `install-cni` flags. Each can also be set by the environment variable shown.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The CNI plugin binary to install (the image's copy).
+    #[arg(long, env = "HEREABOUTS_SOURCE_BINARY", value_name = "PATH", default_value = "/usr/local/bin/hereabouts")]
+    pub source_binary: PathBuf,
+
+    /// The host's CNI binary directory, as this container sees it; `hereabouts` is written there (mode 0755).
+    #[arg(long, env = "HEREABOUTS_CNI_BIN_DIR", value_name = "DIR", default_value = "/host/opt/cni/bin")]
+    pub cni_bin_dir: PathBuf,
+
+    /// The host's CNI config directory, as this container sees it; the flat file and the kubeconfig are written
+    /// to its `hereabouts.d/`.
+    #[arg(long, env = "HEREABOUTS_CNI_CONF_DIR", value_name = "DIR", default_value = "/host/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+
+    /// The same directory as the host sees it: the flat file names the kubeconfig by this path, since the CNI
+    /// plugin runs on the host. The plugin looks for the flat file in `/etc/cni/net.d/hereabouts.d/` unless a
+    /// netconf sets `configuration_path`.
+    #[arg(
+        long,
+        env = "HEREABOUTS_HOST_CNI_CONF_DIR",
+        value_name = "DIR",
+        default_value = "/etc/cni/net.d",
+        value_parser = render::parse_absolute
+    )]
+    pub host_cni_conf_dir: String,
+
+    /// The service-account token to embed in the kubeconfig (the projected one); watched for rotation.
+    #[arg(
+        long,
+        env = "HEREABOUTS_TOKEN_FILE",
+        value_name = "PATH",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    pub token_file: PathBuf,
+
+    /// The API server's CA (PEM), embedded in the kubeconfig as `certificate-authority-data`; watched for change.
+    #[arg(
+        long,
+        env = "HEREABOUTS_CA_FILE",
+        value_name = "PATH",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    )]
+    pub ca_file: PathBuf,
+
+    /// The file holding the namespace of the kubeconfig's context (where the pools live); `--namespace` wins.
+    #[arg(
+        long,
+        env = "HEREABOUTS_NAMESPACE_FILE",
+        value_name = "PATH",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    )]
+    pub namespace_file: PathBuf,
+
+    /// The namespace of the kubeconfig's context, instead of the content of `--namespace-file`.
+    #[arg(long, env = "HEREABOUTS_NAMESPACE", value_name = "NAME")]
+    pub namespace: Option<String>,
+
+    /// The API server URL written into the kubeconfig; without it, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+    /// (an IPv6 host in brackets), which the kubelet sets in every pod.
+    #[arg(long, env = "HEREABOUTS_SERVER", value_name = "URL")]
+    pub server: Option<String>,
+
+    /// The CNI plugin's log level, written as `log_level` into the flat file: debug, verbose, info, error or panic.
+    #[arg(
+        long,
+        env = "HEREABOUTS_CNI_LOG_LEVEL",
+        value_name = "LEVEL",
+        default_value = "info",
+        value_parser = render::parse_log_level
+    )]
+    pub log_level: LogLevel,
+
+    /// The CNI plugin's log file (a host path), written as `log_file` into the flat file; without it the plugin
+    /// logs to stderr, which the runtime collects.
+    #[arg(long, env = "HEREABOUTS_CNI_LOG_FILE", value_name = "PATH", value_parser = render::parse_absolute)]
+    pub log_file: Option<String>,
+
+    /// The cluster-wide reconcile's schedule (5-field crontab, UTC), written as `reconciler_cron_expression` into
+    /// the flat file; left out when not set.
+    #[arg(
+        long,
+        env = "HEREABOUTS_RECONCILER_CRON_EXPRESSION",
+        value_name = "CRON",
+        value_parser = render::parse_cron
+    )]
+    pub reconciler_cron_expression: Option<String>,
+
+    /// How often the token and CA files are compared with what the kubeconfig holds: `200ms`, `2s`, `1m`.
+    #[arg(
+        long,
+        env = "HEREABOUTS_WATCH_INTERVAL",
+        value_name = "DURATION",
+        default_value = "2s",
+        value_parser = render::parse_interval
+    )]
+    pub watch_interval: Duration,
+
+    /// Write everything and exit, instead of watching the token and CA until SIGTERM or SIGINT.
+    #[arg(long, env = "HEREABOUTS_INSTALL_ONCE", value_parser = clap::builder::FalseyValueParser::new())]
+    pub once: bool,
+}
+
+/// Runs `install-cni`: installs, then (unless `--once`) watches until SIGTERM or SIGINT and returns `Ok`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let once = args.once;
+    let interval = args.watch_interval;
+    // Before the first write, so that a SIGTERM arriving meanwhile ends the process cleanly after it.
+    let stop = if once { None } else { Some(Stop::new()?) };
+    let installer = Arc::new(blocking(move || Installer::new(args)).await?);
+    let creds = {
+        let installer = installer.clone();
+        blocking(move || installer.install()).await?
+    };
+    let Some(stop) = stop else { return Ok(()) };
+    info!(interval = ?interval, token = %installer.token_file.display(), ca = %installer.ca_file.display(),
+        "watching the token and CA for changes");
+    watch(installer, creds, interval, stop).await
+}
+
+/// Polls every `interval`, rewriting the kubeconfig when the credentials differ from `last`, until a signal.
+async fn watch(
+    installer: Arc<Installer>,
+    mut last: Credentials,
+    interval: Duration,
+    mut stop: Stop,
+) -> anyhow::Result<()> {
+    let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The last failure, so that a failure that persists is logged once, not every poll.
+    let mut failing: Option<String> = None;
+    loop {
+        tokio::select! {
+            name = stop.recv() => {
+                info!(signal = name, "stopping");
+                return Ok(());
+            }
+            _ = ticker.tick() => {}
+        }
+        let (i, prev) = (installer.clone(), last.clone());
+        match blocking(move || i.refresh(&prev)).await {
+            Ok(new) => {
+                if let Some(new) = new {
+                    last = new;
+                }
+                if failing.take().is_some() {
+                    info!("the kubeconfig is up to date again");
+                }
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                if failing.as_deref() != Some(msg.as_str()) {
+                    warn!(error = %msg, "cannot refresh the kubeconfig; retrying every {interval:?}");
+                    failing = Some(msg);
+                }
+            }
+        }
+    }
+}
+
+/// Runs blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> anyhow::Result<T> + Send + 'static) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f).await.context("install-cni worker thread")?
+}
+
+/// SIGTERM (the kubelet stopping the pod) and SIGINT.
+#[derive(Debug)]
+struct Stop {
+    term: Signal,
+    int: Signal,
+}
+
+impl Stop {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("install a SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("install a SIGINT handler")?,
+        })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Where everything goes and what goes in it, resolved from the flags once.
+#[derive(Debug)]
+struct Installer {
+    source_binary: PathBuf,
+    /// `<cni-bin-dir>/hereabouts`.
+    binary: PathBuf,
+    /// `<cni-conf-dir>/hereabouts.d`.
+    conf_dir: PathBuf,
+    /// The kubeconfig, as this container sees it.
+    kubeconfig: PathBuf,
+    /// The flat file, as this container sees it.
+    flat_file: PathBuf,
+    token_file: PathBuf,
+    ca_file: PathBuf,
+    server: String,
+    namespace: String,
+    flat_file_contents: Vec<u8>,
+}
+
+impl Installer {
+    /// Checks the flags and reads the namespace; writes nothing.
+    fn new(args: Args) -> anyhow::Result<Self> {
+        Self::with_env(args, |name| std::env::var(name).ok())
+    }
+
+    /// [`Installer::new`] with the environment (`KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`) given.
+    fn with_env(args: Args, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let server = match args.server.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            Some(s) => {
+                render::check_server(s).map_err(|e| anyhow::anyhow!("--server: {e}"))?;
+                s.to_string()
+            }
+            None => match (env("KUBERNETES_SERVICE_HOST"), env("KUBERNETES_SERVICE_PORT")) {
+                (Some(host), Some(port)) => render::server_url(&host, &port).map_err(anyhow::Error::msg)?,
+                _ => bail!(
+                    "no API server: set --server (HEREABOUTS_SERVER), or KUBERNETES_SERVICE_HOST and \
+                     KUBERNETES_SERVICE_PORT (set by the kubelet in a pod)"
+                ),
+            },
+        };
+        let namespace = match args.namespace.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            Some(ns) => {
+                render::check_namespace(ns).map_err(|e| anyhow::anyhow!("--namespace: {e}"))?;
+                ns.to_string()
+            }
+            None => {
+                let path = &args.namespace_file;
+                let ns =
+                    std::fs::read_to_string(path).with_context(|| format!("read namespace file {}", path.display()))?;
+                let ns = ns.trim();
+                render::check_namespace(ns).map_err(|e| anyhow::anyhow!("namespace file {}: {e}", path.display()))?;
+                ns.to_string()
+            }
+        };
+        let conf_dir = args.cni_conf_dir.join(CONF_SUBDIR);
+        let host_conf_dir = Path::new(&args.host_cni_conf_dir).join(CONF_SUBDIR);
+        let host_kubeconfig = host_conf_dir.join(KUBECONFIG_NAME);
+        let host_kubeconfig = host_kubeconfig.to_str().context("--host-cni-conf-dir is not UTF-8")?;
+        let host_flat_file = host_conf_dir.join(FLAT_FILE_NAME);
+        if !DEFAULT_FLAT_FILE_PATHS.iter().any(|p| Path::new(p) == host_flat_file) {
+            warn!(
+                flat_file = %host_flat_file.display(),
+                "the CNI plugin does not look for the flat file there by default: netconfs must set \
+                 ipam.configuration_path to it"
+            );
+        }
+        let flat_file_contents = render::flat_file(&render::FlatFile {
+            kubeconfig: host_kubeconfig,
+            log_level: args.log_level,
+            log_file: args.log_file.as_deref(),
+            reconciler_cron_expression: args.reconciler_cron_expression.as_deref(),
+        });
+        Ok(Self {
+            source_binary: args.source_binary,
+            binary: args.cni_bin_dir.join(BINARY_NAME),
+            kubeconfig: conf_dir.join(KUBECONFIG_NAME),
+            flat_file: conf_dir.join(FLAT_FILE_NAME),
+            conf_dir,
+            token_file: args.token_file,
+            ca_file: args.ca_file,
+            server,
+            namespace,
+            flat_file_contents,
+        })
+    }
+
+    /// The token (trimmed) and the CA, as they are now.
+    fn read_credentials(&self) -> anyhow::Result<Credentials> {
+        let token = std::fs::read_to_string(&self.token_file)
+            .with_context(|| format!("read token file {}", self.token_file.display()))?;
+        let token = token.trim();
+        if token.is_empty() {
+            bail!("token file {} is empty", self.token_file.display());
+        }
+        let ca = std::fs::read(&self.ca_file).with_context(|| format!("read CA file {}", self.ca_file.display()))?;
+        if ca.iter().all(u8::is_ascii_whitespace) {
+            bail!("CA file {} is empty", self.ca_file.display());
+        }
+        Ok(Credentials { token: token.to_string(), ca })
+    }
+
+    /// Writes all three files (each only if it differs), binary first and the flat file last, so that the flat
+    /// file never names a kubeconfig that is not there. Reads the credentials before writing anything.
+    fn install(&self) -> anyhow::Result<Credentials> {
+        let creds = self.read_credentials()?;
+        if !render::looks_like_pem(&creds.ca) {
+            warn!(path = %self.ca_file.display(), "the CA file holds no PEM certificate");
+        }
+        for path in [&self.binary, &self.kubeconfig, &self.flat_file] {
+            files::sweep_stale_temps(path);
+        }
+        if let Some(dir) = self.binary.parent() {
+            files::create_dir(dir)?;
+        }
+        files::create_dir(&self.conf_dir)?;
+        self.install_binary()?;
+        self.write_kubeconfig(&creds, "installed")?;
+        self.write_flat_file()?;
+        Ok(creds)
+    }
+
+    fn install_binary(&self) -> anyhow::Result<()> {
+        if files::install_binary(&self.source_binary, &self.binary)? {
+            info!(path = %self.binary.display(), source = %self.source_binary.display(), "installed the CNI binary");
+        } else {
+            info!(path = %self.binary.display(), "the CNI binary is up to date");
+        }
+        Ok(())
+    }
+
+    fn write_kubeconfig(&self, creds: &Credentials, why: &str) -> anyhow::Result<()> {
+        let contents = render::kubeconfig(&self.server, &self.namespace, creds);
+        if files::write_if_changed(&self.kubeconfig, &contents, 0o600)? {
+            info!(path = %self.kubeconfig.display(), server = %self.server, namespace = %self.namespace,
+                "wrote the kubeconfig ({why})");
+        } else {
+            info!(path = %self.kubeconfig.display(), "the kubeconfig is up to date");
+        }
+        Ok(())
+    }
+
+    fn write_flat_file(&self) -> anyhow::Result<()> {
+        if files::write_if_changed(&self.flat_file, &self.flat_file_contents, 0o644)? {
+            info!(path = %self.flat_file.display(), "wrote the flat file");
+        } else {
+            info!(path = %self.flat_file.display(), "the flat file is up to date");
+        }
+        Ok(())
+    }
+
+    /// One poll: rewrites the kubeconfig if the token or the CA differ from `last` (returning the new ones), and
+    /// puts back any of the three files that was removed.
+    fn refresh(&self, last: &Credentials) -> anyhow::Result<Option<Credentials>> {
+        let creds = self.read_credentials()?;
+        let changed: Vec<&str> = [("token", creds.token != last.token), ("CA", creds.ca != last.ca)]
+            .into_iter()
+            .filter_map(|(what, changed)| changed.then_some(what))
+            .collect();
+        if !files::exists(&self.binary)? {
+            warn!(path = %self.binary.display(), "the CNI binary was removed; installing it again");
+            if let Some(dir) = self.binary.parent() {
+                files::create_dir(dir)?;
+            }
+            self.install_binary()?;
+        }
+        let rewrite = !changed.is_empty() || !files::exists(&self.kubeconfig)?;
+        if rewrite {
+            files::create_dir(&self.conf_dir)?;
+            let why =
+                if changed.is_empty() { "it was removed".to_string() } else { changed.join(" and ") + " changed" };
+            self.write_kubeconfig(&creds, &why)?;
+        }
+        if !files::exists(&self.flat_file)? {
+            warn!(path = %self.flat_file.display(), "the flat file was removed; writing it again");
+            self.write_flat_file()?;
+        }
+        Ok(if changed.is_empty() { None } else { Some(creds) })
+    }
+}

@@ -1,0 +1,88 @@
+//! The reconciler's Prometheus metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+/// Every metric, registered once.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// Usable addresses per pool.
+    pub pool_size: Family<PoolLabels, Gauge>,
+    /// Allocated addresses per pool.
+    pub pool_allocated: Family<PoolLabels, Gauge>,
+    /// Addresses given back, by reason.
+    pub released: Family<ReasonLabels, Counter>,
+    /// Orphaned reservations deleted by the cluster reconcile.
+    pub reservations_released: Counter,
+    /// Releases that found the entry changed in between (the guarded patch refused): a race lost safely.
+    pub patch_conflicts: Counter,
+    /// Releases that failed.
+    pub release_failures: Counter,
+    /// Cluster reconcile runs, and how long they took.
+    pub reconcile_runs: Counter,
+    pub reconcile_duration: Histogram,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("hereabouts");
+        let m = Self {
+            pool_size: Family::default(),
+            pool_allocated: Family::default(),
+            released: Family::default(),
+            reservations_released: Counter::default(),
+            patch_conflicts: Counter::default(),
+            release_failures: Counter::default(),
+            reconcile_runs: Counter::default(),
+            reconcile_duration: Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
+            registry: Registry::default(),
+        };
+        registry.register("pool_size", "Usable addresses of the pool", m.pool_size.clone());
+        registry.register("pool_allocated", "Allocated addresses of the pool", m.pool_allocated.clone());
+        registry.register("released", "Addresses given back, by reason", m.released.clone());
+        registry.register(
+            "reservations_released",
+            "Orphaned reservations deleted by the cluster reconcile",
+            m.reservations_released.clone(),
+        );
+        registry.register(
+            "patch_conflicts",
+            "Releases refused because the entry changed in between",
+            m.patch_conflicts.clone(),
+        );
+        registry.register("release_failures", "Releases that failed", m.release_failures.clone());
+        registry.register("reconcile_runs", "Cluster reconcile runs", m.reconcile_runs.clone());
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of cluster reconcile runs",
+            m.reconcile_duration.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn count_release(&self, reason: &str) {
+        self.released.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+}

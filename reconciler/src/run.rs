@@ -1,0 +1,200 @@
+//! `run`: wires the caches, the node loop, the leader election, the cluster loop and the HTTP endpoints together,
+//! and shuts them down in order on SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use hereabouts_ipam::crd::IpPool;
+use hereabouts_ipam::store::Store;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{self, Health};
+use crate::metrics::Metrics;
+use crate::release::Releaser;
+use crate::schedule::ScheduleSource;
+use crate::{leader, pods, sweep};
+
+/// `run` flags.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The node this instance serves (the DaemonSet passes spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The namespace of the pools and reservations (the DaemonSet's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    namespace: String,
+    /// A kubeconfig; without it, the in-cluster service account (or the usual inference) is used.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The mounted ConfigMap: files `cron_expression` and `grace_period_seconds`.
+    #[arg(long, default_value = "/etc/hereabouts")]
+    config_dir: PathBuf,
+    /// The CNI flat file, whose `reconciler_cron_expression` is used when the ConfigMap sets none.
+    #[arg(long, default_value = "/host/etc/cni/net.d/hereabouts.d/hereabouts.conf")]
+    flat_file: PathBuf,
+    /// A schedule that overrides the ConfigMap and the flat file.
+    #[arg(long)]
+    cron_expression: Option<String>,
+    /// Entries younger than this are never released on suspicion alone (an ADD may be in flight).
+    #[arg(long, value_parser = parse_duration)]
+    grace_period: Option<Duration>,
+    /// How often the schedule source is re-read.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    reload_interval: Duration,
+    /// Where /healthz, /readyz and /metrics are served.
+    #[arg(long, default_value = "0.0.0.0:9300")]
+    listen: SocketAddr,
+    /// The Lease that elects the instance running the cluster reconcile.
+    #[arg(long, default_value = "hereabouts-reconciler")]
+    lease_name: String,
+    /// This instance's identity in the Lease (the DaemonSet passes the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+/// `90s`, `2m`, `500ms` or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 60s, 2m or 500ms"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        other => Err(format!("unknown unit {other:?} in {text:?} (use ms, s, m or h)")),
+    }
+}
+
+const DEFAULT_GRACE: Duration = Duration::from_secs(60);
+
+fn grace_from(args: &Args) -> anyhow::Result<Duration> {
+    if let Some(grace) = args.grace_period {
+        return Ok(grace);
+    }
+    let path = args.config_dir.join("grace_period_seconds");
+    if !path.exists() {
+        return Ok(DEFAULT_GRACE);
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    parse_duration(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+async fn client(args: &Args) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig and no in-cluster service account")?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let source = ScheduleSource {
+        fixed: args.cron_expression.clone(),
+        config_file: Some(args.config_dir.join("cron_expression")),
+        flat_file: Some(args.flat_file.clone()),
+    };
+    // an invalid schedule or grace period is a start-up error, not a silent default
+    let schedule = source.read()?;
+    let grace = grace_from(&args)?;
+    let identity = args.identity.clone().unwrap_or_else(|| args.node_name.clone());
+    tracing::info!(node = %args.node_name, namespace = %args.namespace, schedule = %schedule.expression,
+        grace = ?grace, %identity, "starting");
+
+    let client = client(&args).await?;
+    let shutdown = CancellationToken::new();
+    let health = Arc::new(Health { ready: AtomicBool::new(false), metrics: Metrics::new() });
+    let server = http::serve(args.listen, health.clone(), shutdown.clone()).await?;
+
+    let reporter = Reporter { controller: "hereabouts-reconciler".into(), instance: Some(identity.clone()) };
+    let releaser = Arc::new(Releaser {
+        store: Store::new(client.clone(), &args.namespace),
+        pods: Api::all(client.clone()),
+        recorder: Recorder::new(client.clone(), reporter),
+        health: health.clone(),
+        grace,
+    });
+
+    let (pool_cache, pool_writer) = reflector::store::<IpPool>();
+    let pool_api = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
+    let pool_stream = reflector::reflector(pool_writer, watcher::watcher(pool_api, watcher::Config::default()))
+        .default_backoff()
+        .for_each(|event| async move {
+            if let Err(e) = event {
+                tracing::warn!(error = %e, "pool watch failed; retrying");
+            }
+        });
+
+    let leadership = leader::Leadership::default();
+    let (schedule_tx, schedule_rx) = watch::channel(schedule);
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(server_task(server));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! { () = stop.cancelled() => {}, () = pool_stream => {} }
+    });
+    tasks.spawn(pods::run(
+        releaser.clone(),
+        Api::all(client.clone()),
+        pool_cache,
+        args.node_name.clone(),
+        shutdown.clone(),
+    ));
+    let leases = Api::<Lease>::namespaced(client.clone(), &args.namespace);
+    tasks.spawn(leader::run(leases, args.lease_name.clone(), identity, leadership.clone(), shutdown.clone()));
+    tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));
+    tasks.spawn(crate::schedule::watch_source(source, schedule_tx, args.reload_interval, shutdown.clone()));
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    let drained = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} });
+    if drained.await.is_err() {
+        tracing::warn!("tasks did not stop within 10 s");
+    }
+    Ok(())
+}
+
+async fn server_task(server: impl Future<Output = std::io::Result<()>>) {
+    if let Err(e) = server.await {
+        tracing::error!(error = %e, "HTTP server failed");
+    }
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("60"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+}

@@ -1,0 +1,277 @@
+//! The reconciler on the real control plane: a process with the restricted identity bound by exactly the
+//! ClusterRole of `deploy/daemonset.yaml`, giving back what deleted and finished pods held and nothing a live
+//! pod holds.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use hereabouts_tests::plugin::{Invocation, netconf};
+use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
+use hereabouts_tests::{Identity, TestCluster, deploy, wait};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+static RBAC: OnceCell<()> = OnceCell::const_new();
+
+/// The namespace, an admin client, and a network config whose CNI identity is admin (so the restricted identity
+/// holds only what the deploy ClusterRole grants).
+struct Fx {
+    cluster: &'static TestCluster,
+    ns: String,
+    admin: Client,
+    config: Value,
+}
+
+impl Fx {
+    async fn new(prefix: &str, range: &str) -> Self {
+        let cluster = TestCluster::get();
+        let admin = cluster.admin().await;
+        RBAC.get_or_init(|| async { deploy::apply_rbac(admin.clone()).await }).await;
+        let ns = cluster.namespace(prefix).await;
+        let kubeconfig = cluster.kubeconfig(Identity::Admin, &ns);
+        let config = netconf("1.0.0", prefix, &kubeconfig, json!({"range": range}));
+        Self { cluster, ns, admin, config }
+    }
+
+    async fn pod(&self, name: &str, node: &str) -> Pod {
+        let pod = Pod {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(self.ns.clone()), ..Default::default() },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap()
+    }
+
+    /// CNI ADD for `pod` as the runtime on `node` would run it (with the pod's UID in CNI_ARGS).
+    async fn add(&self, pod: &Pod, node: &str, container_id: &str) -> std::net::IpAddr {
+        let name = pod.metadata.name.as_deref().unwrap();
+        let mut inv = Invocation::new("ADD", &self.config, &self.ns, name, container_id).with_env("NODENAME", node);
+        inv.args.push_str(&format!(";K8S_POD_UID={}", pod.metadata.uid.as_deref().unwrap()));
+        inv.run().await.ips()[0]
+    }
+
+    /// Deletes `name` at once (no kubelet would ever confirm a graceful delete here): a force delete, no CNI DEL.
+    async fn delete(&self, name: &str) {
+        let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
+    }
+
+    async fn set_phase(&self, name: &str, phase: &str) {
+        let patch = Patch::Merge(json!({"status": {"phase": phase}}));
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns)
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+            .unwrap();
+    }
+
+    async fn holders(&self, pool: &str) -> BTreeSet<String> {
+        let pool: IpPool = Api::namespaced(self.admin.clone(), &self.ns).get(pool).await.unwrap();
+        pool.spec.allocations.values().map(|a| a.podref.clone()).collect()
+    }
+
+    async fn reservations(&self) -> BTreeSet<String> {
+        Api::<OverlappingRangeIpReservation>::namespaced(self.admin.clone(), &self.ns)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|r| r.spec.podref)
+            .collect()
+    }
+
+    fn podref(&self, name: &str) -> String {
+        format!("{}/{name}", self.ns)
+    }
+
+    /// Waits until `podref` holds nothing in `pool`; returns how long that took.
+    async fn wait_released(&self, pool: &str, podref: &str, within: Duration) -> Duration {
+        let t0 = Instant::now();
+        wait::until(within, &format!("{podref} to be released from {pool}"), || async {
+            (!self.holders(pool).await.contains(podref) && !self.reservations().await.contains(podref)).then_some(())
+        })
+        .await
+        .unwrap();
+        t0.elapsed()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_and_finished_pods_are_released_and_live_ones_kept() {
+    let fx = Fx::new("rec-node", "198.18.50.0/24").await;
+    let node = format!("node-{}", fx.ns);
+    let reconciler = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { grace: "60s".into(), ..ReconcilerOptions::new(&node, &fx.ns) },
+    )
+    .await;
+
+    let gone = fx.pod("gone", &node).await;
+    let done = fx.pod("done", &node).await;
+    let live = fx.pod("live", &node).await;
+    for (pod, cid) in [(&gone, "c-gone"), (&done, "c-done"), (&live, "c-live")] {
+        fx.add(pod, &node, cid).await;
+    }
+    let pool = "198.18.50.0-24";
+
+    // Deleted without CNI DEL, one second after its ADD: released at once, the grace period notwithstanding.
+    fx.delete("gone").await;
+    let took = fx.wait_released(pool, &fx.podref("gone"), Duration::from_secs(5)).await;
+    eprintln!("reconciler: deleted pod released after {took:?}");
+    fx.set_phase("done", "Succeeded").await;
+    fx.wait_released(pool, &fx.podref("done"), Duration::from_secs(5)).await;
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(fx.holders(pool).await, BTreeSet::from([fx.podref("live")]), "the live pod keeps its address");
+    assert!(reconciler.metric("hereabouts_released_total").await >= 2.0, "{}", reconciler.logs());
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.admin.clone(), &fx.ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().any(|e| e.reason.as_deref() == Some("AddressReleased")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gone")),
+        "an AddressReleased event on the pod"
+    );
+    let mut reconciler = reconciler;
+    assert!(reconciler.stop(), "SIGTERM ends the reconciler cleanly:\n{}", reconciler.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_while_stopped_are_released_after_start() {
+    let fx = Fx::new("rec-resync", "198.18.51.0/24").await;
+    let node = format!("node-{}", fx.ns);
+    let mut names = Vec::new();
+    for i in 0..4 {
+        let pod = fx.pod(&format!("p{i}"), &node).await;
+        fx.add(&pod, &node, &format!("c{i}")).await;
+        names.push(format!("p{i}"));
+    }
+    fx.delete("p0").await;
+    fx.delete("p1").await;
+    let reconciler = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { cron: "0 0 1 1 *".into(), ..ReconcilerOptions::new(&node, &fx.ns) },
+    )
+    .await;
+    let pool = "198.18.51.0-24";
+    fx.wait_released(pool, &fx.podref("p0"), Duration::from_secs(10)).await;
+    fx.wait_released(pool, &fx.podref("p1"), Duration::from_secs(10)).await;
+    assert_eq!(fx.holders(pool).await, BTreeSet::from([fx.podref("p2"), fx.podref("p3")]), "{}", reconciler.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_frees_orphans_of_a_dead_node_and_nothing_live() {
+    let fx = Fx::new("rec-cron", "198.18.52.0/24").await;
+    let dead = format!("dead-{}", fx.ns);
+    let here = format!("here-{}", fx.ns);
+    let pool = "198.18.52.0-24";
+
+    let orphan = fx.pod("orphan", &dead).await;
+    fx.add(&orphan, &dead, "c-orphan").await;
+    let web = fx.pod("web-0", &dead).await;
+    let web_ip = fx.add(&web, &dead, "c-web-a").await;
+    // StatefulSet: web-0 is deleted without DEL and recreated under the same name; its ADD gets the address back.
+    fx.delete("web-0").await;
+    let web_again = fx.pod("web-0", &dead).await;
+    assert_eq!(fx.add(&web_again, &dead, "c-web-b").await, web_ip);
+    fx.delete("orphan").await;
+    // a reservation no pool records, of a pod that is gone
+    let stray = OverlappingRangeIpReservation::new(
+        "198.18.52.200",
+        OverlappingRangeIpReservationSpec {
+            containerid: "c-x".into(),
+            ifname: "net1".into(),
+            podref: fx.podref("never"),
+        },
+    );
+    Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns)
+        .create(&PostParams::default(), &stray)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await; // older than the grace period now
+
+    let reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new(&here, &fx.ns)).await;
+    // A Pending pod whose ADD happened just now, while the cron runs.
+    let pending = fx.pod("pending", &dead).await;
+    fx.add(&pending, &dead, "c-pending").await;
+
+    fx.wait_released(pool, &fx.podref("orphan"), Duration::from_secs(10)).await;
+    wait::until(Duration::from_secs(10), "the stray reservation to go", || async {
+        (!fx.reservations().await.contains(&fx.podref("never"))).then_some(())
+    })
+    .await
+    .unwrap();
+    // a few more ticks: nothing live may go
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        fx.holders(pool).await,
+        BTreeSet::from([fx.podref("pending"), fx.podref("web-0")]),
+        "{}",
+        reconciler.logs()
+    );
+    assert_eq!(fx.reservations().await, BTreeSet::from([fx.podref("pending"), fx.podref("web-0")]));
+    assert!(reconciler.metric("hereabouts_reconcile_runs_total").await >= 2.0);
+}
+
+/// The ticks a reconciler's log says it ran the cluster reconcile for.
+fn ticks(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("cluster reconcile done"))
+        .filter_map(|l| l.split("tick=").nth(1)?.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconcilers_run_the_cron_work_once_per_tick() {
+    let fx = Fx::new("rec-lease", "198.18.53.0/24").await;
+    let a = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { identity: "a".into(), ..ReconcilerOptions::new("node-a", &fx.ns) },
+    )
+    .await;
+    let b = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { identity: "b".into(), ..ReconcilerOptions::new("node-b", &fx.ns) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (ta, tb) = (ticks(&a.logs()), ticks(&b.logs()));
+    let all: Vec<&String> = ta.iter().chain(&tb).collect();
+    let distinct: BTreeSet<&String> = all.iter().copied().collect();
+    assert_eq!(all.len(), distinct.len(), "a tick ran twice: a {ta:?} b {tb:?}");
+    assert!(distinct.len() >= 4, "about one run per 2-s tick in 11 s: a {ta:?} b {tb:?}");
+    assert!(ta.is_empty() || tb.is_empty(), "one instance holds the lease throughout: a {ta:?} b {tb:?}");
+}
+
+#[tokio::test]
+async fn an_invalid_schedule_is_a_startup_error() {
+    let fx = Fx::new("rec-badcron", "198.18.54.0/24").await;
+    let out = std::process::Command::new(hereabouts_tests::plugin::workspace_bin("hereabouts-reconciler"))
+        .args([
+            "run",
+            "--node-name",
+            "n",
+            "--namespace",
+            &fx.ns,
+            "--cron-expression",
+            "61 * * * *",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(fx.cluster.kubeconfig(Identity::Restricted, &fx.ns))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid cron expression \"61 * * * *\""), "{stderr}");
+}
