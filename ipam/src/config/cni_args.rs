@@ -44,11 +44,22 @@ pub(super) fn parse(args: &str) -> Result<CniArgs, ConfigError> {
     }
     let mut pairs: BTreeMap<&str, &str> = BTreeMap::new();
     let mut unknown = Vec::new();
+    let mut ignore_unknown = false;
     for pair in args.split(';') {
         let mut kv = pair.split('=');
         let (Some(k), Some(v), None) = (kv.next(), kv.next(), kv.next()) else {
             return Err(ConfigError::CniArgs(format!("{pair:?} is not a KEY=VALUE pair (exactly one \"=\")")));
         };
+        if k == "IgnoreUnknown" {
+            // Multus puts its own `IgnoreUnknown=true` before the runtime's `IgnoreUnknown=1`: spellings of one
+            // wish, so any true one wins rather than counting as a conflict.
+            ignore_unknown |= match v.to_ascii_lowercase().as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => return Err(ConfigError::CniArgs(format!("IgnoreUnknown={v}: expected 1, true, 0 or false"))),
+            };
+            continue;
+        }
         if let Some(old) = pairs.insert(k, v)
             && old != v
         {
@@ -58,14 +69,6 @@ pub(super) fn parse(args: &str) -> Result<CniArgs, ConfigError> {
             unknown.push(k);
         }
     }
-    let ignore_unknown = match pairs.get("IgnoreUnknown") {
-        None => false,
-        Some(v) => match v.to_ascii_lowercase().as_str() {
-            "1" | "true" => true,
-            "0" | "false" => false,
-            _ => return Err(ConfigError::CniArgs(format!("IgnoreUnknown={v}: expected 1, true, 0 or false"))),
-        },
-    };
     if !unknown.is_empty() {
         if !ignore_unknown {
             let named: Vec<String> = unknown.iter().map(|k| describe_unknown(k)).collect();

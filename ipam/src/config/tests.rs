@@ -490,6 +490,18 @@ fn ignore_unknown_lets_unknown_args_through() {
 }
 
 #[test]
+fn ignore_unknown_given_twice_as_multus_and_the_runtime_do() {
+    // Multus prepends `IgnoreUnknown=true`; containerd and CRI-O send `IgnoreUnknown=1`
+    let args = "IgnoreUnknown=true;IgnoreUnknown=1;K8S_POD_INFRA_CONTAINER_ID=c;K8S_POD_NAME=p;K8S_POD_NAMESPACE=n;X=y";
+    let c = ok(&netconf(static_only(json!({}))), args);
+    assert_eq!(c.ignored, ["CNI_ARGS X"]);
+    let other_key_twice = "IgnoreUnknown=1;K8S_POD_NAME=p;K8S_POD_NAME=q;K8S_POD_NAMESPACE=n";
+    let stdin = netconf(static_only(json!({})));
+    let e = load_with_paths(&Input { stdin: &stdin, cni_args: other_key_twice }, &[]).unwrap_err();
+    assert_eq!(e.code(), 4, "{e}");
+}
+
+#[test]
 fn legacy_keys_are_accepted_and_ignored() {
     let conf = netconf(static_only(json!({
         "datastore": "kubernetes",

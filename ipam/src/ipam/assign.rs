@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::journal::{Journal, Written};
 use super::{Assigned, IpamError, Request};
-use crate::allocator;
+use crate::allocator::{self, Strategy};
 use crate::budget::Budget;
 use crate::config::IpamConfig;
 use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
@@ -134,6 +134,9 @@ impl RangeAssignment<'_> {
         // Offsets found held cluster-wide by a reservation of another pod: not in this pool, but not free either.
         let mut claimed_elsewhere = BTreeSet::new();
         let mut seed = seed(self.req);
+        // After a lost race, the writers that raced for the lowest free address would all race again for the
+        // next one: the loser picks at random instead, which spreads them apart.
+        let mut strategy = self.cfg.strategy;
         loop {
             let pool = self.read_pool().await?;
             if let Some(step) = self.reuse_held(&pool).await? {
@@ -144,11 +147,12 @@ impl RangeAssignment<'_> {
             }
             // Pick, claim cluster-wide, then claim in the pool; a lost race on either picks again.
             loop {
-                let offset = self.candidate(&pool, &claimed_elsewhere, seed)?;
+                let offset = self.candidate(&pool, &claimed_elsewhere, strategy, seed)?;
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let reserved = match self.reserve(offset).await? {
                     Claim::HeldElsewhere => {
                         claimed_elsewhere.insert(offset);
+                        strategy = Strategy::Random;
                         continue;
                     }
                     Claim::NotNeeded => None,
@@ -163,7 +167,10 @@ impl RangeAssignment<'_> {
                 };
                 match self.claim(offset, reserved, journal).await? {
                     Step::Done(ip) => return Ok(ip),
-                    Step::Reread => break,
+                    Step::Reread => {
+                        strategy = Strategy::Random;
+                        break;
+                    }
                 }
             }
         }
@@ -211,7 +218,13 @@ impl RangeAssignment<'_> {
     }
 
     /// The offset to try next: the requested address (which must be free and usable), else the allocator's pick.
-    fn candidate(&self, pool: &IpPool, claimed_elsewhere: &BTreeSet<u128>, seed: u64) -> Result<u128, IpamError> {
+    fn candidate(
+        &self,
+        pool: &IpPool,
+        claimed_elsewhere: &BTreeSet<u128>,
+        strategy: Strategy,
+        seed: u64,
+    ) -> Result<u128, IpamError> {
         if let Some(ip) = self.requested {
             let offset = self.range.offset_of(ip).expect("requested address lies in this range");
             if !self.range.is_usable(offset) {
@@ -224,7 +237,7 @@ impl RangeAssignment<'_> {
         }
         let mut taken = taken_offsets(pool);
         taken.extend(claimed_elsewhere);
-        allocator::pick(self.range, &taken, self.cfg.strategy, seed)
+        allocator::pick(self.range, &taken, strategy, seed)
             .ok_or_else(|| IpamError::Exhausted { pool: self.pool_name.clone(), range: self.cidr.clone() })
     }
 

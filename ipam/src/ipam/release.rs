@@ -30,7 +30,7 @@ async fn read_pool(store: &Store, name: &str, budget: &Budget) -> Result<Option<
 
 fn entries<'a>(
     pool: &'a IpPool,
-    mut wanted: impl FnMut(&IpAllocation) -> bool + 'a,
+    wanted: &'a impl Fn(&IpAllocation) -> bool,
 ) -> impl Iterator<Item = (u128, &'a IpAllocation)> + 'a {
     pool.spec.allocations.iter().filter_map(move |(k, a)| if wanted(a) { Some((k.parse().ok()?, a)) } else { None })
 }
@@ -66,9 +66,15 @@ async fn release_entry(
     Ok(removed)
 }
 
-/// Releases every address the attachment `req` holds in the ranges of `cfg` (matched on container id and
-/// interface, as Whereabouts does). Releasing what is not there succeeds. Returns how many were released.
-pub async fn release(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Budget) -> Result<usize, IpamError> {
+/// Releases, in every range of `cfg`, the entries `wanted` selects. Keeps going after a failure and returns the
+/// first one, so one bad pool does not leak the others. Returns how many were released.
+async fn release_where(
+    store: &Store,
+    cfg: &IpamConfig,
+    budget: &Budget,
+    what: &str,
+    wanted: impl Fn(&IpAllocation) -> bool,
+) -> Result<usize, IpamError> {
     let mut released = 0;
     let mut first_error = None;
     for range in &cfg.ranges {
@@ -76,7 +82,7 @@ pub async fn release(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Bu
         let result = async {
             let Some(pool) = read_pool(store, &name, budget).await? else { return Ok(0) };
             let mut n = 0;
-            for (offset, held) in entries(&pool, |a| a.id == req.container_id && a.ifname == req.ifname) {
+            for (offset, held) in entries(&pool, &wanted) {
                 n += usize::from(release_entry(store, cfg, range, &name, offset, held, budget).await?);
             }
             Ok::<_, IpamError>(n)
@@ -85,7 +91,7 @@ pub async fn release(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Bu
         match result {
             Ok(n) => released += n,
             Err(e) => {
-                tracing::error!(pool = %name, error = %e, "release failed");
+                tracing::error!(pool = %name, error = %e, "{what} failed");
                 first_error.get_or_insert(e);
             }
         }
@@ -93,14 +99,20 @@ pub async fn release(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Bu
     first_error.map_or(Ok(released), Err)
 }
 
+/// Releases every address the attachment `req` holds in the ranges of `cfg` (matched on container id and
+/// interface, as Whereabouts does). Releasing what is not there succeeds. Returns how many were released.
+pub async fn release(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Budget) -> Result<usize, IpamError> {
+    release_where(store, cfg, budget, "release", |a| a.id == req.container_id && a.ifname == req.ifname).await
+}
+
 /// Verifies that the attachment `req` holds an address in every range of `cfg`.
 pub async fn check(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Budget) -> Result<(), IpamError> {
     for range in &cfg.ranges {
         let name = names::pool_name(&cfg.network_name, range.cidr());
         let pool = read_pool(store, &name, budget).await?;
-        let found = pool
-            .as_ref()
-            .is_some_and(|p| entries(p, |a| a.id == req.container_id && a.ifname == req.ifname).next().is_some());
+        let found = pool.as_ref().is_some_and(|p| {
+            entries(p, &|a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname).next().is_some()
+        });
         if !found {
             return Err(IpamError::Missing {
                 pool: name,
@@ -123,31 +135,10 @@ pub async fn gc(
     budget: &Budget,
 ) -> Result<usize, IpamError> {
     let valid: HashSet<(&str, &str)> = valid.iter().map(|a| (a.container_id.as_str(), a.ifname.as_str())).collect();
-    let mut released = 0;
-    let mut first_error = None;
-    for range in &cfg.ranges {
-        let name = names::pool_name(&cfg.network_name, range.cidr());
-        let result = async {
-            let Some(pool) = read_pool(store, &name, budget).await? else { return Ok(0) };
-            let stale = entries(&pool, |a| {
-                a.node.as_deref() == Some(node)
-                    && a.network.as_deref() == Some(cfg.name.as_str())
-                    && !valid.contains(&(a.id.as_str(), a.ifname.as_str()))
-            });
-            let mut n = 0;
-            for (offset, held) in stale {
-                n += usize::from(release_entry(store, cfg, range, &name, offset, held, budget).await?);
-            }
-            Ok::<_, IpamError>(n)
-        }
-        .await;
-        match result {
-            Ok(n) => released += n,
-            Err(e) => {
-                tracing::error!(pool = %name, error = %e, "gc failed");
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    first_error.map_or(Ok(released), Err)
+    release_where(store, cfg, budget, "gc", |a| {
+        a.node.as_deref() == Some(node)
+            && a.network.as_deref() == Some(cfg.name.as_str())
+            && !valid.contains(&(a.id.as_str(), a.ifname.as_str()))
+    })
+    .await
 }
