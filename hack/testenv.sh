@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Go tools the tests run -- kube-apiserver, etcd, the CNI reference plugins and cnitool -- from the
-# pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default <repo>/.testenv,
-# which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
+# Builds the Go tools the tests run -- kube-apiserver, etcd, the CNI reference plugins, cnitool, Whereabouts and
+# Multus -- from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default
+# <repo>/.testenv, which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +34,8 @@ etcd=$(modver k8s go.etcd.io/etcd/server/v3)
 plugins=$(modver cni github.com/containernetworking/plugins)
 cni=$(modver cni github.com/containernetworking/cni)
 wb=$(modver whereabouts github.com/k8snetworkplumbingwg/whereabouts)
+multus=$(modver multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+nad=$(modver multus github.com/k8snetworkplumbingwg/network-attachment-definition-client)
 
 minor=${k8s#v1.}; minor=${minor%%.*}
 # version stamping: without it /version reports v0.0.0-master and the compatibility version falls back
@@ -59,11 +61,23 @@ if [[ ! -d $out/whereabouts-$wb/crds ]]; then
   mv "$out/whereabouts-$wb/.crds.tmp" "$out/whereabouts-$wb/crds"
 fi
 
+# the Multus thin plugin, and the NetworkAttachmentDefinition CRD from the NAD client module it depends on
+build multus "multus-$multus" multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+if [[ ! -f $out/nad-client-$nad/networks-crd.yaml ]]; then
+  src=$(cd "$mods/multus" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/network-attachment-definition-client)
+  mkdir -p "$out/nad-client-$nad"
+  cp "$src/artifacts/networks-crd.yaml" "$out/nad-client-$nad/.networks-crd.yaml.tmp"
+  chmod u+w "$out/nad-client-$nad/.networks-crd.yaml.tmp"
+  mv "$out/nad-client-$nad/.networks-crd.yaml.tmp" "$out/nad-client-$nad/networks-crd.yaml"
+fi
+
 link kube-apiserver "kubernetes-$k8s"
 link etcd "etcd-$etcd"
 for p in bridge macvlan ipvlan dummy loopback host-local; do link "$p" "cni-plugins-$plugins"; done
 link cnitool "cni-$cni"
 link whereabouts "whereabouts-$wb"
 ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
+link multus "multus-$multus"
+link networks-crd.yaml "nad-client-$nad"
 
-echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb"
+echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb, multus $multus, NAD CRD $nad"

@@ -7,11 +7,13 @@ pub mod deploy;
 pub mod fixture;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod netns;
 mod pki;
 pub mod plugin;
 mod process;
 pub mod rbac;
 pub mod reconciler;
+pub mod runtime;
 pub mod testenv;
 pub mod wait;
 

@@ -7,10 +7,12 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 
-/// The directory cargo puts the workspace's binaries in (the test executable lives in its `deps/`).
+/// The directory cargo puts the workspace's binaries in, of the profile this executable was built with: a test
+/// executable lives in its `deps/`, a binary in it directly.
 pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+    let exe = std::env::current_exe().expect("the executable's path");
+    let dir = exe.parent().expect("target/<profile>/[deps/]<exe>");
+    if dir.ends_with("deps") { dir.parent().expect("target/<profile>").to_path_buf() } else { dir.to_path_buf() }
 }
 
 /// The path of a workspace binary; panics with the command that builds it when it is missing.
