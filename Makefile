@@ -1,9 +1,9 @@
-# The two commands a newcomer needs: `make test` (every test, building what is missing first) and, once the
-# end-to-end issue lands, `make demo`.
+# The two commands a newcomer needs: `make test` (every test, building what is missing first) and `make demo`
+# (as root: the local demo on simulated nodes).
 SHELL := /bin/bash
 export GOTOOLCHAIN := local
 
-.PHONY: test testenv build crds lint deny
+.PHONY: test testenv build crds lint deny bench demo
 
 ## every test: builds the Go tools (once per version) and the binaries, then runs the whole workspace's tests
 test: testenv build
@@ -17,6 +17,10 @@ testenv:
 build:
 	cargo build --workspace --bins
 
+## the local demo (root): a control plane, 3 simulated nodes, 12 pods, the reconciler giving addresses back
+demo: testenv build
+	cargo run -q -p hereabouts-tests --bin demo
+
 ## regenerate crds/*.yaml from the Rust types
 crds:
 	cargo run -q -p hereabouts-tests --bin crdgen
@@ -27,3 +31,10 @@ lint:
 
 deny:
 	hack/deny.sh
+
+## hereabouts vs upstream Whereabouts, side by side on the test control plane (release binaries); tables and JSON
+## in hack/bench/results/. BENCH_ARGS="--quick" for a short smoke run, "--rounds N" for more rounds.
+bench: testenv
+	cargo build --release -p hereabouts-cni
+	cargo build --release -p hereabouts-bench
+	target/release/bench $(BENCH_ARGS)
