@@ -8,6 +8,7 @@ pub mod fixture;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod netns;
+pub mod objects;
 mod pki;
 pub mod plugin;
 mod process;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::crd::IpPool;
 use hereabouts_tests::netns::{self, Fabric, Netns};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
 use hereabouts_tests::runtime::{self, CniRuntime, PodRef, result_ips};
@@ -83,18 +83,11 @@ impl E2e {
     }
 
     async fn holders(&self, pool: &str) -> BTreeSet<String> {
-        self.pool(pool).await.spec.allocations.values().map(|a| a.podref.clone()).collect()
+        hereabouts_tests::objects::pool_holders(&self.admin, &self.ns, pool).await
     }
 
     async fn reservations(&self) -> BTreeSet<String> {
-        Api::<OverlappingRangeIpReservation>::namespaced(self.admin.clone(), &self.ns)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(|r| r.spec.podref)
-            .collect()
+        hereabouts_tests::objects::reservation_holders(&self.admin, &self.ns).await
     }
 
     fn podref(&self, name: &str) -> String {

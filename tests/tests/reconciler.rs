@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use hereabouts_ipam::crd::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
 use hereabouts_tests::plugin::{Invocation, netconf};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
 use hereabouts_tests::{Identity, TestCluster, deploy, wait};
@@ -73,19 +73,11 @@ impl Fx {
     }
 
     async fn holders(&self, pool: &str) -> BTreeSet<String> {
-        let pool: IpPool = Api::namespaced(self.admin.clone(), &self.ns).get(pool).await.unwrap();
-        pool.spec.allocations.values().map(|a| a.podref.clone()).collect()
+        hereabouts_tests::objects::pool_holders(&self.admin, &self.ns, pool).await
     }
 
     async fn reservations(&self) -> BTreeSet<String> {
-        Api::<OverlappingRangeIpReservation>::namespaced(self.admin.clone(), &self.ns)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(|r| r.spec.podref)
-            .collect()
+        hereabouts_tests::objects::reservation_holders(&self.admin, &self.ns).await
     }
 
     fn podref(&self, name: &str) -> String {
