@@ -340,6 +340,22 @@ fn checksum(data: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// `sendto(2)` of `packet` to the socket address `addr` (a `sockaddr_in` or `sockaddr_in6`).
+#[allow(unsafe_code)]
+fn send_to<A>(sock: &std::os::fd::OwnedFd, packet: &[u8], addr: &A) -> isize {
+    // SAFETY: the buffer and the address are valid for the call, and the length is the address type's size.
+    unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (addr as *const A).cast(),
+            size_of::<A>() as libc::socklen_t,
+        )
+    }
+}
+
 #[allow(unsafe_code)]
 fn echo(to: IpAddr, within: Duration) -> anyhow::Result<bool> {
     let (domain, proto, request_type, reply_type) = match to {
@@ -379,45 +395,27 @@ fn echo(to: IpAddr, within: Duration) -> anyhow::Result<bool> {
             packet[2..4].copy_from_slice(&sum.to_be_bytes());
         }
         let sent = match to {
-            IpAddr::V4(v4) => {
-                let addr = libc::sockaddr_in {
+            IpAddr::V4(v4) => send_to(
+                &sock,
+                &packet,
+                &libc::sockaddr_in {
                     sin_family: libc::AF_INET as libc::sa_family_t,
                     sin_port: 0,
                     sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.octets()) },
                     sin_zero: [0; 8],
-                };
-                // SAFETY: buffer and address are valid for the call.
-                unsafe {
-                    libc::sendto(
-                        sock.as_raw_fd(),
-                        packet.as_ptr().cast(),
-                        packet.len(),
-                        0,
-                        (&raw const addr).cast(),
-                        size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                    )
-                }
-            }
-            IpAddr::V6(v6) => {
-                let addr = libc::sockaddr_in6 {
+                },
+            ),
+            IpAddr::V6(v6) => send_to(
+                &sock,
+                &packet,
+                &libc::sockaddr_in6 {
                     sin6_family: libc::AF_INET6 as libc::sa_family_t,
                     sin6_port: 0,
                     sin6_flowinfo: 0,
                     sin6_addr: libc::in6_addr { s6_addr: v6.octets() },
                     sin6_scope_id: 0,
-                };
-                // SAFETY: buffer and address are valid for the call.
-                unsafe {
-                    libc::sendto(
-                        sock.as_raw_fd(),
-                        packet.as_ptr().cast(),
-                        packet.len(),
-                        0,
-                        (&raw const addr).cast(),
-                        size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                    )
-                }
-            }
+                },
+            ),
         };
         if sent < 0 {
             // e.g. no neighbour yet or IPv6 DAD still running: try again until the deadline
