@@ -8,6 +8,11 @@ use std::collections::BTreeSet;
 
 use crate::range::IpRange;
 
+/// The largest offset an entry may have. Whereabouts reads pool keys as signed 64-bit integers and drops, on its
+/// next write of the pool, an entry it cannot read: an address at a larger offset would be freed behind the back
+/// of the pod holding it. So no offset above this is ever handed out, in ranges of any size.
+pub const MAX_OFFSET: u128 = i64::MAX as u128;
+
 /// How a free address is chosen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Strategy {
@@ -18,59 +23,83 @@ pub enum Strategy {
     Random,
 }
 
-/// Picks a usable offset of `range` that is not in `taken`, or `None` when the range is exhausted. `seed` drives
-/// [`Strategy::Random`] and is ignored otherwise.
+/// Picks a usable offset of `range`, at most [`MAX_OFFSET`], that is not in `taken`, or `None` when there is none.
+/// `seed` drives [`Strategy::Random`] and is ignored otherwise.
 ///
 /// `taken` may hold offsets that are not usable (outside the bounds, excluded, or not even in the CIDR, as another
 /// tool may have written them); they are ignored. With [`Strategy::Random`] the start is the `k`-th usable offset
-/// for `k = seed mod usable_count`, so every usable address can be a start; for ranges of more than 2^64 usable
-/// addresses that confines starts to the lowest 2^64 of them, which spreads writers just as well and keeps
-/// offsets small.
+/// for `k = seed mod n`, `n` the number of usable offsets up to [`MAX_OFFSET`], so every such address can be a
+/// start.
 pub fn pick(range: &IpRange, taken: &BTreeSet<u128>, strategy: Strategy, seed: u64) -> Option<u128> {
     match strategy {
-        Strategy::LowestFree => first_free(range, taken, 0, u128::MAX),
+        Strategy::LowestFree => free_offsets(range, taken, 0, MAX_OFFSET, 1).first().copied(),
         Strategy::Random => {
-            let count = range.usable_count();
+            let count = usable_up_to_max(range);
             if count == 0 {
                 return None;
             }
             let start = range.nth_usable(u128::from(seed) % count)?;
-            first_free(range, taken, start, u128::MAX).or_else(|| match start {
+            let wrap = || match start {
                 0 => None,
-                _ => first_free(range, taken, 0, start - 1),
-            })
+                _ => free_offsets(range, taken, 0, start - 1, 1).first().copied(),
+            };
+            free_offsets(range, taken, start, MAX_OFFSET, 1).first().copied().or_else(wrap)
         }
     }
 }
 
-/// The lowest usable offset in `lo..=hi` that is not taken.
-fn first_free(range: &IpRange, taken: &BTreeSet<u128>, lo: u128, hi: u128) -> Option<u128> {
+/// Picks one of the `window` lowest free usable offsets (at most [`MAX_OFFSET`]), chosen by `seed`. Writers that
+/// just lost a race for the lowest free address would all race again for the next one; this spreads them over
+/// the next few without leaving the bottom of the range.
+pub fn pick_near_lowest(range: &IpRange, taken: &BTreeSet<u128>, window: usize, seed: u64) -> Option<u128> {
+    let free = free_offsets(range, taken, 0, MAX_OFFSET, window.max(1));
+    (!free.is_empty()).then(|| free[(seed % free.len() as u64) as usize])
+}
+
+/// How many usable offsets lie at or below [`MAX_OFFSET`].
+fn usable_up_to_max(range: &IpRange) -> u128 {
+    range
+        .usable_intervals()
+        .take_while(|r| *r.start() <= MAX_OFFSET)
+        .map(|r| (*r.end()).min(MAX_OFFSET) - r.start() + 1)
+        .sum()
+}
+
+/// Up to `limit` usable offsets in `lo..=hi` that are not taken, lowest first. The cost is bounded by the usable
+/// intervals, the taken entries below the last one found, and `limit`.
+fn free_offsets(range: &IpRange, taken: &BTreeSet<u128>, lo: u128, hi: u128, limit: usize) -> Vec<u128> {
+    let mut found = Vec::with_capacity(limit.min(64));
     for interval in range.usable_intervals() {
-        if *interval.start() > hi {
+        if *interval.start() > hi || found.len() >= limit {
             break;
         }
         let (a, b) = ((*interval.start()).max(lo), (*interval.end()).min(hi));
         if a > b {
             continue;
         }
-        // `taken` is sorted and unique: the first entry that is not the next candidate leaves a gap before it.
+        // `taken` is sorted and unique: every gap between consecutive taken entries holds free offsets.
         let mut candidate = a;
-        let mut full = false;
-        for &t in taken.range(a..=b) {
-            if t != candidate {
-                break;
+        let mut taken_here = taken.range(a..=b).peekable();
+        while found.len() < limit {
+            match taken_here.peek() {
+                Some(&&t) if t == candidate => {
+                    taken_here.next();
+                    if candidate == b {
+                        break;
+                    }
+                    candidate += 1;
+                }
+                _ => {
+                    found.push(candidate);
+                    if candidate == b {
+                        break;
+                    }
+                    candidate += 1;
+                }
             }
-            if candidate == b {
-                full = true;
-                break;
-            }
-            candidate += 1;
-        }
-        if !full {
-            return Some(candidate);
         }
     }
-    None
+    found
 }
 
 #[cfg(test)]
@@ -137,15 +166,37 @@ mod tests {
     }
 
     #[test]
-    fn huge_range_nearly_full_of_excludes() {
-        // A /64 where only a handful of addresses at the very top are not excluded, and all but one are taken.
+    fn never_an_offset_whereabouts_cannot_read() {
+        // A /64 whose lower half is excluded: every usable offset is 2^63 or more, so nothing can be handed out.
+        let upper = IpRange::parse("2001:db8::/64", None, None, &ex(&["2001:db8::/65"])).unwrap();
+        assert_eq!(upper.first_usable(), Some(1 << 63));
+        for strategy in [Strategy::LowestFree, Strategy::Random] {
+            assert_eq!(pick(&upper, &set(&[]), strategy, 7), None);
+        }
+        assert_eq!(pick_near_lowest(&upper, &set(&[]), 8, 7), None);
+        // Only the last few offsets below 2^63 are usable and most are taken: the rest is found, nothing above.
         let r =
-            IpRange::parse("2001:db8::/64", None, None, &ex(&["2001:db8::/65", "2001:db8::8000:0:0:0/66"])).unwrap();
+            IpRange::parse("2001:db8::/64", None, None, &ex(&["2001:db8::/66", "2001:db8::4000:0:0:0/67"])).unwrap();
         let first = r.first_usable().unwrap();
-        assert_eq!(first, 3 << 62);
+        assert_eq!(first, 3 << 61);
         let taken: BTreeSet<u128> = (first..first + 5000).collect();
         assert_eq!(pick(&r, &taken, Strategy::LowestFree, 0), Some(first + 5000));
-        assert_eq!(pick(&r, &taken, Strategy::Random, 3), Some(first + 5000));
+        for seed in [0, 3, u64::MAX, 0x8000_0000_0000_0000] {
+            let o = pick(&r, &taken, Strategy::Random, seed).unwrap();
+            assert!(o <= MAX_OFFSET && !taken.contains(&o), "seed {seed}: {o}");
+        }
+    }
+
+    #[test]
+    fn near_lowest_stays_among_the_lowest_free() {
+        let r = IpRange::parse("10.0.0.0/24", None, None, &[]).unwrap();
+        let taken = set(&[1, 2, 4, 7]);
+        // free from the bottom: 3, 5, 6, 8, 9, ...
+        assert_eq!(pick_near_lowest(&r, &taken, 1, 12345), Some(3));
+        let picks: BTreeSet<u128> = (0..200).filter_map(|seed| pick_near_lowest(&r, &taken, 4, seed)).collect();
+        assert_eq!(picks, set(&[3, 5, 6, 8]));
+        let full: BTreeSet<u128> = (1..=254).collect();
+        assert_eq!(pick_near_lowest(&r, &full, 4, 1), None);
     }
 
     /// A small range with excludes, a gateway and start/end bounds, described by proptest.
@@ -264,13 +315,16 @@ mod tests {
                 .unwrap()
                 .trunc();
             let top = u128::MAX.checked_shr(u32::from(prefix)).unwrap_or(0);
-            // The lowest quarter excluded, so that the usable set does not start at offset 1.
-            let exclude = format!("{}/{}", cidr.network(), prefix + 2);
+            // The lowest 16 addresses excluded, so that the usable set does not start at offset 1.
+            let exclude = format!("{}/124", cidr.network());
             let r = IpRange::parse(&cidr.to_string(), None, None, &[exclude]).unwrap();
             let taken: BTreeSet<u128> = taken.iter().map(|&t| u128::from(t) % top).chain([raw % top]).collect();
             let o = pick(&r, &taken, Strategy::Random, seed).unwrap();
             prop_assert!(r.is_usable(o));
             prop_assert!(!taken.contains(&o));
+            prop_assert!(o <= MAX_OFFSET, "offset {} is beyond what Whereabouts reads", o);
+            let near = pick_near_lowest(&r, &taken, 8, seed).unwrap();
+            prop_assert!(r.is_usable(near) && !taken.contains(&near) && near <= MAX_OFFSET);
         }
     }
 }

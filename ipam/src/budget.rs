@@ -1,7 +1,10 @@
 //! One bounded time budget per invocation (DESIGN §5): every API call and every retry fits inside it.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so that tests on a paused clock see budgets run out as they would in production
+use tokio::time::Instant;
 
 use backon::{ExponentialBuilder, Retryable as _};
 
@@ -32,6 +35,22 @@ impl Budget {
         self.remaining().is_zero()
     }
 
+    /// Waits before attempt `attempt` (from 0) of a loop that reads again and retries: nothing before the
+    /// first, then exponentially longer with jitter, 20 ms up to 2 s, never past the deadline. Errs once the budget
+    /// has run out, so that no such loop spins.
+    pub async fn pause(&self, attempt: u32) -> Result<(), Expired> {
+        if self.expired() {
+            return Err(Expired);
+        }
+        if attempt == 0 {
+            return Ok(());
+        }
+        let ceiling = Duration::from_millis(20).saturating_mul(1 << attempt.min(7)).min(Duration::from_secs(2));
+        let wait = ceiling.mul_f64(0.5 + jitter() / 2.0).min(self.remaining());
+        tokio::time::sleep(wait).await;
+        if self.expired() { Err(Expired) } else { Ok(()) }
+    }
+
     /// Runs `fut`, giving up when the budget runs out.
     pub async fn run<T>(&self, fut: impl Future<Output = T>) -> Result<T, Expired> {
         tokio::time::timeout(self.remaining(), fut).await.map_err(|_| Expired)
@@ -48,6 +67,7 @@ impl Budget {
             .with_min_delay(Duration::from_millis(20))
             .with_max_delay(Duration::from_secs(2))
             .with_jitter()
+            .with_jitter_seed(crate::entropy::random(b"backoff"))
             .without_max_times();
         let budget = *self;
         let attempt = op.retry(backoff).when(|e| transient(e) && !budget.expired());
@@ -56,6 +76,11 @@ impl Budget {
             Err(Expired) => Err(RetryError::Expired),
         }
     }
+}
+
+/// A number in `0.0..1.0`, different in every call.
+fn jitter() -> f64 {
+    (crate::entropy::random(b"jitter") >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Why [`Budget::retry`] gave up.

@@ -6,8 +6,11 @@
 
 pub mod allocator;
 pub mod budget;
+pub mod clock;
+pub mod codes;
 pub mod config;
 pub mod crd;
+pub mod entropy;
 pub mod ipam;
 pub mod names;
 pub mod range;

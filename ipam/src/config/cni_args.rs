@@ -37,7 +37,27 @@ pub(super) struct CniArgs {
     pub ignored: Vec<String>,
 }
 
+/// How [`parse_as`] reads `CNI_ARGS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// ADD: as `cnitypes.LoadArgs` does, every key checked.
+    Strict,
+    /// DEL and GC need only the pod: `IgnoreUnknown` is taken as set whatever its value, and `IP=` and
+    /// `GATEWAY=`, which choose addresses, are not read.
+    Release,
+}
+
 pub(super) fn parse(args: &str) -> Result<CniArgs, ConfigError> {
+    parse_as(args, Mode::Strict)
+}
+
+/// `CNI_ARGS` for DEL and GC: unknown keys are let through (into `ignored`) as if `IgnoreUnknown` were set, and
+/// `IP=`/`GATEWAY=` are left unread. A malformed pair is still an error: the pod it names cannot be trusted.
+pub(super) fn parse_for_release(args: &str) -> Result<CniArgs, ConfigError> {
+    parse_as(args, Mode::Release)
+}
+
+fn parse_as(args: &str, mode: Mode) -> Result<CniArgs, ConfigError> {
     let mut out = CniArgs::default();
     if args.is_empty() {
         return Ok(out);
@@ -50,6 +70,9 @@ pub(super) fn parse(args: &str) -> Result<CniArgs, ConfigError> {
         let (Some(k), Some(v), None) = (kv.next(), kv.next(), kv.next()) else {
             return Err(ConfigError::CniArgs(format!("{pair:?} is not a KEY=VALUE pair (exactly one \"=\")")));
         };
+        if mode == Mode::Release && matches!(k, "IgnoreUnknown" | "IP" | "GATEWAY") {
+            continue;
+        }
         if k == "IgnoreUnknown" {
             // Multus puts its own `IgnoreUnknown=true` before the runtime's `IgnoreUnknown=1`: spellings of one
             // wish, so any true one wins rather than counting as a conflict.
@@ -70,7 +93,7 @@ pub(super) fn parse(args: &str) -> Result<CniArgs, ConfigError> {
         }
     }
     if !unknown.is_empty() {
-        if !ignore_unknown {
+        if !ignore_unknown && mode == Mode::Strict {
             let named: Vec<String> = unknown.iter().map(|k| describe_unknown(k)).collect();
             return Err(ConfigError::CniArgs(format!(
                 "unknown keys: {} (set IgnoreUnknown=1 to let unknown keys through)",

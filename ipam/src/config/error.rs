@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::codes::Code;
 use crate::range::RangeError;
 
 use super::SUPPORTED_CNI_VERSIONS;
@@ -74,28 +75,15 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// CNI: incompatible or unsupported `cniVersion`.
-    pub const INCOMPATIBLE_CNI_VERSION: u32 = 1;
-    /// CNI: unsupported field in the network config.
-    pub const UNSUPPORTED_FIELD: u32 = 2;
-    /// CNI: invalid necessary environment variables (`CNI_ARGS`).
-    pub const INVALID_ENVIRONMENT: u32 = 4;
-    /// CNI: I/O failure.
-    pub const IO_FAILURE: u32 = 5;
-    /// CNI: failed to decode content.
-    pub const DECODING_FAILURE: u32 = 6;
-    /// CNI: invalid network config.
-    pub const INVALID_NETWORK_CONFIG: u32 = 7;
-
-    /// The CNI well-known error code of this error.
-    pub fn code(&self) -> u32 {
+    /// The CNI error code of this error.
+    pub fn code(&self) -> Code {
         match self {
-            Self::UnsupportedVersion { .. } => Self::INCOMPATIBLE_CNI_VERSION,
-            Self::UnknownKeys(_) => Self::UNSUPPORTED_FIELD,
-            Self::CniArgs(_) => Self::INVALID_ENVIRONMENT,
-            Self::Io { .. } => Self::IO_FAILURE,
-            Self::NotJson { .. } | Self::WrongType { .. } => Self::DECODING_FAILURE,
-            Self::Invalid { .. } | Self::Range { .. } => Self::INVALID_NETWORK_CONFIG,
+            Self::UnsupportedVersion { .. } => Code::IncompatibleVersion,
+            Self::UnknownKeys(_) => Code::UnsupportedField,
+            Self::CniArgs(_) => Code::InvalidEnvironment,
+            Self::Io { .. } => Code::Io,
+            Self::NotJson { .. } | Self::WrongType { .. } => Code::Decode,
+            Self::Invalid { .. } | Self::Range { .. } => Code::InvalidConfig,
         }
     }
 

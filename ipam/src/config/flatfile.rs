@@ -16,7 +16,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
-use super::json::wrong_type;
+use super::json::{Problems, wrong_type};
 use super::netconf::{Origin, RawDns, RawIpam, Sourced, parse_ipam};
 
 /// Where the flat file is looked for when `configuration_path` is not set, in this order.
@@ -54,8 +54,9 @@ fn absent(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
 }
 
-/// Reads and checks the flat file at `path`.
-pub(super) fn read(path: &Path) -> Result<RawIpam<'_>, ConfigError> {
+/// Reads and checks the flat file at `path`. Lenient `problems` pass over mistakes in its keys, but not a file that
+/// cannot be read or is not a JSON object.
+pub(super) fn read<'p>(path: &'p Path, problems: &mut Problems) -> Result<RawIpam<'p>, ConfigError> {
     let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
         key: "flat file".to_string(),
         path: path.to_path_buf(),
@@ -65,7 +66,7 @@ pub(super) fn read(path: &Path) -> Result<RawIpam<'_>, ConfigError> {
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|source| ConfigError::NotJson { key: key.clone(), source })?;
     let serde_json::Value::Object(map) = &value else { return Err(wrong_type(&key, "a JSON object", &value)) };
-    parse_ipam(map, Origin::FlatFile(path))
+    parse_ipam(map, Origin::FlatFile(path), problems)
 }
 
 /// Whereabouts' merge: the inline value where there is one, else the flat file's.

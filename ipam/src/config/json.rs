@@ -99,12 +99,69 @@ pub(super) fn check_keys(
     hints: &[(&str, &str)],
     key_of: impl Fn(&str) -> String,
 ) -> Result<(), ConfigError> {
-    let unknown: Vec<UnknownKey> = map
-        .keys()
+    let unknown = unknown_keys(map, known, hints, key_of);
+    if unknown.is_empty() { Ok(()) } else { Err(ConfigError::UnknownKeys(unknown)) }
+}
+
+fn unknown_keys(
+    map: &Map<String, Value>,
+    known: &[&str],
+    hints: &[(&str, &str)],
+    key_of: impl Fn(&str) -> String,
+) -> Vec<UnknownKey> {
+    map.keys()
         .filter(|k| !known.contains(&k.as_str()))
         .map(|k| UnknownKey { key: key_of(k), hint: hint(k, known, hints) })
-        .collect();
-    if unknown.is_empty() { Ok(()) } else { Err(ConfigError::UnknownKeys(unknown)) }
+        .collect()
+}
+
+/// What a parser does with a mistake. ADD refuses the config at the first one; DEL and GC must release what ADD
+/// took from a config that may be wrong in ways ADD never read (see [`super::release`]), so they note each mistake
+/// and read on without the key or entry it is about.
+#[derive(Debug, Default)]
+pub(super) struct Problems {
+    lenient: bool,
+    /// The mistakes passed over, as messages naming their key (lenient only).
+    pub warnings: Vec<String>,
+}
+
+impl Problems {
+    /// Every mistake is an error.
+    pub(super) fn strict() -> Self {
+        Self::default()
+    }
+
+    /// Every mistake is a warning.
+    pub(super) fn lenient() -> Self {
+        Self { lenient: true, warnings: Vec::new() }
+    }
+
+    /// Strict: `r` as it is. Lenient: an error is noted and becomes `None`, so the caller carries on without it.
+    pub(super) fn pass<T>(&mut self, r: Result<T, ConfigError>) -> Result<Option<T>, ConfigError> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if self.lenient => {
+                self.warnings.push(e.to_string());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`check_keys`]; lenient, each unknown key is noted instead, and the caller reads the `known` keys only.
+    pub(super) fn check_keys(
+        &mut self,
+        map: &Map<String, Value>,
+        known: &[&str],
+        hints: &[(&str, &str)],
+        key_of: impl Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
+        if !self.lenient {
+            return check_keys(map, known, hints, key_of);
+        }
+        self.warnings.extend(unknown_keys(map, known, hints, key_of).iter().map(ToString::to_string));
+        Ok(())
+    }
 }
 
 fn normalise(s: &str) -> String {

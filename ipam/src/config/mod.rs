@@ -15,6 +15,9 @@
 //! assert_eq!(err.to_string(), r#"ipam.rangeStart: unknown key (did you mean "range_start"?)"#);
 //! ```
 //!
+//! DEL and GC read the same config with [`load_for_release`] instead, which never fails: they must release what ADD
+//! took even from a config ADD would now refuse, since the runtime replays the config it cached at ADD time.
+//!
 //! Besides reading the flat file, nothing here does I/O.
 
 mod cni_args;
@@ -23,6 +26,11 @@ mod flatfile;
 mod json;
 mod netconf;
 mod ranges;
+mod release;
+#[cfg(test)]
+mod release_props;
+#[cfg(test)]
+mod release_tests;
 mod requested;
 #[cfg(test)]
 mod tests;
@@ -38,18 +46,24 @@ use serde::Serialize;
 pub use error::{ConfigError, UnknownKey};
 pub use flatfile::DEFAULT_FLAT_FILE_PATHS;
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
+pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 
 use crate::allocator::Strategy;
 use crate::range::IpRange;
+use json::Problems;
 
 /// The `cniVersion`s this plugin speaks.
-pub const SUPPORTED_CNI_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+pub use crate::codes::SUPPORTED_VERSIONS as SUPPORTED_CNI_VERSIONS;
 
 /// The values of `ipam.type` this plugin answers to: its own name, and Whereabouts' (it is a drop-in).
 pub const IPAM_TYPES: [&str; 2] = ["hereabouts", "whereabouts"];
 
 /// The time budget of one invocation when `timeout_seconds` is not set (DESIGN §5).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The longest `timeout_seconds` allowed: a runtime gives up on a plugin well before, and the reconciler takes
+/// a claim older than [`crate::ipam::SETTLE_TIME`] for abandoned.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// What the CNI binary passes in: the stdin bytes and the environment values it read.
 #[derive(Debug, Clone, Copy)]
@@ -262,12 +276,12 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
     let value: serde_json::Value = serde_json::from_slice(input.stdin)
         .map_err(|source| ConfigError::NotJson { key: "stdin".to_string(), source })?;
     let net = netconf::parse_netconf(&value)?;
-    let inline = netconf::parse_ipam(net.ipam, netconf::Origin::Inline)?;
+    let inline = netconf::parse_ipam(net.ipam, netconf::Origin::Inline, &mut Problems::strict())?;
     netconf::check_type(&inline)?;
     let args = cni_args::parse(input.cni_args)?;
     let flat_file = flatfile::locate(inline.configuration_path.as_ref(), flat_file_paths)?;
     let raw = match &flat_file {
-        Some(path) => flatfile::merge(inline, flatfile::read(path)?),
+        Some(path) => flatfile::merge(inline, flatfile::read(path, &mut Problems::strict())?),
         None => inline,
     };
     let mut ranges = ranges::build(&raw)?;

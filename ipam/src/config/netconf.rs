@@ -3,6 +3,9 @@
 //! Keys and meanings are Whereabouts' (`pkg/types/types.go`, `IPAMConfig.UnmarshalJSON`), except that a key this
 //! plugin does not know is refused instead of dropped, and a value of the wrong type or shape is refused with the
 //! key named.
+//!
+//! Each key is read by one rule for both loaders: ADD's refuses the config at the first mistake, DEL's and GC's
+//! ([`super::release`]) passes over the key with a warning ([`Problems`]).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -12,7 +15,7 @@ use ipnet::IpNet;
 use serde_json::{Map, Value};
 
 use super::error::ConfigError;
-use super::json::{array, boolean, check_keys, object, string, strings, uint, uint32};
+use super::json::{Problems, array, boolean, check_keys, object, string, strings, uint, uint32};
 use super::{Dns, LogLevel, Route, SUPPORTED_CNI_VERSIONS, StaticAddress};
 use crate::allocator::Strategy;
 
@@ -49,6 +52,8 @@ fn sourced<T>(origin: Origin<'_>, value: Option<T>) -> Field<'_, T> {
 /// One `ipRanges[]` entry, checked for shape only (the range math is [`super::ranges`]' job).
 #[derive(Debug, Clone, Default)]
 pub(super) struct RawRange {
+    /// Its place in `ipRanges`, for messages: a lenient read leaves out the entries it cannot read.
+    pub index: usize,
     pub range: Option<String>,
     pub range_start: Option<String>,
     pub range_end: Option<String>,
@@ -193,72 +198,102 @@ pub(super) fn parse_netconf(v: &Value) -> Result<NetConf<'_>, ConfigError> {
     Ok(NetConf { cni_version, name, ipam, runtime_ips })
 }
 
-/// Reads one `ipam` object: the inline one or the flat file.
-pub(super) fn parse_ipam<'p>(map: &Map<String, Value>, origin: Origin<'p>) -> Result<RawIpam<'p>, ConfigError> {
-    check_keys(map, &[IPAM_KEYS, IGNORED_KEYS].concat(), IPAM_HINTS, |k| origin.key(k))?;
+/// Reads one `ipam` object: the inline one or the flat file. Strict, the first mistake is the error; lenient, a
+/// key with a mistake is left out (and an `ipRanges` entry or `kubernetes` key with one, rather than all of them).
+pub(super) fn parse_ipam<'p>(
+    map: &Map<String, Value>,
+    origin: Origin<'p>,
+    problems: &mut Problems,
+) -> Result<RawIpam<'p>, ConfigError> {
+    let known = [IPAM_KEYS, IGNORED_KEYS].concat();
+    problems.check_keys(map, &known, IPAM_HINTS, |k| origin.key(k))?;
     let mut raw = RawIpam::default();
-    for (name, v) in map {
-        let key = origin.key(name);
-        let key = key.as_str();
-        match name.as_str() {
-            "type" => raw.type_ = sourced(origin, string(v, key)?),
-            "range" => raw.range = sourced(origin, string(v, key)?),
-            "range_start" => raw.range_start = sourced(origin, string(v, key)?),
-            "range_end" => raw.range_end = sourced(origin, string(v, key)?),
-            "exclude" => raw.exclude = sourced(origin, strings(v, key)?),
-            "ipRanges" => raw.ip_ranges = sourced(origin, list(v, key, parse_range_entry)?),
-            "gateway" => raw.gateway = sourced(origin, string(v, key)?.map(|s| ip(&s, key)).transpose()?),
-            "routes" => raw.routes = sourced(origin, list(v, key, parse_route)?),
-            "addresses" => raw.addresses = sourced(origin, list(v, key, parse_address)?),
-            "dns" => raw.dns = parse_dns(v, origin)?,
-            "network_name" => {
-                raw.network_name = sourced(origin, string(v, key)?.map(|s| network_name(s, key)).transpose()?);
-            }
-            "enable_overlapping_ranges" => raw.overlapping_ranges = sourced(origin, boolean(v, key)?),
-            "kubernetes" => parse_kubernetes(v, origin, &mut raw)?,
-            "configuration_path" => raw.configuration_path = sourced(origin, absolute(v, key)?),
-            "log_file" => raw.log_file = sourced(origin, absolute(v, key)?),
-            "log_level" => raw.log_level = sourced(origin, string(v, key)?.map(|s| log_level(&s, key)).transpose()?),
-            "node_slice_size" => {
-                raw.node_slice_size = sourced(origin, string(v, key)?.map(|s| slice_size(s, key)).transpose()?);
-            }
-            "reconciler_cron_expression" => raw.reconciler_cron_expression = sourced(origin, string(v, key)?),
-            "allocation_strategy" => {
-                raw.strategy = sourced(origin, string(v, key)?.map(|s| strategy(&s, key)).transpose()?);
-            }
-            "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
-            _ => raw.ignored.push(key.to_string()),
-        }
+    for (name, v) in map.iter().filter(|(k, _)| known.contains(&k.as_str())) {
+        let read = parse_key(&mut raw, name, v, origin, problems);
+        problems.pass(read)?;
     }
     Ok(raw)
 }
 
-/// An array of objects, each read by `item` with its key `key[i]`; `null` and `[]` are absent.
+/// Reads one known key of an `ipam` object into `raw`, which is left as it was when the value has a mistake.
+fn parse_key<'p>(
+    raw: &mut RawIpam<'p>,
+    name: &str,
+    v: &Value,
+    origin: Origin<'p>,
+    problems: &mut Problems,
+) -> Result<(), ConfigError> {
+    let key = origin.key(name);
+    let key = key.as_str();
+    match name {
+        "type" => raw.type_ = sourced(origin, string(v, key)?),
+        "range" => raw.range = sourced(origin, string(v, key)?),
+        "range_start" => raw.range_start = sourced(origin, string(v, key)?),
+        "range_end" => raw.range_end = sourced(origin, string(v, key)?),
+        "exclude" => raw.exclude = sourced(origin, strings(v, key)?),
+        "ipRanges" => raw.ip_ranges = sourced(origin, list(v, key, problems, parse_range_entry)?),
+        "gateway" => raw.gateway = sourced(origin, string(v, key)?.map(|s| ip(&s, key)).transpose()?),
+        "routes" => raw.routes = sourced(origin, list(v, key, problems, |m, k, _, _| parse_route(m, k))?),
+        "addresses" => raw.addresses = sourced(origin, list(v, key, problems, |m, k, _, _| parse_address(m, k))?),
+        "dns" => raw.dns = parse_dns(v, origin)?,
+        "network_name" => {
+            raw.network_name = sourced(origin, string(v, key)?.map(|s| network_name(s, key)).transpose()?);
+        }
+        "enable_overlapping_ranges" => raw.overlapping_ranges = sourced(origin, boolean(v, key)?),
+        "kubernetes" => parse_kubernetes(v, origin, raw, problems)?,
+        "configuration_path" => raw.configuration_path = sourced(origin, absolute(v, key)?),
+        "log_file" => raw.log_file = sourced(origin, absolute(v, key)?),
+        "log_level" => raw.log_level = sourced(origin, string(v, key)?.map(|s| log_level(&s, key)).transpose()?),
+        "node_slice_size" => {
+            raw.node_slice_size = sourced(origin, string(v, key)?.map(|s| slice_size(s, key)).transpose()?);
+        }
+        "reconciler_cron_expression" => raw.reconciler_cron_expression = sourced(origin, string(v, key)?),
+        "allocation_strategy" => {
+            raw.strategy = sourced(origin, string(v, key)?.map(|s| strategy(&s, key)).transpose()?);
+        }
+        "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
+        _ => raw.ignored.push(key.to_string()),
+    }
+    Ok(())
+}
+
+/// An array of objects, each read by `item` with its key `key[i]`; `null` and `[]` are absent. Lenient, an entry
+/// with a mistake is left out.
 fn list<T>(
     v: &Value,
     key: &str,
-    item: impl Fn(&Map<String, Value>, &str) -> Result<T, ConfigError>,
+    problems: &mut Problems,
+    item: impl Fn(&Map<String, Value>, &str, usize, &mut Problems) -> Result<T, ConfigError>,
 ) -> Result<Option<Vec<T>>, ConfigError> {
     let Some(items) = array(v, key)? else { return Ok(None) };
     let mut out = Vec::with_capacity(items.len());
     for (i, v) in items.iter().enumerate() {
         let key = format!("{key}[{i}]");
-        match object(v, &key)? {
-            Some(map) => out.push(item(map, &key)?),
-            None => return Err(super::json::wrong_type(&key, "an object", v)),
-        }
+        let read = match object(v, &key) {
+            Ok(Some(map)) => item(map, &key, i, problems),
+            Ok(None) => Err(super::json::wrong_type(&key, "an object", v)),
+            Err(e) => Err(e),
+        };
+        out.extend(problems.pass(read)?);
     }
     Ok(Some(out))
 }
 
-fn parse_range_entry(map: &Map<String, Value>, key: &str) -> Result<RawRange, ConfigError> {
-    check_keys(map, RANGE_KEYS, RANGE_HINTS, |k| format!("{key}.{k}"))?;
+/// Lenient, a sub-key with a mistake is left out, so that a camelCase `rangeEnd` does not cost the entry its range.
+fn parse_range_entry(
+    map: &Map<String, Value>,
+    key: &str,
+    index: usize,
+    problems: &mut Problems,
+) -> Result<RawRange, ConfigError> {
+    problems.check_keys(map, RANGE_KEYS, RANGE_HINTS, |k| format!("{key}.{k}"))?;
     let get = |k: &str| map.get(k).unwrap_or(&Value::Null);
     Ok(RawRange {
-        range: string(get("range"), &format!("{key}.range"))?,
-        range_start: string(get("range_start"), &format!("{key}.range_start"))?,
-        range_end: string(get("range_end"), &format!("{key}.range_end"))?,
-        exclude: strings(get("exclude"), &format!("{key}.exclude"))?.unwrap_or_default(),
+        index,
+        range: problems.pass(string(get("range"), &format!("{key}.range")))?.flatten(),
+        range_start: problems.pass(string(get("range_start"), &format!("{key}.range_start")))?.flatten(),
+        range_end: problems.pass(string(get("range_end"), &format!("{key}.range_end")))?.flatten(),
+        exclude: problems.pass(strings(get("exclude"), &format!("{key}.exclude")))?.flatten().unwrap_or_default(),
     })
 }
 
@@ -330,15 +365,21 @@ fn parse_dns<'p>(v: &Value, origin: Origin<'p>) -> Result<RawDns<'p>, ConfigErro
     Ok(dns)
 }
 
-fn parse_kubernetes<'p>(v: &Value, origin: Origin<'p>, raw: &mut RawIpam<'p>) -> Result<(), ConfigError> {
+/// Lenient, an unknown sub-key does not cost the `kubeconfig` next to it.
+fn parse_kubernetes<'p>(
+    v: &Value,
+    origin: Origin<'p>,
+    raw: &mut RawIpam<'p>,
+    problems: &mut Problems,
+) -> Result<(), ConfigError> {
     let Some(map) = object(v, &origin.key("kubernetes"))? else { return Ok(()) };
-    check_keys(map, KUBERNETES_KEYS, &[("kubeconfigpath", "did you mean \"kubeconfig\"?")], |k| {
+    problems.check_keys(map, KUBERNETES_KEYS, &[("kubeconfigpath", "did you mean \"kubeconfig\"?")], |k| {
         origin.key(&format!("kubernetes.{k}"))
     })?;
-    for (name, v) in map {
+    for (name, v) in map.iter().filter(|(k, _)| KUBERNETES_KEYS.contains(&k.as_str())) {
         let key = origin.key(&format!("kubernetes.{name}"));
         match name.as_str() {
-            "kubeconfig" => raw.kubeconfig = sourced(origin, absolute(v, &key)?),
+            "kubeconfig" => raw.kubeconfig = sourced(origin, problems.pass(absolute(v, &key))?.flatten()),
             _ => raw.ignored.push(key),
         }
     }
@@ -414,8 +455,10 @@ fn strategy(s: &str, key: &str) -> Result<Strategy, ConfigError> {
 }
 
 fn timeout(n: u64, key: &str) -> Result<Duration, ConfigError> {
-    if n == 0 {
-        return Err(ConfigError::invalid(key, "must be at least 1"));
+    let max = super::MAX_TIMEOUT.as_secs();
+    if n == 0 || n > max {
+        // longer than a runtime waits, and the reconciler takes a claim older than that for abandoned
+        return Err(ConfigError::invalid(key, format!("{n}: must be 1 to {max} (seconds)")));
     }
     Ok(Duration::from_secs(n))
 }

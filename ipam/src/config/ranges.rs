@@ -28,52 +28,104 @@ struct Spec<'s> {
 }
 
 pub(super) fn build(raw: &RawIpam<'_>) -> Result<Vec<IpRange>, ConfigError> {
+    check_unanchored(raw)?;
+    specs(raw).into_iter().map(|spec| one(&spec?)).collect()
+}
+
+/// DEL and GC: every range whose CIDR can be read, with each mistake as a warning. An entry the strict rules refuse
+/// is taken as its whole CIDR, which is all a release needs: the pool name and the offset of an address.
+pub(super) fn build_for_release(raw: &RawIpam<'_>, warnings: &mut Vec<String>) -> Vec<IpRange> {
+    if let Err(e) = check_unanchored(raw) {
+        warnings.push(e.to_string());
+    }
     let mut out = Vec::new();
-    let start = raw.range_start.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_start")));
-    let end = raw.range_end.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_end")));
-    match &raw.range {
-        Some(range) => {
-            let (exclude, exclude_origin) = match &raw.exclude {
-                Some(e) => (e.value.as_slice(), e.origin),
-                None => (&[][..], Origin::Inline),
-            };
-            out.push(one(&Spec {
-                key: range.origin.key("range"),
-                range: &range.value,
-                range_key: range.origin.key("range"),
-                start,
-                end,
-                exclude,
-                exclude_key: exclude_origin.key("exclude"),
-            })?);
-        }
-        None => {
-            let exclude = raw.exclude.as_ref().map(|e| e.origin.key("exclude"));
-            if let Some(key) = start.map(|(_, k)| k).or(end.map(|(_, k)| k)).or(exclude) {
-                return Err(ConfigError::invalid(
-                    key,
-                    "set without \"range\": it narrows \"range\" only (each ipRanges entry takes its own)",
-                ));
+    for spec in specs(raw) {
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(e) => {
+                warnings.push(format!("{e}; the entry is skipped"));
+                continue;
             }
+        };
+        let refusal = match one(&spec) {
+            Ok(range) => {
+                out.push(range);
+                continue;
+            }
+            Err(e) => e,
+        };
+        match whole_cidr(spec.range) {
+            Some(range) => {
+                warnings.push(format!("{refusal}; taken as the whole {}", range.cidr()));
+                out.push(range);
+            }
+            None => warnings.push(format!("{refusal}; the entry is skipped (its CIDR cannot be read)")),
         }
+    }
+    out
+}
+
+/// The whole CIDR of `range` without its bounds and excludes: that of `B/len` in `A-B/len`, which
+/// [`IpRange::parse`] also splits at the first `-`.
+fn whole_cidr(range: &str) -> Option<IpRange> {
+    let cidr = range.split_once('-').map_or(range, |(_, cidr)| cidr);
+    IpRange::parse(cidr, None, None, &[]).ok()
+}
+
+/// The top-level `range_start`, `range_end` and `exclude` narrow `range` only.
+fn check_unanchored(raw: &RawIpam<'_>) -> Result<(), ConfigError> {
+    if raw.range.is_some() {
+        return Ok(());
+    }
+    let start = raw.range_start.as_ref().map(|f| f.origin.key("range_start"));
+    let end = raw.range_end.as_ref().map(|f| f.origin.key("range_end"));
+    let exclude = raw.exclude.as_ref().map(|e| e.origin.key("exclude"));
+    match start.or(end).or(exclude) {
+        Some(key) => Err(ConfigError::invalid(
+            key,
+            "set without \"range\": it narrows \"range\" only (each ipRanges entry takes its own)",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `range`, then the `ipRanges` entries in order; an entry without `range` is an error in its place.
+fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
+    let mut out = Vec::new();
+    if let Some(range) = &raw.range {
+        let (exclude, exclude_origin) = match &raw.exclude {
+            Some(e) => (e.value.as_slice(), e.origin),
+            None => (&[][..], Origin::Inline),
+        };
+        out.push(Ok(Spec {
+            key: range.origin.key("range"),
+            range: &range.value,
+            range_key: range.origin.key("range"),
+            start: raw.range_start.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_start"))),
+            end: raw.range_end.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_end"))),
+            exclude,
+            exclude_key: exclude_origin.key("exclude"),
+        }));
     }
     if let Some(list) = &raw.ip_ranges {
-        for (i, entry) in list.value.iter().enumerate() {
-            let base = format!("ipRanges[{i}]");
+        for entry in &list.value {
+            let base = format!("ipRanges[{}]", entry.index);
             let sub = |name: &str| list.origin.key(&format!("{base}.{name}"));
-            let range = entry.range.as_deref().ok_or_else(|| ConfigError::invalid(sub("range"), "missing"))?;
-            out.push(one(&Spec {
-                key: list.origin.key(&base),
-                range,
-                range_key: sub("range"),
-                start: entry.range_start.as_deref().map(|s| (s, sub("range_start"))),
-                end: entry.range_end.as_deref().map(|s| (s, sub("range_end"))),
-                exclude: &entry.exclude,
-                exclude_key: sub("exclude"),
-            })?);
+            out.push(match entry.range.as_deref() {
+                None => Err(ConfigError::invalid(sub("range"), "missing")),
+                Some(range) => Ok(Spec {
+                    key: list.origin.key(&base),
+                    range,
+                    range_key: sub("range"),
+                    start: entry.range_start.as_deref().map(|s| (s, sub("range_start"))),
+                    end: entry.range_end.as_deref().map(|s| (s, sub("range_end"))),
+                    exclude: &entry.exclude,
+                    exclude_key: sub("exclude"),
+                }),
+            });
         }
     }
-    Ok(out)
+    out
 }
 
 fn one(spec: &Spec<'_>) -> Result<IpRange, ConfigError> {

@@ -42,9 +42,23 @@ pub(super) fn resolve(
     let mut out: Vec<IpAddr> = Vec::with_capacity(all.len());
     for r in &all {
         check(r, ranges)?;
-        if !out.contains(&r.ip) {
-            out.push(r.ip);
+        if out.contains(&r.ip) {
+            continue;
         }
+        // each range gives one address: a second one asked of the same range could never be handed out
+        if let Some(range) = ranges.iter().find(|rg| rg.cidr().contains(&r.ip))
+            && let Some(first) = out.iter().find(|ip| range.cidr().contains(*ip))
+        {
+            return Err(ConfigError::invalid(
+                &r.key,
+                format!(
+                    "{} and {first} both lie in range {}, which gives one address per attachment: ask for one",
+                    r.ip,
+                    range.cidr()
+                ),
+            ));
+        }
+        out.push(r.ip);
     }
     Ok(out)
 }
@@ -81,4 +95,34 @@ fn check(r: &Requested, ranges: &[IpRange]) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(list: &[&str]) -> Vec<IpRange> {
+        list.iter().map(|r| IpRange::parse(r, None, None, &[]).unwrap()).collect()
+    }
+
+    fn runtime(ips: &[&str]) -> Vec<(String, String)> {
+        ips.iter().enumerate().map(|(i, ip)| (format!("runtimeConfig.ips[{i}]"), ip.to_string())).collect()
+    }
+
+    #[test]
+    fn one_address_per_range() {
+        let dual = ranges(&["10.0.0.0/24", "2001:db8::/64"]);
+        let ok = resolve(&runtime(&["10.0.0.5", "2001:db8::5", "10.0.0.5/24"]), &[], &dual).unwrap();
+        assert_eq!(ok, ["10.0.0.5".parse::<IpAddr>().unwrap(), "2001:db8::5".parse().unwrap()]);
+        let err = resolve(&runtime(&["10.0.0.5", "10.0.0.6"]), &[], &dual).unwrap_err();
+        assert_eq!(err.code(), 7);
+        assert_eq!(
+            err.to_string(),
+            "runtimeConfig.ips[1]: 10.0.0.6 and 10.0.0.5 both lie in range 10.0.0.0/24, which gives one address per \
+             attachment: ask for one"
+        );
+        let from_args = [Requested::parse("CNI_ARGS IP", "10.0.0.7").unwrap()];
+        let err = resolve(&runtime(&["10.0.0.5"]), &from_args, &dual).unwrap_err();
+        assert!(err.to_string().starts_with("CNI_ARGS IP: 10.0.0.7 and 10.0.0.5"), "{err}");
+    }
 }

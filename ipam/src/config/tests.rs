@@ -730,11 +730,15 @@ fn gateway_is_never_handed_out() {
 #[test]
 fn requested_addresses_from_runtime_config_and_cni_args() {
     let conf = netconf_with(
-        json!({"runtimeConfig": {"ips": ["10.0.0.5/24", "2001:db8::7", "10.0.0.6/32"], "portMappings": []}}),
+        json!({"runtimeConfig": {"ips": ["10.0.0.5/24", "2001:db8::7", "10.0.0.5/32"], "portMappings": []}}),
         ranged(json!({"ipRanges": [{"range": "2001:db8::/64"}]})),
     );
-    let c = ok(&conf, "IP=10.0.0.9,10.0.0.5;K8S_POD_NAME=p");
-    assert_eq!(c.requested, [ip("10.0.0.5"), ip("2001:db8::7"), ip("10.0.0.6"), ip("10.0.0.9")]);
+    let c = ok(&conf, "IP=2001:db8::7,10.0.0.5;K8S_POD_NAME=p");
+    assert_eq!(c.requested, [ip("10.0.0.5"), ip("2001:db8::7")]);
+    // a second address of one range could never be handed out: refused, not dropped
+    let err = refused(&conf, "IP=10.0.0.9;K8S_POD_NAME=p");
+    assert_eq!(err.code(), 7);
+    assert!(err.to_string().contains("10.0.0.9 and 10.0.0.5 both lie in range 10.0.0.0/24"), "{err}");
 }
 
 #[test]

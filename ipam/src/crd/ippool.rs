@@ -48,4 +48,8 @@ pub struct IpAllocation {
     /// `network_name` may be shared by several networks, and CNI GC only releases its own network's entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    /// Whether an OverlappingRangeIPReservation guards this address (hereabouts addition): the reconciler puts a
+    /// missing one back for a live entry, and knows not to for entries of networks that reserve nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reserved: bool,
 }

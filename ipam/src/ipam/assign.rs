@@ -1,31 +1,36 @@
-//! ADD: one address from every range, all or nothing, with no lock: the reservation create is the cluster-wide
-//! claim, the guarded patch the pool's (DESIGN §5).
+//! ADD: one address from every range, all or nothing, with no lock: the reservation is the cluster-wide claim,
+//! the guarded patch the pool's (DESIGN §5). Every path that ends with an entry for the attachment ends with its
+//! reservation too; a write without an answer is resolved by reading back.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::journal::{Journal, Written};
+use super::decide::{self, Ask, AtOffset, Me, Plan};
+use super::journal::{Journal, Written, remove_entry};
+use super::reservation::{self, Claimed};
 use super::{Assigned, IpamError, Request};
-use crate::allocator::{self, Strategy};
 use crate::budget::Budget;
 use crate::config::IpamConfig;
-use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
+use crate::crd::{IpAllocation, IpPool};
 use crate::names;
 use crate::range::IpRange;
-use crate::store::{AddOutcome, ReserveOutcome, Store, StoreError};
+use crate::store::{Created, Patched, Store, StoreError};
 
 /// Assigns one address from each range of `cfg` to the attachment `req`. An attachment (pod + interface) that
 /// already holds an address in a pool gets it back. On any failure, what this call wrote is rolled back first.
 pub async fn assign(
-    store: &Store,
+    store: &impl Store,
     cfg: &IpamConfig,
     req: &Request,
     budget: &Budget,
 ) -> Result<Vec<Assigned>, IpamError> {
+    let podref = format!("{}/{}", cfg.pod.namespace, cfg.pod.name);
+    let me = Me { podref: &podref, ifname: &req.ifname, container: &req.container_id };
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
     for range in &cfg.ranges {
-        match assign_one(store, cfg, req, range, budget, &mut journal).await {
+        let add = RangeAdd::new(store, cfg, req, &me, range, budget);
+        match add.run(&mut journal).await {
             Ok(ip) => assigned.push(Assigned {
                 ip,
                 prefix_len: range.cidr().prefix_len(),
@@ -42,267 +47,279 @@ pub async fn assign(
     Ok(assigned)
 }
 
-fn podref(cfg: &IpamConfig) -> String {
-    format!("{}/{}", cfg.pod.namespace, cfg.pod.name)
-}
-
-fn seed(req: &Request) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // RandomState is seeded per process, so concurrent invocations start their searches apart.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write(req.container_id.as_bytes());
-    h.finish()
-}
-
-fn taken_offsets(pool: &IpPool) -> BTreeSet<u128> {
-    pool.spec.allocations.keys().filter_map(|k| k.parse().ok()).collect()
-}
-
-/// The entry of `pool` this attachment already holds, if any (a retried or repeated ADD).
-fn held_by(pool: &IpPool, podref: &str, ifname: &str) -> Option<(u128, IpAllocation)> {
-    pool.spec.allocations.iter().find_map(|(k, a)| {
-        (a.podref == podref && a.ifname == ifname).then(|| k.parse().ok().map(|o| (o, a.clone()))).flatten()
-    })
-}
-
-/// What a step of the protocol decided.
-enum Step {
-    /// The attachment holds this address now.
-    Done(IpAddr),
-    /// The pool changed under us: read it again and pick again.
-    Reread,
-}
-
-/// What claiming an address cluster-wide came to.
-enum Claim {
-    /// This call created the reservation of that name.
-    Created(String),
-    /// Nothing to create: overlapping ranges are off, or the reservation is ours from an earlier ADD.
-    NotNeeded,
-    /// Another pod holds the address.
-    HeldElsewhere,
-}
-
-/// One range's share of an ADD: the pool, who asks, and what to write.
-struct RangeAssignment<'a> {
-    store: &'a Store,
+/// One range's share of an ADD.
+struct RangeAdd<'a, S> {
+    store: &'a S,
     cfg: &'a IpamConfig,
-    req: &'a Request,
+    me: &'a Me<'a>,
+    node: &'a str,
     range: &'a IpRange,
     budget: &'a Budget,
-    pool_name: String,
-    cidr: String,
-    podref: String,
+    pool: String,
     requested: Option<IpAddr>,
-    allocation: IpAllocation,
+    /// The entry this sandbox writes.
+    entry: IpAllocation,
 }
 
-async fn assign_one(
-    store: &Store,
-    cfg: &IpamConfig,
-    req: &Request,
-    range: &IpRange,
-    budget: &Budget,
-    journal: &mut Journal,
-) -> Result<IpAddr, IpamError> {
-    let podref = podref(cfg);
-    let assignment = RangeAssignment {
-        store,
-        cfg,
-        req,
-        range,
-        budget,
-        pool_name: names::pool_name(&cfg.network_name, range.cidr()),
-        cidr: range.cidr().to_string(),
-        requested: cfg.requested.iter().copied().find(|ip| range.offset_of(*ip).is_some()),
-        allocation: IpAllocation {
-            id: req.container_id.clone(),
-            podref: podref.clone(),
-            ifname: req.ifname.clone(),
-            poduid: cfg.pod.uid.clone(),
-            allocated: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
-            node: Some(req.node.clone()).filter(|n| !n.is_empty()),
-            network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
-        },
-        podref,
-    };
-    assignment.run(journal).await
+/// What keeping an entry the attachment already holds came to.
+enum Kept {
+    Done(IpAddr),
+    /// The address is held cluster-wide by another attachment: our entry is given back, pick another.
+    NotOurs,
+    /// The entry changed in between: read the pool again.
+    Changed,
 }
 
-impl RangeAssignment<'_> {
+/// What adding our entry came to.
+enum Added {
+    Done(IpAddr),
+    /// Another pod took the offset first: the pool as read since.
+    Lost(IpPool),
+    /// Another sandbox of the same attachment got there: the pool as read since (the next plan keeps it).
+    MyAttachment(IpPool),
+}
+
+impl<'a, S: Store> RangeAdd<'a, S> {
+    fn new(
+        store: &'a S,
+        cfg: &'a IpamConfig,
+        req: &'a Request,
+        me: &'a Me<'a>,
+        range: &'a IpRange,
+        budget: &'a Budget,
+    ) -> Self {
+        Self {
+            store,
+            cfg,
+            me,
+            node: &req.node,
+            range,
+            budget,
+            pool: names::pool_name(&cfg.network_name, range.cidr()),
+            requested: cfg.requested.iter().copied().find(|ip| range.offset_of(*ip).is_some()),
+            entry: IpAllocation {
+                id: req.container_id.clone(),
+                podref: me.podref.to_string(),
+                ifname: req.ifname.clone(),
+                poduid: cfg.pod.uid.clone(),
+                allocated: Some(crate::clock::now().to_string()),
+                node: Some(req.node.clone()).filter(|n| !n.is_empty()),
+                network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
+                reserved: cfg.overlapping_ranges,
+            },
+        }
+    }
+
     async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
-        // Offsets found held cluster-wide by a reservation of another pod: not in this pool, but not free either.
-        let mut claimed_elsewhere = BTreeSet::new();
-        let mut seed = seed(self.req);
-        // After a lost race, the writers that raced for the lowest free address would all race again for the
-        // next one: the loser picks at random instead, which spreads them apart.
-        let mut strategy = self.cfg.strategy;
+        let mut excluded = BTreeSet::new();
+        let mut preferred = None;
+        let mut spread = false;
+        let mut seed = crate::entropy::random(self.me.container.as_bytes());
+        let mut pool = self.read_pool().await?;
         loop {
-            let pool = self.read_pool().await?;
-            if let Some(step) = self.reuse_held(&pool).await? {
-                match step {
-                    Step::Done(ip) => return Ok(ip),
-                    Step::Reread => continue,
-                }
+            if self.budget.expired() {
+                return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool)));
             }
-            // Pick, claim cluster-wide, then claim in the pool; a lost race on either picks again.
-            loop {
-                let offset = self.candidate(&pool, &claimed_elsewhere, strategy, seed)?;
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let reserved = match self.reserve(offset).await? {
-                    Claim::HeldElsewhere => {
-                        claimed_elsewhere.insert(offset);
-                        strategy = Strategy::Random;
-                        continue;
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let ask = Ask {
+                me: self.me,
+                range: self.range,
+                requested: self.requested,
+                excluded: &excluded,
+                preferred,
+                strategy: self.cfg.strategy,
+                spread,
+                seed,
+            };
+            match decide::plan(&pool, &ask) {
+                Plan::Exhausted => {
+                    return Err(IpamError::Exhausted { pool: self.pool.clone(), range: self.range.cidr().to_string() });
+                }
+                Plan::RequestedUnusable => {
+                    let ip = self.requested.expect("only a requested address is unusable");
+                    return Err(IpamError::RequestedUnusable { ip, range: self.range.cidr().to_string() });
+                }
+                Plan::RequestedTaken { holder } => {
+                    let ip = self.requested.expect("only a requested address is taken");
+                    return Err(IpamError::RequestedTaken { ip, holder });
+                }
+                Plan::Keep { offset, entry } => match self.keep(offset, &entry).await? {
+                    Kept::Done(ip) => return Ok(ip),
+                    Kept::NotOurs => {
+                        excluded.insert(offset);
+                        pool = self.read_pool().await?;
                     }
-                    Claim::NotNeeded => None,
-                    Claim::Created(name) => {
+                    Kept::Changed => {
+                        preferred = Some(offset);
+                        pool = self.read_pool().await?;
+                    }
+                },
+                Plan::Claim(offset) => {
+                    let ip = self.range.addr_at(offset);
+                    let reservation = self.cfg.overlapping_ranges.then(|| self.reservation_name(ip));
+                    if let Some(name) = &reservation {
                         journal.record(Written::Reservation {
                             name: name.clone(),
-                            podref: self.podref.clone(),
-                            containerid: self.req.container_id.clone(),
+                            podref: self.me.podref.to_string(),
+                            container: self.me.container.to_string(),
                         });
-                        Some(name)
+                        if let Claimed::Other(holder) =
+                            reservation::claim(self.store, name, self.me, self.node, self.budget).await?
+                        {
+                            journal.forget_reservation(name);
+                            if self.requested.is_some() {
+                                return Err(IpamError::RequestedTaken { ip, holder });
+                            }
+                            tracing::debug!(%ip, %holder, "address held through an overlapping range");
+                            excluded.insert(offset);
+                            continue;
+                        }
                     }
-                };
-                match self.claim(offset, reserved, journal).await? {
-                    Step::Done(ip) => return Ok(ip),
-                    Step::Reread => {
-                        strategy = Strategy::Random;
-                        break;
+                    match self.add(offset, reservation.clone(), journal).await? {
+                        Added::Done(ip) => return Ok(ip),
+                        Added::MyAttachment(fresh) => pool = fresh,
+                        Added::Lost(fresh) => {
+                            // A writer that reserved nothing (overlap off, or Whereabouts) holds it in the pool.
+                            if let Some(name) = &reservation {
+                                reservation::release_if_ours(
+                                    self.store,
+                                    name,
+                                    self.me.podref,
+                                    self.me.container,
+                                    self.budget,
+                                )
+                                .await?;
+                                journal.forget_reservation(name);
+                            }
+                            if let Some(ip) = self.requested {
+                                return Err(IpamError::RequestedTaken { ip, holder: "a concurrent ADD".into() });
+                            }
+                            spread = true;
+                            pool = fresh;
+                        }
                     }
                 }
             }
         }
+    }
+
+    fn reservation_name(&self, ip: IpAddr) -> String {
+        names::reservation_name(&self.cfg.network_name, ip)
     }
 
     async fn read_pool(&self) -> Result<IpPool, IpamError> {
-        self.budget
-            .retry(StoreError::is_transient, || self.store.get_or_create_pool(&self.pool_name, &self.cidr))
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("pool {}: get", self.pool_name), e))
-    }
-
-    /// An attachment that already holds an address here keeps it (DESIGN §4); a new sandbox of it takes the
-    /// entry and the reservation over.
-    async fn reuse_held(&self, pool: &IpPool) -> Result<Option<Step>, IpamError> {
-        let held = held_by(pool, &self.podref, &self.req.ifname)
-            .and_then(|(offset, entry)| Some((offset, self.range.checked_addr_at(offset)?, entry)));
-        let Some((offset, ip, held)) = held.filter(|(_, ip, _)| self.requested.is_none_or(|r| r == *ip)) else {
-            return Ok(None);
-        };
-        if held.id == self.req.container_id {
-            return Ok(Some(Step::Done(ip)));
-        }
-        let renewed = IpAllocation { allocated: held.allocated.clone(), ..self.allocation.clone() };
-        let pool = &self.pool_name;
-        let replaced = self
-            .budget
-            .retry(StoreError::is_transient, || self.store.replace_allocation(pool, offset, &held, &renewed))
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("pool {pool}: replace allocation {offset}"), e))?;
-        if !replaced {
-            return Ok(Some(Step::Reread));
-        }
-        if self.cfg.overlapping_ranges {
-            let name = names::reservation_name(&self.cfg.network_name, ip);
-            self.budget
-                .retry(StoreError::is_transient, || {
-                    self.store.move_reservation(&name, &self.podref, &held.id, &self.req.container_id)
-                })
+        let mut attempt = 0;
+        loop {
+            self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool)))?;
+            attempt += 1;
+            if let Some(pool) = self.get_pool().await? {
+                return Ok(pool);
+            }
+            let range = names::range_string(self.range.cidr());
+            let created = self
+                .budget
+                .retry(StoreError::is_transient, || self.store.create_pool(&self.pool, &range))
                 .await
-                .map_err(|e| IpamError::from_retry(&format!("reservation {name}: move"), e))?;
+                .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool), e))?;
+            if let Created::Created(pool) = created {
+                return Ok(pool);
+            }
+            // someone else just made it: read it
         }
-        tracing::info!(pool = %pool, %ip, "attachment already held this address; container id updated");
-        Ok(Some(Step::Done(ip)))
     }
 
-    /// The offset to try next: the requested address (which must be free and usable), else the allocator's pick.
-    fn candidate(
-        &self,
-        pool: &IpPool,
-        claimed_elsewhere: &BTreeSet<u128>,
-        strategy: Strategy,
-        seed: u64,
-    ) -> Result<u128, IpamError> {
-        if let Some(ip) = self.requested {
-            let offset = self.range.offset_of(ip).expect("requested address lies in this range");
-            if !self.range.is_usable(offset) {
-                return Err(IpamError::RequestedUnusable { ip, range: self.cidr.clone() });
-            }
-            if let Some(holder) = pool.spec.allocations.get(&offset.to_string()) {
-                return Err(IpamError::RequestedTaken { ip, holder: holder.podref.clone() });
-            }
-            return Ok(offset);
-        }
-        let mut taken = taken_offsets(pool);
-        taken.extend(claimed_elsewhere);
-        allocator::pick(self.range, &taken, strategy, seed)
-            .ok_or_else(|| IpamError::Exhausted { pool: self.pool_name.clone(), range: self.cidr.clone() })
+    async fn get_pool(&self) -> Result<Option<IpPool>, IpamError> {
+        self.budget
+            .retry(StoreError::is_transient, || self.store.get_pool(&self.pool))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: get", self.pool), e))
     }
 
-    /// Claims the address cluster-wide, when overlapping ranges are on.
-    async fn reserve(&self, offset: u128) -> Result<Claim, IpamError> {
-        if !self.cfg.overlapping_ranges {
-            return Ok(Claim::NotNeeded);
-        }
+    /// Keeps the entry the attachment already holds at `offset`: first the reservation (re-created when it is
+    /// missing, taken over from an earlier sandbox), then the entry, for this sandbox.
+    async fn keep(&self, offset: u128, held: &IpAllocation) -> Result<Kept, IpamError> {
         let ip = self.range.addr_at(offset);
-        let name = names::reservation_name(&self.cfg.network_name, ip);
-        let spec = OverlappingRangeIpReservationSpec {
-            containerid: self.req.container_id.clone(),
-            ifname: self.req.ifname.clone(),
-            podref: self.podref.clone(),
-        };
+        if self.cfg.overlapping_ranges {
+            let name = self.reservation_name(ip);
+            if let Claimed::Other(holder) =
+                reservation::claim(self.store, &name, self.me, self.node, self.budget).await?
+            {
+                tracing::error!(pool = %self.pool, %ip, %holder,
+                    "this attachment's entry is held cluster-wide by another: giving the entry back");
+                remove_entry(self.store, &self.pool, offset, held, self.budget).await?;
+                return Ok(Kept::NotOurs);
+            }
+        }
+        if self.me.is_mine(held) && held.reserved == self.entry.reserved {
+            return Ok(Kept::Done(ip));
+        }
         let outcome = self
             .budget
-            .retry(StoreError::is_transient, || self.store.reserve(&name, &spec))
+            .retry(StoreError::is_transient, || self.store.replace_allocation(&self.pool, offset, held, &self.entry))
             .await
-            .map_err(|e| IpamError::from_retry(&format!("reservation {name}: create"), e))?;
-        match outcome {
-            ReserveOutcome::Created => Ok(Claim::Created(name)),
-            // a leftover of an earlier ADD of this same attachment
-            ReserveOutcome::Exists(held) if held.podref == self.podref && held.ifname == self.req.ifname => {
-                Ok(Claim::NotNeeded)
-            }
-            ReserveOutcome::Exists(held) => {
-                if self.requested.is_some() {
-                    return Err(IpamError::RequestedTaken { ip, holder: held.podref });
-                }
-                tracing::debug!(%ip, holder = %held.podref, "address reserved through an overlapping range");
-                Ok(Claim::HeldElsewhere)
-            }
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: replace allocation {offset}", self.pool), e))?;
+        if outcome == Patched::Applied {
+            tracing::info!(pool = %self.pool, %ip, from = %held.id, "attachment already held this address; now this sandbox's");
+            return Ok(Kept::Done(ip));
         }
+        let pool = self.read_pool().await?;
+        Ok(match decide::at_offset(&pool, offset, self.me) {
+            // a replace whose answer was lost
+            AtOffset::Mine => Kept::Done(ip),
+            _ => Kept::Changed,
+        })
     }
 
     /// The guarded patch that claims `offset` in the pool.
-    async fn claim(&self, offset: u128, reserved: Option<String>, journal: &mut Journal) -> Result<Step, IpamError> {
-        let pool = &self.pool_name;
+    async fn add(&self, offset: u128, reservation: Option<String>, journal: &mut Journal) -> Result<Added, IpamError> {
+        let ip = self.range.addr_at(offset);
+        journal.record(Written::Allocation { pool: self.pool.clone(), offset, entry: self.entry.clone(), reservation });
         let outcome = self
             .budget
-            .retry(StoreError::is_transient, || self.store.add_allocation(pool, offset, &self.allocation))
+            .retry(StoreError::is_transient, || self.store.add_allocation(&self.pool, offset, &self.entry))
             .await
-            .map_err(|e| IpamError::from_retry(&format!("pool {pool}: add allocation {offset}"), e))?;
-        let ip = self.range.addr_at(offset);
-        if outcome == AddOutcome::Added {
-            journal.record(Written::Allocation { pool: pool.clone(), offset, held: self.allocation.clone() });
-            tracing::info!(pool = %pool, %ip, "assigned");
-            return Ok(Step::Done(ip));
-        }
-        // A real collision with a writer that reserved nothing (overlap off, or Whereabouts): give back our
-        // reservation and pick again from a fresh read.
-        tracing::debug!(pool = %pool, offset, "offset taken concurrently; picking again");
-        if let Some(name) = reserved {
-            self.budget
-                .retry(StoreError::is_transient, || {
-                    self.store.release_reservation(&name, &self.podref, &self.req.container_id)
-                })
-                .await
-                .map_err(|e| IpamError::from_retry(&format!("reservation {name}: delete"), e))?;
-            journal.forget_reservation(&name);
-        }
-        match self.requested {
-            Some(ip) => Err(IpamError::RequestedTaken { ip, holder: "a concurrent ADD".into() }),
-            None => Ok(Step::Reread),
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: add allocation {offset}", self.pool), e));
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            // refused before it was applied: nothing to undo
+            Err(IpamError::Store(e)) if e.failure == crate::store::Failure::TooLarge => {
+                journal.forget_allocation(&self.pool, offset);
+                return Err(IpamError::PoolTooLarge { pool: self.pool.clone(), message: e.message.clone() });
+            }
+            Err(e) => return Err(e),
+        };
+        let refusal = match outcome {
+            Patched::Applied => {
+                tracing::info!(pool = %self.pool, %ip, "assigned");
+                return Ok(Added::Done(ip));
+            }
+            Patched::Refused(message) => Some(message),
+            Patched::Missing => None,
+        };
+        // Refused: our test failed (someone holds the offset — maybe us, if an earlier try's answer was lost), or
+        // something else refused the patch. Missing: the pool went away. Read back to tell.
+        let pool = self.read_pool().await?;
+        match decide::at_offset(&pool, offset, self.me) {
+            AtOffset::Mine => {
+                tracing::info!(pool = %self.pool, %ip, "assigned (an earlier attempt's answer was lost)");
+                Ok(Added::Done(ip))
+            }
+            AtOffset::MyAttachment => {
+                journal.forget_allocation(&self.pool, offset);
+                Ok(Added::MyAttachment(pool))
+            }
+            AtOffset::Other(holder) => {
+                journal.forget_allocation(&self.pool, offset);
+                tracing::debug!(pool = %self.pool, offset, %holder, "offset taken concurrently; picking again");
+                Ok(Added::Lost(pool))
+            }
+            AtOffset::Free => match refusal {
+                // the 422 was not our test: a schema or an admission policy refuses the write
+                Some(message) => {
+                    Err(IpamError::Refused { what: format!("pool {}: add allocation {offset}", self.pool), message })
+                }
+                None => Ok(Added::Lost(pool)),
+            },
         }
     }
 }

@@ -1,19 +1,27 @@
-//! What one invocation wrote, so that a failure half-way can take it back (DESIGN §5 step 5).
+//! What one ADD set out to write, so that a failure half-way can take it back (DESIGN §5 step 5).
+//!
+//! A write is recorded *before* it is sent: a write whose answer never came may have been applied, so the
+//! roll-back must consider it. Every undo is guarded (an entry is removed only if it still holds our container, a
+//! reservation deleted only if it is still our claim), so undoing a write that never happened, or one that
+//! someone else has since replaced, changes nothing.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::IpamError;
+use super::reservation::release_if_ours;
 use crate::budget::Budget;
 use crate::crd::IpAllocation;
-use crate::store::{Store, StoreError};
+use crate::store::{Patched, Store, StoreError};
 
 /// Extra time a roll-back may take when the invocation's own budget has run out: leaving an address claimed by a
-/// failed ADD would leak it until the reconciler notices.
+/// failed ADD would block it until the reconciler notices.
 const ROLLBACK_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub(super) enum Written {
-    Allocation { pool: String, offset: u128, held: IpAllocation },
-    Reservation { name: String, podref: String, containerid: String },
+    Allocation { pool: String, offset: u128, entry: IpAllocation, reservation: Option<String> },
+    Reservation { name: String, podref: String, container: String },
 }
 
 #[derive(Debug, Default)]
@@ -24,35 +32,88 @@ impl Journal {
         self.0.push(written);
     }
 
-    /// Drops the record of a reservation that was already given back.
-    pub(super) fn forget_reservation(&mut self, released: &str) {
-        self.0.retain(|w| !matches!(w, Written::Reservation { name, .. } if name == released));
+    /// Forgets a reservation that turned out not to be ours to undo (another attachment's).
+    pub(super) fn forget_reservation(&mut self, forgotten: &str) {
+        self.0.retain(|w| !matches!(w, Written::Reservation { name, .. } if name == forgotten));
     }
 
-    /// Undoes every write, newest first, with guarded removals so nothing written by others is touched. Keeps
-    /// going after an error and returns them all.
-    pub(super) async fn roll_back(self, store: &Store, budget: &Budget) -> Vec<StoreError> {
+    /// Forgets the entry at `offset` of `pool`: it turned out to be another writer's.
+    pub(super) fn forget_allocation(&mut self, of_pool: &str, at: u128) {
+        self.0.retain(|w| !matches!(w, Written::Allocation { pool, offset, .. } if pool == of_pool && *offset == at));
+    }
+
+    /// Undoes every write, newest first. A reservation is never given back while an entry it guards could not
+    /// be removed: an entry without its reservation is how an address ends up held twice. Keeps going after an
+    /// error and returns them all.
+    pub(super) async fn roll_back(self, store: &impl Store, budget: &Budget) -> Vec<IpamError> {
         let budget = if budget.remaining() < ROLLBACK_GRACE { Budget::new(ROLLBACK_GRACE) } else { *budget };
         let mut errors = Vec::new();
+        let mut pinned = BTreeSet::new();
         for written in self.0.into_iter().rev() {
             let result = match &written {
-                Written::Allocation { pool, offset, held } => budget
-                    .retry(StoreError::is_transient, || store.remove_allocation(pool, *offset, held))
-                    .await
-                    .map(drop),
-                Written::Reservation { name, podref, containerid } => budget
-                    .retry(StoreError::is_transient, || store.release_reservation(name, podref, containerid))
-                    .await
-                    .map(drop),
+                Written::Allocation { pool, offset, entry, reservation } => {
+                    let removed = remove_entry(store, pool, *offset, entry, &budget).await.map(drop);
+                    if removed.is_err()
+                        && let Some(name) = reservation
+                    {
+                        pinned.insert(name.clone());
+                    }
+                    removed
+                }
+                Written::Reservation { name, .. } if pinned.contains(name) => {
+                    tracing::warn!(reservation = %name, "kept: the entry it guards could not be rolled back");
+                    Ok(())
+                }
+                Written::Reservation { name, podref, container } => {
+                    release_if_ours(store, name, podref, container, &budget).await.map(drop)
+                }
             };
             match result {
                 Ok(()) => tracing::debug!(?written, "rolled back"),
-                Err(crate::budget::RetryError::Failed(e)) => errors.push(e),
-                Err(crate::budget::RetryError::Expired) => {
-                    tracing::warn!(?written, "roll-back ran out of time");
-                }
+                Err(e) => errors.push(e),
             }
         }
         errors
     }
+}
+
+/// What removing an entry came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removed {
+    /// It was ours and is gone.
+    Removed,
+    /// It is gone, or another holder's now: nothing of ours is left there (a removal of ours whose answer was
+    /// lost looks like this too).
+    NotThere,
+}
+
+/// Removes the entry at `offset` of `pool` if it still holds `entry`'s container. An entry that is gone or that
+/// another writer holds now is not ours to remove: done. A refusal with our entry still there is an error.
+pub(super) async fn remove_entry(
+    store: &impl Store,
+    pool: &str,
+    offset: u128,
+    entry: &IpAllocation,
+    budget: &Budget,
+) -> Result<Removed, IpamError> {
+    let outcome = budget
+        .retry(StoreError::is_transient, || store.remove_allocation(pool, offset, entry))
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("pool {pool}: remove allocation {offset}"), e))?;
+    let message = match outcome {
+        Patched::Applied => return Ok(Removed::Removed),
+        Patched::Missing => return Ok(Removed::NotThere),
+        Patched::Refused(message) => message,
+    };
+    let current = budget
+        .retry(StoreError::is_transient, || store.get_pool(pool))
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("pool {pool}: get"), e))?;
+    let still_ours = current.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string())).is_some_and(|a| {
+        a.id == entry.id && a.podref == entry.podref && (entry.ifname.is_empty() || a.ifname == entry.ifname)
+    });
+    if still_ours {
+        return Err(IpamError::Refused { what: format!("pool {pool}: remove allocation {offset}"), message });
+    }
+    Ok(Removed::NotThere)
 }

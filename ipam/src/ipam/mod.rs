@@ -1,31 +1,34 @@
 //! The use cases: assign, release, check and gc, orchestrating config, allocator and store under the protocol of
-//! DESIGN §5.
+//! DESIGN §5; and what the reconciler writes (reclaim, restore, orphans). The decisions are pure functions in
+//! [`decide`]; the rest reads, asks them, and writes.
 
 mod assign;
+pub mod decide;
 mod journal;
 mod reclaim;
 mod release;
+mod reservation;
 
 pub use assign::assign;
-pub use reclaim::{Reclaimed, address_of, reclaim};
+pub use reclaim::{
+    Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, restore_reservation,
+};
 pub use release::{Attachment, check, gc, release};
+pub use reservation::release_if_ours;
 
 use std::net::IpAddr;
 
 use crate::budget::RetryError;
-use crate::store::StoreError;
+use crate::codes::Code;
+use crate::config::{IpamConfig, ReleaseConfig};
+use crate::range::IpRange;
+use crate::store::{Failure, StoreError};
 
-/// Error codes of our own, from 100 up as the CNI spec reserves them for plugins.
-pub mod codes {
-    /// Every usable address of a range is taken.
-    pub const RANGE_EXHAUSTED: u32 = 100;
-    /// An exact address was requested that another pod holds, or that may not be handed out.
-    pub const REQUESTED_ADDRESS_TAKEN: u32 = 101;
-    /// CHECK found no allocation for the attachment.
-    pub const ALLOCATION_MISSING: u32 = 102;
-    /// The API server refused a request (forbidden, invalid): not worth retrying as is.
-    pub const STORE_REFUSED: u32 = 103;
-}
+/// How long after its start an ADD may still write: its budget (`timeout_seconds`, at most
+/// [`crate::config::MAX_TIMEOUT`]), the roll-back grace, and the API server's own timeout for a request still in
+/// flight, with room to spare. A claim younger than this may belong to an ADD under way: GC leaves such entries
+/// alone, and the reconciler's default orphan age is this.
+pub const SETTLE_TIME: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Who asks: one attachment of one pod, on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +39,41 @@ pub struct Request {
     pub ifname: String,
     /// The node this invocation runs on.
     pub node: String,
+}
+
+/// The network a DEL, CHECK or GC acts on: what names its pools and reservations.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// The netconf `name`: GC releases only entries recorded for this network.
+    pub network: &'a str,
+    /// `ipam.network_name`: the prefix of pool and reservation names.
+    pub network_name: &'a str,
+    /// The ranges, whose CIDRs name the pools.
+    pub ranges: &'a [IpRange],
+    /// Whether the network claims addresses with reservations.
+    pub overlapping_ranges: bool,
+}
+
+impl<'a> From<&'a IpamConfig> for Scope<'a> {
+    fn from(cfg: &'a IpamConfig) -> Self {
+        Self {
+            network: &cfg.name,
+            network_name: &cfg.network_name,
+            ranges: &cfg.ranges,
+            overlapping_ranges: cfg.overlapping_ranges,
+        }
+    }
+}
+
+impl<'a> From<&'a ReleaseConfig> for Scope<'a> {
+    fn from(cfg: &'a ReleaseConfig) -> Self {
+        Self {
+            network: &cfg.name,
+            network_name: &cfg.network_name,
+            ranges: &cfg.ranges,
+            overlapping_ranges: cfg.overlapping_ranges,
+        }
+    }
 }
 
 /// One address handed out.
@@ -86,24 +124,63 @@ pub enum IpamError {
         /// The interface.
         ifname: String,
     },
+    /// The pool object has reached the storage's size limit: no entry can be added to it.
+    #[error(
+        "pool {pool} cannot grow: the object has reached the storage's size limit (etcd's request limit, \
+         1.5 MiB by default, about 5,000 entries) ({message}); use a smaller range per network, or node_slice_size"
+    )]
+    PoolTooLarge {
+        /// The pool's name.
+        pool: String,
+        /// What the server said.
+        message: String,
+    },
+    /// The server refused a write for another reason than the protocol's own test (a schema, an admission
+    /// policy): retrying the same write cannot help.
+    #[error("{what}: refused by the API server: {message}")]
+    Refused {
+        /// The write, e.g. `pool 10.0.0.0-24: add allocation 5`.
+        what: String,
+        /// What the server said.
+        message: String,
+    },
     /// An API request failed.
     #[error(transparent)]
     Store(Box<StoreError>),
     /// The time budget ran out (the API server is unreachable or overloaded).
     #[error("time budget ran out: {0}")]
     Expired(String),
+    /// Several failures (DEL and GC keep going after one).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Many(Vec<IpamError>),
 }
 
 impl IpamError {
-    /// The CNI error code: spec codes where one fits (11: try again later), ours from 100 up.
-    pub fn code(&self) -> u32 {
+    /// The CNI error code: spec codes where one fits (11: try again later), ours from 100 up. Several failures
+    /// take the first one's code that is not "try again later", so a runtime retries only what can succeed.
+    pub fn code(&self) -> Code {
         match self {
-            IpamError::Exhausted { .. } => codes::RANGE_EXHAUSTED,
-            IpamError::RequestedTaken { .. } | IpamError::RequestedUnusable { .. } => codes::REQUESTED_ADDRESS_TAKEN,
-            IpamError::Missing { .. } => codes::ALLOCATION_MISSING,
-            IpamError::Store(e) if e.is_transient() => 11,
-            IpamError::Store(_) => codes::STORE_REFUSED,
-            IpamError::Expired(_) => 11,
+            IpamError::Exhausted { .. } => Code::RangeExhausted,
+            IpamError::RequestedTaken { .. } | IpamError::RequestedUnusable { .. } => Code::RequestedAddressTaken,
+            IpamError::Missing { .. } => Code::AllocationMissing,
+            IpamError::PoolTooLarge { .. } => Code::PoolTooLarge,
+            IpamError::Refused { .. } => Code::StoreRefused,
+            IpamError::Store(e) if e.is_transient() => Code::TryAgainLater,
+            IpamError::Store(e) if e.failure == Failure::TooLarge => Code::PoolTooLarge,
+            IpamError::Store(_) => Code::StoreRefused,
+            IpamError::Expired(_) => Code::TryAgainLater,
+            IpamError::Many(all) => {
+                all.iter().map(IpamError::code).find(|c| *c != Code::TryAgainLater).unwrap_or(Code::TryAgainLater)
+            }
+        }
+    }
+
+    /// `errors` as one error: `None` when empty, the error itself when alone.
+    pub fn all(mut errors: Vec<IpamError>) -> Option<IpamError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(IpamError::Many(errors)),
         }
     }
 

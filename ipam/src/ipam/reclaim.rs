@@ -1,12 +1,16 @@
-//! Giving back one allocation found by the reconciler: the pool object alone says which range and network it
-//! belongs to, so no network config is needed.
+//! What the reconciler does to the store: give back an entry it judged stale, put back the reservation of a live
+//! entry that lost it, and delete a reservation no entry accounts for. The pool object alone says which range and
+//! network an entry belongs to, so no network config is needed. The judging is the reconciler's; these only
+//! write, guarded so that nothing changed since the judgement is touched.
 
 use super::IpamError;
+use super::journal::{Removed, remove_entry};
+use super::reservation::release_if_ours;
 use crate::budget::Budget;
-use crate::crd::{IpAllocation, IpPool};
+use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
 use crate::names;
 use crate::range::IpRange;
-use crate::store::{RemoveOutcome, Store, StoreError};
+use crate::store::{Claim, Created, Deleted, Store, StoreError, Version};
 
 /// What reclaiming one entry did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,32 +21,34 @@ pub enum Reclaimed {
     Changed,
 }
 
+/// The range of `pool` and the network its name says it belongs to, if both can be read.
+pub fn pool_scope(pool: &IpPool) -> Option<(IpRange, String)> {
+    let range = IpRange::parse(&pool.spec.range, None, None, &[]).ok()?;
+    let network = names::network_of_pool(pool.metadata.name.as_deref()?, range.cidr())?;
+    Some((range, network))
+}
+
+/// The name of the reservation that guards the entry at `offset` of `pool`, if the pool's name and range say.
+pub fn reservation_of(pool: &IpPool, offset: u128) -> Option<String> {
+    let (range, network) = pool_scope(pool)?;
+    Some(names::reservation_name(&network, range.checked_addr_at(offset)?))
+}
+
 /// Removes the entry `held` at `offset` of `pool` (only if it is still exactly that holder) and then its
-/// reservation.
+/// reservation, if that is still the entry's.
 pub async fn reclaim(
-    store: &Store,
+    store: &impl Store,
     pool: &IpPool,
     offset: u128,
     held: &IpAllocation,
     budget: &Budget,
 ) -> Result<Reclaimed, IpamError> {
     let name = pool.metadata.name.clone().unwrap_or_default();
-    let outcome = budget
-        .retry(StoreError::is_transient, || store.remove_allocation(&name, offset, held))
-        .await
-        .map_err(|e| IpamError::from_retry(&format!("pool {name}: remove allocation {offset}"), e))?;
-    if outcome != RemoveOutcome::Removed {
+    if remove_entry(store, &name, offset, held, budget).await? == Removed::NotThere {
         return Ok(Reclaimed::Changed);
     }
-    let reservation = IpRange::parse(&pool.spec.range, None, None, &[]).ok().and_then(|range| {
-        let network = names::network_of_pool(&name, range.cidr())?;
-        Some(names::reservation_name(&network, range.checked_addr_at(offset)?))
-    });
-    if let Some(reservation) = reservation {
-        budget
-            .retry(StoreError::is_transient, || store.release_reservation(&reservation, &held.podref, &held.id))
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("reservation {reservation}: delete"), e))?;
+    if let Some(reservation) = reservation_of(pool, offset) {
+        release_if_ours(store, &reservation, &held.podref, &held.id, budget).await?;
     }
     Ok(Reclaimed::Released)
 }
@@ -50,4 +56,74 @@ pub async fn reclaim(
 /// The address at `offset` of `pool`, if its range parses and the offset lies in it.
 pub fn address_of(pool: &IpPool, offset: u128) -> Option<std::net::IpAddr> {
     IpRange::parse(&pool.spec.range, None, None, &[]).ok()?.checked_addr_at(offset)
+}
+
+/// What putting back a live entry's reservation found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restored {
+    /// The reservation was missing and is back.
+    Created,
+    /// The entry's pod holds it already.
+    Present,
+    /// Another pod holds it: the address is held by two attachments.
+    Conflict(OverlappingRangeIpReservationSpec),
+}
+
+/// Makes sure the reservation `name` exists for the entry `held`: re-creates it when it is missing (Whereabouts'
+/// DEL deletes reservations by name, a fault may have lost it), and reports who holds it otherwise.
+pub async fn restore_reservation(
+    store: &impl Store,
+    name: &str,
+    held: &IpAllocation,
+    budget: &Budget,
+) -> Result<Restored, IpamError> {
+    let claim = Claim {
+        spec: OverlappingRangeIpReservationSpec {
+            containerid: held.id.clone(),
+            ifname: held.ifname.clone(),
+            podref: held.podref.clone(),
+        },
+        node: held.node.clone().unwrap_or_default(),
+        at: crate::clock::now(),
+    };
+    let mut attempt = 0;
+    loop {
+        budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("reservation {name}: restore")))?;
+        attempt += 1;
+        let current = budget
+            .retry(StoreError::is_transient, || store.get_reservation(name))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("reservation {name}: get"), e))?;
+        if let Some(current) = current {
+            return Ok(if current.spec.podref == held.podref {
+                Restored::Present
+            } else {
+                Restored::Conflict(current.spec)
+            });
+        }
+        let created = budget
+            .retry(StoreError::is_transient, || store.create_reservation(name, &claim))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("reservation {name}: create"), e))?;
+        if let Created::Created(_) = created {
+            return Ok(Restored::Created);
+        }
+    }
+}
+
+/// Deletes `reservation` if it is still exactly as read (its resourceVersion): the caller read it, then read the
+/// pools and found no entry accounting for it. An ADD that takes it over in between changes its version, so the
+/// delete fails and the claim stays.
+pub async fn release_orphan(
+    store: &impl Store,
+    reservation: &OverlappingRangeIpReservation,
+    budget: &Budget,
+) -> Result<bool, IpamError> {
+    let name = reservation.metadata.name.clone().unwrap_or_default();
+    let version = Version::of(reservation);
+    let deleted = budget
+        .retry(StoreError::is_transient, || store.delete_reservation(&name, &version))
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("reservation {name}: delete"), e))?;
+    Ok(deleted == Deleted::Deleted)
 }

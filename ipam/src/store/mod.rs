@@ -1,91 +1,283 @@
-//! The Kubernetes store: IPPools and OverlappingRangeIPReservations in one namespace, written with the guarded
-//! patches and creates of DESIGN §5. Every call here is one API request; retrying is the caller's business.
+//! What the use cases ask of the storage: IPPools and OverlappingRangeIPReservations in one namespace, read and
+//! written with the guarded patches and creates of DESIGN §5.
+//!
+//! [`Store`] is the seam: [`KubeStore`] is the live implementation (one API request per call), [`MemoryStore`]
+//! keeps the same objects in memory and injects, per call, the faults a real cluster produces (a response lost
+//! after the write was applied, 409, 422, 429, 500, a timeout, the death of the process), so the protocol's
+//! invariants can be proven by property tests without a server.
+//!
+//! Every call is one request and never retries: retrying, and reading back after an answer that did not come,
+//! is the caller's business ([`StoreError::is_ambiguous`]).
 
 mod connect;
-mod pool;
-mod reservation;
+mod kube;
+pub mod memory;
 
+use std::future::Future;
+
+pub use self::kube::KubeStore;
 pub use connect::{ConnectError, connect, namespace_of};
-pub use pool::{AddOutcome, RemoveOutcome};
-pub use reservation::ReserveOutcome;
+pub use memory::MemoryStore;
 
-use kube::{Api, Client};
+use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
 
-use crate::crd::{IpPool, OverlappingRangeIpReservation};
+/// The label that names the node an ADD ran on, on the reservations hereabouts creates, so that a node's
+/// reconciler can watch just its own node's claims. Left off when the node name is not a valid label value.
+pub const NODE_LABEL: &str = "hereabouts.cni.cncf.io/node";
 
-/// A failed API request, with the operation and the object it was about.
+/// The annotation holding when an ADD last claimed a reservation (RFC 3339): created it, or took it over from an
+/// earlier sandbox of the same attachment. A reservation no pool entry accounts for is an orphan only once this
+/// time is older than any ADD can run.
+pub const CLAIMED_ANNOTATION: &str = "hereabouts.cni.cncf.io/claimed";
+
+/// What a create did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created<T> {
+    /// The object is new, as returned by the server.
+    Created(T),
+    /// An object of that name already exists; nothing was written.
+    Exists,
+}
+
+/// What a guarded patch (one that tests the current content before it changes it) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Patched {
+    /// Every test held and the change is applied.
+    Applied,
+    /// The server refused the patch (422): a test failed, or something else (a schema, an admission policy)
+    /// refused it. Nothing was written; read the object to tell which.
+    Refused(String),
+    /// The object does not exist.
+    Missing,
+}
+
+/// What a delete with preconditions did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The object, as read, is gone.
+    Deleted,
+    /// It was already gone.
+    Missing,
+    /// It changed since it was read (another resourceVersion or UID): nothing was deleted.
+    Changed,
+}
+
+/// Which object an optimistic delete expects: the resourceVersion and UID it was read with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+}
+
+impl Version {
+    /// The version `reservation` was read at.
+    pub fn of(reservation: &OverlappingRangeIpReservation) -> Self {
+        Self { resource_version: reservation.metadata.resource_version.clone(), uid: reservation.metadata.uid.clone() }
+    }
+}
+
+/// A claim on one address, as an ADD writes it into a reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Who holds the address.
+    pub spec: OverlappingRangeIpReservationSpec,
+    /// The node the ADD runs on ([`NODE_LABEL`]).
+    pub node: String,
+    /// When the ADD claimed it ([`CLAIMED_ANNOTATION`]).
+    pub at: k8s_openapi::jiff::Timestamp,
+}
+
+/// How a request failed, which decides what the caller may do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The server did not apply the request and asks to come back (429, a 409 conflict of its own internal
+    /// retries): safe to send again.
+    Unavailable,
+    /// No answer, or an answer that does not say whether the request was applied (a reset, a timeout, GOAWAY, a
+    /// 5xx): a write may or may not have happened. Read back before deciding; never guess.
+    Ambiguous,
+    /// The object would exceed the storage's size limit (etcd's request limit): nothing was written, and trying
+    /// again cannot help.
+    TooLarge,
+    /// The server refused the request (forbidden, invalid, not found where that is unexpected); the HTTP code.
+    Refused(u16),
+    /// The answer could not be read as the object it should be.
+    Malformed,
+}
+
+/// A failed request, with the operation and the object it was about.
 #[derive(Debug, thiserror::Error)]
-#[error("{kind} {name}: {op}: {}", describe(source))]
+#[error("{kind} {name}: {op}: {message}")]
 pub struct StoreError {
     /// `pool` or `reservation`.
     pub kind: &'static str,
-    /// The object's name.
+    /// The object's name (`*` for a list).
     pub name: String,
     /// What was attempted, e.g. `patch allocation 5`.
     pub op: String,
+    /// How it failed.
+    pub failure: Failure,
     /// What the client or the server said.
+    pub message: String,
+    /// The client's error, when there is one.
     #[source]
-    pub source: kube::Error,
-}
-
-/// The server's own words for an API error (kube's Display of it prints the whole status structure).
-fn describe(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) => format!("{} {}: {}", status.code, status.reason, status.message),
-        other => other.to_string(),
-    }
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl StoreError {
-    fn new(kind: &'static str, name: &str, op: impl Into<String>, source: kube::Error) -> Self {
-        Self { kind, name: name.to_string(), op: op.into(), source }
+    /// A failure of `op` on `kind` `name`.
+    pub fn new(kind: &'static str, name: &str, op: impl Into<String>, failure: Failure, message: String) -> Self {
+        Self { kind, name: name.to_string(), op: op.into(), failure, message, source: None }
     }
 
-    /// Whether the request may succeed if tried again: the server was unreachable, overloaded or timed out, as
-    /// opposed to refusing the request.
+    /// Whether the request may succeed if sent again (after a read-back, for an [`Failure::Ambiguous`] write).
     pub fn is_transient(&self) -> bool {
-        match &self.source {
-            kube::Error::Api(status) => matches!(status.code, 429 | 500 | 502 | 503 | 504),
-            kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) | kube::Error::InferConfig(_) => false,
-            _ => true,
-        }
+        matches!(self.failure, Failure::Unavailable | Failure::Ambiguous)
     }
 
-    /// The HTTP status the server answered with, if it answered.
+    /// Whether a write may have been applied although it failed.
+    pub fn is_ambiguous(&self) -> bool {
+        self.failure == Failure::Ambiguous
+    }
+
+    /// The HTTP status the server refused the request with, if it did.
     pub fn status_code(&self) -> Option<u16> {
-        match &self.source {
-            kube::Error::Api(status) => Some(status.code),
+        match self.failure {
+            Failure::Refused(code) => Some(code),
             _ => None,
         }
     }
 }
 
-/// The pools and reservations of one namespace.
-#[derive(Clone)]
-pub struct Store {
-    pools: Api<IpPool>,
-    reservations: Api<OverlappingRangeIpReservation>,
-    namespace: String,
-}
-
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("namespace", &self.namespace).finish_non_exhaustive()
-    }
-}
-
-impl Store {
-    /// A store over `namespace`.
-    pub fn new(client: Client, namespace: &str) -> Self {
-        Self {
-            pools: Api::namespaced(client.clone(), namespace),
-            reservations: Api::namespaced(client, namespace),
-            namespace: namespace.to_string(),
-        }
-    }
-
+/// The storage operations of the use cases. Each call is one request; none retries.
+///
+/// Pool entries are keyed by the decimal offset of the address from the range's network address
+/// (`spec.allocations["<offset>"]`, DESIGN §2). Guarded writes apply to the latest object and test what they
+/// change, so writers of different entries never conflict and a write can never undo another writer's.
+pub trait Store: Send + Sync {
     /// The namespace the objects live in.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
+    fn namespace(&self) -> &str;
+
+    /// Reads the pool `name`, or `None` when it does not exist.
+    fn get_pool(&self, name: &str) -> impl Future<Output = Result<Option<IpPool>, StoreError>> + Send;
+
+    /// Creates the pool `name` for `range` with no allocations.
+    fn create_pool(&self, name: &str, range: &str) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
+
+    /// Every pool of the namespace.
+    fn list_pools(&self) -> impl Future<Output = Result<Vec<IpPool>, StoreError>> + Send;
+
+    /// One cheap read that shows the server is reachable and lets us read pools (CNI STATUS).
+    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Adds `entry` at `offset` if, and only if, no entry is there.
+    fn add_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface.
+    fn replace_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        expected: &IpAllocation,
+        entry: &IpAllocation,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Removes the entry at `offset` if it still holds `held`'s container, pod and interface (the interface only
+    /// when `held` records one).
+    fn remove_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        held: &IpAllocation,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Reads the reservation `name`, or `None` when it does not exist.
+    fn get_reservation(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<OverlappingRangeIpReservation>, StoreError>> + Send;
+
+    /// Creates the reservation `name` for `claim`.
+    fn create_reservation(
+        &self,
+        name: &str,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Created<OverlappingRangeIpReservation>, StoreError>> + Send;
+
+    /// Rewrites the reservation `current` (as read) to `claim` if it has not changed since it was read: a new
+    /// sandbox of the same attachment takes its own claim over, so the earlier sandbox's guarded delete (which
+    /// expects the version it read) can no longer remove it.
+    fn take_over_reservation(
+        &self,
+        current: &OverlappingRangeIpReservation,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Deletes the reservation `name` if it is still at `version`.
+    fn delete_reservation(
+        &self,
+        name: &str,
+        version: &Version,
+    ) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+
+    /// Every reservation of the namespace, or only those labelled with `node` ([`NODE_LABEL`]).
+    fn list_reservations(
+        &self,
+        node: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<OverlappingRangeIpReservation>, StoreError>> + Send;
+}
+
+/// `node` as a label value, if it is one: at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and
+/// ending with an alphanumeric. Node names are DNS subdomains of up to 253 characters, so some are not.
+pub fn node_label_value(node: &str) -> Option<&str> {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let valid = !node.is_empty()
+        && node.len() <= 63
+        && node.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && alnum(node.chars().next())
+        && alnum(node.chars().last());
+    valid.then_some(node)
+}
+
+/// When the reservation was last claimed: its [`CLAIMED_ANNOTATION`], else its creation time.
+pub fn claimed_at(reservation: &OverlappingRangeIpReservation) -> Option<k8s_openapi::jiff::Timestamp> {
+    let annotated: Option<k8s_openapi::jiff::Timestamp> =
+        reservation.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMED_ANNOTATION)?.parse().ok());
+    let created = reservation.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    match (annotated, created) {
+        (Some(a), Some(c)) => Some(a.max(c)),
+        (a, c) => a.or(c),
+    }
+}
+
+/// The reservation object a claim is written as.
+pub fn reservation_object(name: &str, claim: &Claim) -> OverlappingRangeIpReservation {
+    let mut reservation = OverlappingRangeIpReservation::new(name, claim.spec.clone());
+    if let Some(node) = node_label_value(&claim.node) {
+        reservation.metadata.labels = Some([(NODE_LABEL.to_string(), node.to_string())].into());
+    }
+    reservation.metadata.annotations = Some([(CLAIMED_ANNOTATION.to_string(), claim.at.to_string())].into());
+    reservation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_as_label_values() {
+        assert_eq!(node_label_value("node-1.example.com"), Some("node-1.example.com"));
+        assert_eq!(node_label_value(""), None);
+        assert_eq!(node_label_value(&"a".repeat(64)), None);
+        assert_eq!(node_label_value(&"a".repeat(63)), Some("a".repeat(63).as_str()));
+        assert_eq!(node_label_value("-node"), None);
+        assert_eq!(node_label_value("node."), None);
     }
 }

@@ -1,0 +1,240 @@
+//! [`KubeStore`]: the live [`Store`], one API request per call, every write guarded (DESIGN §5).
+
+use std::collections::BTreeMap;
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::{Claim, Created, Deleted, Failure, Patched, Store, StoreError, Version};
+use crate::crd::{IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+
+const POOL: &str = "pool";
+const RESERVATION: &str = "reservation";
+
+/// The pools and reservations of one namespace on the API server.
+#[derive(Clone)]
+pub struct KubeStore {
+    pools: Api<IpPool>,
+    reservations: Api<OverlappingRangeIpReservation>,
+    namespace: String,
+}
+
+impl std::fmt::Debug for KubeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeStore").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
+}
+
+impl KubeStore {
+    /// A store over `namespace`.
+    pub fn new(client: Client, namespace: &str) -> Self {
+        Self {
+            pools: Api::namespaced(client.clone(), namespace),
+            reservations: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+        }
+    }
+}
+
+/// How a failed request failed. etcd refuses an object over its request limit with a 500 whose message says so;
+/// the API server's own body limit answers 413.
+fn classify(err: &kube::Error) -> (Failure, String) {
+    match err {
+        kube::Error::Api(status) => {
+            let message = format!("{} {}: {}", status.code, status.reason, status.message);
+            let failure = match status.code {
+                413 => Failure::TooLarge,
+                500 if status.message.contains("too large") => Failure::TooLarge,
+                // 409 here is a conflict the server gave up retrying (AlreadyExists is handled by the callers)
+                409 | 429 => Failure::Unavailable,
+                500..=599 => Failure::Ambiguous,
+                code => Failure::Refused(code),
+            };
+            (failure, message)
+        }
+        kube::Error::SerdeError(e) => (Failure::Malformed, format!("unreadable answer: {e}")),
+        kube::Error::BuildRequest(e) => (Failure::Refused(0), format!("cannot build the request: {e}")),
+        kube::Error::InferConfig(e) => (Failure::Refused(0), e.to_string()),
+        // connection refused or reset, TLS, timeouts, a body cut short: the request may have been applied
+        other => (Failure::Ambiguous, other.to_string()),
+    }
+}
+
+fn error(kind: &'static str, name: &str, op: impl Into<String>, err: kube::Error) -> StoreError {
+    let (failure, message) = classify(&err);
+    StoreError { source: Some(Box::new(err)), ..StoreError::new(kind, name, op, failure, message) }
+}
+
+fn is_status(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+fn json_patch(ops: Value) -> Patch<()> {
+    Patch::Json(serde_json::from_value(ops).expect("a JSON patch built from literals is valid"))
+}
+
+fn entry_path(offset: u128) -> String {
+    format!("/spec/allocations/{offset}")
+}
+
+/// Tests that the entry at `path` is still `held`'s: container, pod, and interface when `held` records one.
+fn entry_tests(path: &str, held: &IpAllocation) -> Vec<Value> {
+    let mut ops = vec![
+        json!({"op": "test", "path": format!("{path}/id"), "value": held.id}),
+        json!({"op": "test", "path": format!("{path}/podref"), "value": held.podref}),
+    ];
+    if !held.ifname.is_empty() {
+        ops.push(json!({"op": "test", "path": format!("{path}/ifname"), "value": held.ifname}));
+    }
+    ops
+}
+
+impl KubeStore {
+    async fn patch_pool(&self, pool: &str, op: String, ops: Vec<Value>) -> Result<Patched, StoreError> {
+        match self.pools.patch(pool, &PatchParams::default(), &json_patch(ops.into())).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(POOL, pool, op, e)),
+        }
+    }
+}
+
+/// The labels and annotations `claim` writes, over those `current` already has.
+fn claim_metadata(current: &OverlappingRangeIpReservation, claim: &Claim) -> (Value, Value) {
+    let ours = super::reservation_object("", claim).metadata;
+    let merge = |theirs: &Option<BTreeMap<String, String>>, ours: Option<BTreeMap<String, String>>| {
+        let mut all = theirs.clone().unwrap_or_default();
+        all.extend(ours.unwrap_or_default());
+        json!(all)
+    };
+    (merge(&current.metadata.labels, ours.labels), merge(&current.metadata.annotations, ours.annotations))
+}
+
+impl Store for KubeStore {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
+        self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
+    }
+
+    async fn create_pool(&self, name: &str, range: &str) -> Result<Created<IpPool>, StoreError> {
+        let pool = IpPool::new(name, IpPoolSpec { range: range.to_string(), allocations: BTreeMap::new() });
+        match self.pools.create(&PostParams::default(), &pool).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
+            Err(e) => Err(error(POOL, name, "create", e)),
+        }
+    }
+
+    async fn list_pools(&self) -> Result<Vec<IpPool>, StoreError> {
+        let list = self.pools.list(&ListParams::default()).await.map_err(|e| error(POOL, "*", "list", e))?;
+        Ok(list.items)
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        let params = ListParams::default().limit(1);
+        self.pools.list_metadata(&params).await.map(drop).map_err(|e| error(POOL, "*", "list", e))
+    }
+
+    async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
+        let path = entry_path(offset);
+        // A `test` of null passes only while the key is absent: of two writers of one offset exactly one wins.
+        let ops = vec![
+            json!({"op": "test", "path": path, "value": null}),
+            json!({"op": "add", "path": path, "value": entry}),
+        ];
+        self.patch_pool(pool, format!("add allocation {offset}"), ops).await
+    }
+
+    async fn replace_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        expected: &IpAllocation,
+        entry: &IpAllocation,
+    ) -> Result<Patched, StoreError> {
+        let path = entry_path(offset);
+        let mut ops = entry_tests(&path, expected);
+        ops.push(json!({"op": "replace", "path": path, "value": entry}));
+        self.patch_pool(pool, format!("replace allocation {offset}"), ops).await
+    }
+
+    async fn remove_allocation(&self, pool: &str, offset: u128, held: &IpAllocation) -> Result<Patched, StoreError> {
+        let path = entry_path(offset);
+        let mut ops = entry_tests(&path, held);
+        ops.push(json!({"op": "remove", "path": path}));
+        self.patch_pool(pool, format!("remove allocation {offset}"), ops).await
+    }
+
+    async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {
+        self.reservations.get_opt(name).await.map_err(|e| error(RESERVATION, name, "get", e))
+    }
+
+    async fn create_reservation(
+        &self,
+        name: &str,
+        claim: &Claim,
+    ) -> Result<Created<OverlappingRangeIpReservation>, StoreError> {
+        let reservation = super::reservation_object(name, claim);
+        match self.reservations.create(&PostParams::default(), &reservation).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
+            Err(e) => Err(error(RESERVATION, name, "create", e)),
+        }
+    }
+
+    async fn take_over_reservation(
+        &self,
+        current: &OverlappingRangeIpReservation,
+        claim: &Claim,
+    ) -> Result<Patched, StoreError> {
+        let name = current.metadata.name.as_deref().unwrap_or_default();
+        let (labels, annotations) = claim_metadata(current, claim);
+        let spec: &OverlappingRangeIpReservationSpec = &claim.spec;
+        // The resourceVersion test makes this a compare-and-swap of the object as read: a delete or take-over
+        // by anyone else in between makes it fail, and the caller reads again.
+        let ops = json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": current.metadata.resource_version},
+            {"op": "add", "path": "/spec/podref", "value": spec.podref},
+            {"op": "add", "path": "/spec/containerid", "value": spec.containerid},
+            {"op": "add", "path": "/spec/ifname", "value": spec.ifname},
+            {"op": "add", "path": "/metadata/labels", "value": labels},
+            {"op": "add", "path": "/metadata/annotations", "value": annotations},
+        ]);
+        match self.reservations.patch(name, &PatchParams::default(), &json_patch(ops)).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(RESERVATION, name, "take over", e)),
+        }
+    }
+
+    async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: version.resource_version.clone(),
+                uid: version.uid.clone(),
+            }),
+            ..Default::default()
+        };
+        match self.reservations.delete(name, &params).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
+            Err(e) => Err(error(RESERVATION, name, "delete", e)),
+        }
+    }
+
+    async fn list_reservations(&self, node: Option<&str>) -> Result<Vec<OverlappingRangeIpReservation>, StoreError> {
+        let mut params = ListParams::default();
+        if let Some(node) = node {
+            params = params.labels(&format!("{}={node}", super::NODE_LABEL));
+        }
+        let list = self.reservations.list(&params).await.map_err(|e| error(RESERVATION, "*", "list", e))?;
+        Ok(list.items)
+    }
+}

@@ -1,0 +1,545 @@
+//! [`MemoryStore`]: the [`Store`] in memory, with the faults of a real cluster injected per call. For tests only:
+//! it proves the protocol's invariants under faults in property tests; the live server proves it works.
+//!
+//! Handles made with [`MemoryStore::handle`] share one state, as processes share an API server, and each has its
+//! own fault plan, so one "process" can be killed while the others go on. Every call yields to the scheduler a
+//! random number of times before and after it is applied, so that concurrent callers on one tokio runtime
+//! interleave differently in every case.
+//!
+//! The semantics are the API server's as far as the protocol relies on them: creates answer `Exists` for a name
+//! taken, guarded patches are applied to the latest object and refused (422) when a test fails, deletes check
+//! their preconditions, every write bumps a resourceVersion.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{Claim, Created, Deleted, Failure, NODE_LABEL, Patched, Store, StoreError, Version};
+use crate::crd::{IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation};
+
+/// A fault injected into one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// The write is applied, the answer is lost (a reset, GOAWAY, a budget cut): the caller sees an ambiguous
+    /// failure.
+    LostResponse,
+    /// 409 Conflict from the server's own retries: nothing applied.
+    Conflict,
+    /// 422 from something other than the caller's test (a schema, an admission policy): nothing applied.
+    Refused,
+    /// 429 Too Many Requests: nothing applied.
+    TooMany,
+    /// 500 Internal Server Error: applied or not, at random; the caller cannot tell.
+    ServerError,
+    /// No answer for a while, then a timeout: applied or not, at random.
+    Timeout,
+    /// The process dies at this call (applied or not, at random): this handle never answers again.
+    Die,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 7] = [
+        Fault::LostResponse,
+        Fault::Conflict,
+        Fault::Refused,
+        Fault::TooMany,
+        Fault::ServerError,
+        Fault::Timeout,
+        Fault::Die,
+    ];
+}
+
+/// The operations, to aim scripted faults at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    GetPool,
+    CreatePool,
+    ListPools,
+    Probe,
+    AddAllocation,
+    ReplaceAllocation,
+    RemoveAllocation,
+    GetReservation,
+    CreateReservation,
+    TakeOverReservation,
+    DeleteReservation,
+    ListReservations,
+}
+
+impl Op {
+    fn is_write(self) -> bool {
+        !matches!(self, Op::GetPool | Op::ListPools | Op::Probe | Op::GetReservation | Op::ListReservations)
+    }
+}
+
+/// SplitMix64: small, seedable, good enough to pick faults and interleavings.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}
+
+/// Which faults a handle suffers: random ones at a rate, and scripted ones at the n-th call of an operation.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    rng: Rng,
+    /// Probability that a call suffers a random fault.
+    pub rate: f64,
+    /// The faults random injection picks from.
+    pub kinds: Vec<Fault>,
+    /// At most this many yields to the scheduler before and after each call.
+    pub max_yields: u32,
+    scripted: HashMap<Op, Vec<(u32, Fault)>>,
+    calls: HashMap<Op, u32>,
+}
+
+impl FaultPlan {
+    /// No random faults; interleaving driven by `seed`.
+    pub fn quiet(seed: u64) -> Self {
+        Self {
+            rng: Rng::new(seed),
+            rate: 0.0,
+            kinds: Vec::new(),
+            max_yields: 3,
+            scripted: HashMap::new(),
+            calls: HashMap::new(),
+        }
+    }
+
+    /// Random faults of `kinds` at `rate` per call.
+    pub fn random(seed: u64, rate: f64, kinds: &[Fault]) -> Self {
+        Self { rate, kinds: kinds.to_vec(), ..Self::quiet(seed) }
+    }
+
+    /// The `nth` call (from 1) of `op` suffers `fault`.
+    pub fn at(mut self, op: Op, nth: u32, fault: Fault) -> Self {
+        self.scripted.entry(op).or_default().push((nth, fault));
+        self
+    }
+
+    fn next(&mut self, op: Op) -> Option<Fault> {
+        let n = self.calls.entry(op).or_default();
+        *n += 1;
+        let n = *n;
+        if let Some(scripted) = self.scripted.get(&op).and_then(|s| s.iter().find(|(at, _)| *at == n)) {
+            return Some(scripted.1);
+        }
+        if self.kinds.is_empty() || !self.rng.chance(self.rate) {
+            return None;
+        }
+        let fault = self.kinds[self.rng.below(self.kinds.len() as u64) as usize];
+        // faults that only make sense for writes
+        let write_only = matches!(fault, Fault::LostResponse | Fault::Refused | Fault::Conflict);
+        (!write_only || op.is_write()).then_some(fault)
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pools: BTreeMap<String, IpPool>,
+    reservations: BTreeMap<String, OverlappingRangeIpReservation>,
+    version: u64,
+    writes: u64,
+    faults: BTreeMap<Fault, u64>,
+}
+
+impl State {
+    fn bump(&mut self) -> String {
+        self.version += 1;
+        self.writes += 1;
+        self.version.to_string()
+    }
+}
+
+#[derive(Debug)]
+struct Actor {
+    name: String,
+    plan: Mutex<FaultPlan>,
+    dead: AtomicBool,
+}
+
+/// Pools and reservations in memory, with faults. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    actor: Arc<Actor>,
+    namespace: String,
+    pool_limit: Option<usize>,
+}
+
+impl MemoryStore {
+    /// An empty store whose first handle suffers no faults.
+    pub fn new(namespace: &str) -> Self {
+        Self {
+            state: Arc::default(),
+            actor: Arc::new(Actor { name: "main".into(), plan: Mutex::new(FaultPlan::quiet(0)), dead: false.into() }),
+            namespace: namespace.to_string(),
+            pool_limit: None,
+        }
+    }
+
+    /// Refuses (as etcd does with "request is too large") a pool write that would leave more than `entries`.
+    pub fn with_pool_limit(mut self, entries: usize) -> Self {
+        self.pool_limit = Some(entries);
+        self
+    }
+
+    /// Another handle on the same state (another process), named `name`, suffering `plan`.
+    pub fn handle(&self, name: &str, plan: FaultPlan) -> Self {
+        Self {
+            actor: Arc::new(Actor { name: name.to_string(), plan: Mutex::new(plan), dead: false.into() }),
+            ..self.clone()
+        }
+    }
+
+    /// Whether this handle's process died at a [`Fault::Die`].
+    pub fn is_dead(&self) -> bool {
+        self.actor.dead.load(Ordering::SeqCst)
+    }
+
+    /// The handle's name.
+    pub fn name(&self) -> &str {
+        &self.actor.name
+    }
+
+    /// Every pool, as stored now.
+    pub fn pools(&self) -> Vec<IpPool> {
+        self.state.lock().unwrap().pools.values().cloned().collect()
+    }
+
+    /// Every reservation, as stored now.
+    pub fn reservations(&self) -> Vec<OverlappingRangeIpReservation> {
+        self.state.lock().unwrap().reservations.values().cloned().collect()
+    }
+
+    /// How many writes were applied so far, by every handle.
+    pub fn writes(&self) -> u64 {
+        self.state.lock().unwrap().writes
+    }
+
+    /// How many faults of each kind were injected so far, over every handle.
+    pub fn faults(&self) -> BTreeMap<Fault, u64> {
+        self.state.lock().unwrap().faults.clone()
+    }
+
+    /// Writes `pool` as it is (test set-up, e.g. entries another tool wrote).
+    pub fn put_pool(&self, pool: IpPool) {
+        let mut state = self.state.lock().unwrap();
+        let mut pool = pool;
+        pool.metadata.resource_version = Some(state.bump());
+        state.pools.insert(pool.metadata.name.clone().unwrap_or_default(), pool);
+    }
+
+    /// Deletes the reservation `name` unconditionally, as Whereabouts' DEL does (test set-up).
+    pub fn force_delete_reservation(&self, name: &str) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let found = state.reservations.remove(name).is_some();
+        if found {
+            state.bump();
+        }
+        found
+    }
+
+    async fn shuffle(&self) {
+        let yields = {
+            let mut plan = self.actor.plan.lock().unwrap();
+            let max = plan.max_yields;
+            plan.rng.below(u64::from(max) + 1)
+        };
+        for _ in 0..yields {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Runs one call: the interleaving, the fault if any, and `apply` (under the state lock) when the request
+    /// reaches the "server".
+    async fn call<T>(
+        &self,
+        op: Op,
+        kind: &'static str,
+        name: &str,
+        apply: impl FnOnce(&mut State) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.is_dead() {
+            return std::future::pending().await;
+        }
+        self.shuffle().await;
+        let (fault, coin) = {
+            let mut plan = self.actor.plan.lock().unwrap();
+            let fault = plan.next(op);
+            (fault, plan.rng.chance(0.5))
+        };
+        let fail = |failure: Failure, message: &str| {
+            Err(StoreError::new(kind, name, format!("{op:?}"), failure, format!("injected: {message}")))
+        };
+        let Some(fault) = fault else {
+            let result = apply(&mut self.state.lock().unwrap());
+            self.shuffle().await;
+            return result;
+        };
+        self.state.lock().unwrap().faults.entry(fault).and_modify(|n| *n += 1).or_insert(1);
+        match fault {
+            Fault::LostResponse => {
+                let _ = apply(&mut self.state.lock().unwrap());
+                fail(Failure::Ambiguous, "connection reset after the request was sent")
+            }
+            Fault::Conflict => fail(Failure::Unavailable, "409 the object has been modified"),
+            // a patch caller turns this into `Patched::Refused`, which it cannot tell from a failed test
+            Fault::Refused => fail(Failure::Refused(422), "422 denied by an admission policy"),
+            Fault::TooMany => fail(Failure::Unavailable, "429 too many requests"),
+            Fault::ServerError | Fault::Timeout => {
+                if fault == Fault::Timeout {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                if coin {
+                    let _ = apply(&mut self.state.lock().unwrap());
+                }
+                fail(Failure::Ambiguous, "500, or no answer before the timeout")
+            }
+            Fault::Die => {
+                if coin {
+                    let _ = apply(&mut self.state.lock().unwrap());
+                }
+                self.actor.dead.store(true, Ordering::SeqCst);
+                std::future::pending().await
+            }
+        }
+    }
+}
+
+/// A 422 is how the server refuses a patch: the caller of a guarded patch sees it as [`Patched::Refused`].
+fn refused_as_patched(result: Result<Patched, StoreError>) -> Result<Patched, StoreError> {
+    match result {
+        Err(e) if e.status_code() == Some(422) => Ok(Patched::Refused(e.message)),
+        other => other,
+    }
+}
+
+fn same_holder(entry: &IpAllocation, held: &IpAllocation) -> bool {
+    entry.id == held.id && entry.podref == held.podref && (held.ifname.is_empty() || entry.ifname == held.ifname)
+}
+
+impl MemoryStore {
+    fn patch_pool(
+        &self,
+        state: &mut State,
+        pool: &str,
+        change: impl FnOnce(&mut BTreeMap<String, IpAllocation>) -> bool,
+    ) -> Result<Patched, StoreError> {
+        let limit = self.pool_limit;
+        let Some(current) = state.pools.get(pool) else { return Ok(Patched::Missing) };
+        let mut allocations = current.spec.allocations.clone();
+        if !change(&mut allocations) {
+            return Ok(Patched::Refused("test failed".into()));
+        }
+        if limit.is_some_and(|l| allocations.len() > l) {
+            return Err(StoreError::new(
+                "pool",
+                pool,
+                "patch",
+                Failure::TooLarge,
+                "500 etcdserver: request is too large".into(),
+            ));
+        }
+        let version = state.bump();
+        let current = state.pools.get_mut(pool).expect("checked above");
+        current.spec.allocations = allocations;
+        current.metadata.resource_version = Some(version);
+        Ok(Patched::Applied)
+    }
+}
+
+impl Store for MemoryStore {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
+        self.call(Op::GetPool, "pool", name, |s| Ok(s.pools.get(name).cloned())).await
+    }
+
+    async fn create_pool(&self, name: &str, range: &str) -> Result<Created<IpPool>, StoreError> {
+        self.call(Op::CreatePool, "pool", name, |s| {
+            if s.pools.contains_key(name) {
+                return Ok(Created::Exists);
+            }
+            let mut pool = IpPool::new(name, IpPoolSpec { range: range.to_string(), allocations: BTreeMap::new() });
+            pool.metadata.namespace = Some(self.namespace.clone());
+            pool.metadata.resource_version = Some(s.bump());
+            pool.metadata.uid = Some(format!("uid-{}", s.version));
+            s.pools.insert(name.to_string(), pool.clone());
+            Ok(Created::Created(pool))
+        })
+        .await
+    }
+
+    async fn list_pools(&self) -> Result<Vec<IpPool>, StoreError> {
+        self.call(Op::ListPools, "pool", "*", |s| Ok(s.pools.values().cloned().collect())).await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        self.call(Op::Probe, "pool", "*", |_| Ok(())).await
+    }
+
+    async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
+        refused_as_patched(
+            self.call(Op::AddAllocation, "pool", pool, |s| {
+                self.patch_pool(s, pool, |a| {
+                    let key = offset.to_string();
+                    if a.contains_key(&key) {
+                        return false;
+                    }
+                    a.insert(key, entry.clone());
+                    true
+                })
+            })
+            .await,
+        )
+    }
+
+    async fn replace_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        expected: &IpAllocation,
+        entry: &IpAllocation,
+    ) -> Result<Patched, StoreError> {
+        refused_as_patched(
+            self.call(Op::ReplaceAllocation, "pool", pool, |s| {
+                self.patch_pool(s, pool, |a| match a.get_mut(&offset.to_string()) {
+                    Some(current) if same_holder(current, expected) => {
+                        *current = entry.clone();
+                        true
+                    }
+                    _ => false,
+                })
+            })
+            .await,
+        )
+    }
+
+    async fn remove_allocation(&self, pool: &str, offset: u128, held: &IpAllocation) -> Result<Patched, StoreError> {
+        refused_as_patched(
+            self.call(Op::RemoveAllocation, "pool", pool, |s| {
+                self.patch_pool(s, pool, |a| {
+                    let key = offset.to_string();
+                    match a.get(&key) {
+                        Some(current) if same_holder(current, held) => {
+                            a.remove(&key);
+                            true
+                        }
+                        _ => false,
+                    }
+                })
+            })
+            .await,
+        )
+    }
+
+    async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {
+        self.call(Op::GetReservation, "reservation", name, |s| Ok(s.reservations.get(name).cloned())).await
+    }
+
+    async fn create_reservation(
+        &self,
+        name: &str,
+        claim: &Claim,
+    ) -> Result<Created<OverlappingRangeIpReservation>, StoreError> {
+        self.call(Op::CreateReservation, "reservation", name, |s| {
+            if s.reservations.contains_key(name) {
+                return Ok(Created::Exists);
+            }
+            let mut reservation = super::reservation_object(name, claim);
+            reservation.metadata.namespace = Some(self.namespace.clone());
+            reservation.metadata.resource_version = Some(s.bump());
+            reservation.metadata.uid = Some(format!("uid-{}", s.version));
+            reservation.metadata.creation_timestamp = Some(Time(crate::clock::now()));
+            s.reservations.insert(name.to_string(), reservation.clone());
+            Ok(Created::Created(reservation))
+        })
+        .await
+    }
+
+    async fn take_over_reservation(
+        &self,
+        current: &OverlappingRangeIpReservation,
+        claim: &Claim,
+    ) -> Result<Patched, StoreError> {
+        let name = current.metadata.name.clone().unwrap_or_default();
+        refused_as_patched(
+            self.call(Op::TakeOverReservation, "reservation", &name, |s| {
+                let Some(stored) = s.reservations.get(&name) else { return Ok(Patched::Missing) };
+                if stored.metadata.resource_version != current.metadata.resource_version {
+                    return Ok(Patched::Refused("test failed: resourceVersion".into()));
+                }
+                let ours = super::reservation_object(&name, claim);
+                let version = s.bump();
+                let stored = s.reservations.get_mut(&name).expect("checked above");
+                stored.spec = claim.spec.clone();
+                stored.metadata.labels.get_or_insert_default().extend(ours.metadata.labels.unwrap_or_default());
+                stored
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .extend(ours.metadata.annotations.unwrap_or_default());
+                stored.metadata.resource_version = Some(version);
+                Ok(Patched::Applied)
+            })
+            .await,
+        )
+    }
+
+    async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        self.call(Op::DeleteReservation, "reservation", name, |s| {
+            let Some(stored) = s.reservations.get(name) else { return Ok(Deleted::Missing) };
+            let rv_ok =
+                version.resource_version.is_none() || version.resource_version == stored.metadata.resource_version;
+            let uid_ok = version.uid.is_none() || version.uid == stored.metadata.uid;
+            if !(rv_ok && uid_ok) {
+                return Ok(Deleted::Changed);
+            }
+            s.reservations.remove(name);
+            s.bump();
+            Ok(Deleted::Deleted)
+        })
+        .await
+    }
+
+    async fn list_reservations(&self, node: Option<&str>) -> Result<Vec<OverlappingRangeIpReservation>, StoreError> {
+        self.call(Op::ListReservations, "reservation", "*", |s| {
+            let on_node = |r: &OverlappingRangeIpReservation| match node {
+                None => true,
+                Some(node) => r.metadata.labels.as_ref().and_then(|l| l.get(NODE_LABEL)).is_some_and(|n| n == node),
+            };
+            Ok(s.reservations.values().filter(|r| on_node(r)).cloned().collect())
+        })
+        .await
+    }
+}
