@@ -1,5 +1,7 @@
 //! The CNI environment (`CNI_COMMAND`, `CNI_CONTAINERID`, ...), read once at start.
 
+use hereabouts_ipam::codes::Code;
+
 use crate::error::CniError;
 
 /// The CNI verbs.
@@ -13,44 +15,51 @@ pub enum Command {
     Version,
 }
 
+/// What the runtime put in the environment.
 #[derive(Debug, Clone)]
 pub struct CniEnv {
     pub command: Command,
     pub container_id: String,
     pub ifname: String,
     pub args: String,
-}
-
-fn var(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
+    /// The node this invocation runs on: `NODENAME` if the runtime passes it, else the host name, which is the
+    /// kubelet's default node name.
+    pub node: String,
 }
 
 fn missing(name: &str, command: &str) -> CniError {
-    CniError::new(4, "invalid environment variables", format!("{name} is required for {command}"))
+    CniError::new(Code::InvalidEnvironment, format!("{name} is required for {command}"))
 }
 
 impl CniEnv {
+    /// Reads the process's environment.
     pub fn from_process() -> Result<Self, CniError> {
-        let command = match var("CNI_COMMAND").as_str() {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the environment through `var` (tests pass their own).
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, CniError> {
+        let get = |name: &str| var(name).unwrap_or_default();
+        let verb = get("CNI_COMMAND");
+        let command = match verb.as_str() {
             "ADD" => Command::Add,
             "DEL" => Command::Del,
             "CHECK" => Command::Check,
             "GC" => Command::Gc,
             "STATUS" => Command::Status,
             "VERSION" => Command::Version,
-            "" => return Err(CniError::new(4, "invalid environment variables", "CNI_COMMAND is not set")),
-            other => {
-                return Err(CniError::new(
-                    4,
-                    "invalid environment variables",
-                    format!("unknown CNI_COMMAND {other:?}"),
-                ));
-            }
+            "" => return Err(CniError::new(Code::InvalidEnvironment, "CNI_COMMAND is not set")),
+            other => return Err(CniError::new(Code::InvalidEnvironment, format!("unknown CNI_COMMAND {other:?}"))),
         };
-        let env =
-            Self { command, container_id: var("CNI_CONTAINERID"), ifname: var("CNI_IFNAME"), args: var("CNI_ARGS") };
+        let node = Some(get("NODENAME")).filter(|n| !n.is_empty()).unwrap_or_else(host_name);
+        let env = Self {
+            command,
+            container_id: get("CNI_CONTAINERID"),
+            ifname: get("CNI_IFNAME"),
+            args: get("CNI_ARGS"),
+            node,
+        };
         if matches!(command, Command::Add | Command::Del | Command::Check) {
-            let verb = var("CNI_COMMAND");
             if env.container_id.is_empty() {
                 return Err(missing("CNI_CONTAINERID", &verb));
             }
@@ -62,12 +71,6 @@ impl CniEnv {
     }
 }
 
-/// The node this invocation runs on: `NODENAME` if the runtime passes it, else the host name, which is the
-/// kubelet's default node name.
-pub fn node_name() -> String {
-    let from_env = var("NODENAME");
-    if !from_env.is_empty() {
-        return from_env;
-    }
+fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_lowercase()).unwrap_or_default()
 }

@@ -1,50 +1,44 @@
-//! CNI errors as the spec prints them: `{"cniVersion", "code", "msg", "details"}` on stdout.
+//! CNI errors as the spec prints them: `{"cniVersion", "code", "msg", "details"}` on stdout. The numbers and
+//! messages are `hereabouts_ipam::codes`'.
 
+use hereabouts_ipam::codes::Code;
 use hereabouts_ipam::config::ConfigError;
 use hereabouts_ipam::ipam::IpamError;
 use serde_json::json;
 
-/// A failed invocation: the spec's code (or ours from 100 up), a short message and the details.
+/// A failed invocation: its code and what went wrong.
 #[derive(Debug)]
 pub struct CniError {
-    pub code: u32,
-    pub msg: String,
+    pub code: Code,
     pub details: String,
 }
 
 impl CniError {
-    pub fn new(code: u32, msg: impl Into<String>, details: impl Into<String>) -> Self {
-        Self { code, msg: msg.into(), details: details.into() }
+    /// An error of `code` with `details`.
+    pub fn new(code: Code, details: impl Into<String>) -> Self {
+        Self { code, details: details.into() }
     }
 
+    /// The short message of the code.
+    pub fn msg(&self) -> &'static str {
+        self.code.message()
+    }
+
+    /// The error as the spec prints it, in `cni_version`'s layout.
     pub fn to_json(&self, cni_version: &str) -> String {
-        json!({"cniVersion": cni_version, "code": self.code, "msg": self.msg, "details": self.details}).to_string()
+        json!({"cniVersion": cni_version, "code": self.code.number(), "msg": self.msg(), "details": self.details})
+            .to_string()
     }
 }
 
 impl From<ConfigError> for CniError {
     fn from(e: ConfigError) -> Self {
-        let msg = match e.code() {
-            1 => "incompatible CNI version",
-            2 => "unsupported field in network configuration",
-            4 => "invalid environment or CNI_ARGS",
-            6 => "failed to decode network configuration",
-            _ => "invalid network configuration",
-        };
-        CniError::new(e.code(), msg, e.to_string())
+        CniError::new(e.code(), e.to_string())
     }
 }
 
 impl From<IpamError> for CniError {
     fn from(e: IpamError) -> Self {
-        let msg = match &e {
-            IpamError::Exhausted { .. } => "range exhausted",
-            IpamError::RequestedTaken { .. } | IpamError::RequestedUnusable { .. } => "requested address taken",
-            IpamError::Missing { .. } => "allocation missing",
-            IpamError::Store(s) if s.is_transient() => "try again later",
-            IpamError::Store(_) => "API server refused the request",
-            IpamError::Expired(_) => "try again later",
-        };
-        CniError::new(e.code(), msg, e.to_string())
+        CniError::new(e.code(), e.to_string())
     }
 }

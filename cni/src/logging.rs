@@ -2,7 +2,9 @@
 
 use std::sync::Mutex;
 
-use hereabouts_ipam::config::{IpamConfig, LogLevel};
+use std::path::Path;
+
+use hereabouts_ipam::config::LogLevel;
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -17,15 +19,15 @@ fn filter(level: LogLevel) -> LevelFilter {
     }
 }
 
-pub fn init(cfg: &IpamConfig) {
-    let ours = filter(cfg.log_level);
+pub fn init(log_file: Option<&Path>, level: LogLevel) {
+    let ours = filter(level);
     // the client's own debug lines (connections, every request) would bury ours
     let targets = Targets::new()
         .with_default(ours.min(LevelFilter::INFO))
         .with_target("hereabouts_ipam", ours)
-        .with_target("hereabouts", ours);
+        .with_target("hereabouts_cni", ours);
     let builder = tracing_subscriber::fmt().with_ansi(false).with_target(false).with_max_level(ours);
-    let file = cfg.log_file.as_ref().and_then(|path| {
+    let file = log_file.and_then(|path| {
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -1,22 +1,17 @@
 //! `hereabouts`, the CNI IPAM plugin: reads the CNI environment and the network config on stdin, writes the result
 //! (or a CNI error) to stdout, and nothing else; logs go to the configured log file or stderr.
 
-mod commands;
-mod env;
-mod error;
-mod logging;
-mod output;
-
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
-use error::CniError;
+use hereabouts_cni::{CniEnv, CniError, LiveConnector, dispatch, output};
+use hereabouts_ipam::codes::Code;
 
 fn main() -> ExitCode {
     let mut stdin = Vec::new();
     let outcome = match std::io::stdin().read_to_end(&mut stdin) {
         Ok(_) => run(&stdin),
-        Err(e) => Err(CniError::new(5, "read stdin", e.to_string())),
+        Err(e) => Err(CniError::new(Code::Io, format!("read stdin: {e}"))),
     };
     let (text, code) = match outcome {
         Ok(Some(result)) => (Some(result), ExitCode::SUCCESS),
@@ -32,11 +27,11 @@ fn main() -> ExitCode {
 }
 
 fn run(stdin: &[u8]) -> Result<Option<String>, CniError> {
-    let env = env::CniEnv::from_process()?;
+    let env = CniEnv::from_process()?;
     // Start-up stays lean: one thread, no client until the config is valid, one time budget per invocation.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CniError::new(5, "start runtime", e.to_string()))?;
-    rt.block_on(commands::dispatch(&env, stdin))
+        .map_err(|e| CniError::new(Code::Io, format!("start runtime: {e}")))?;
+    rt.block_on(dispatch(&env, stdin, &LiveConnector))
 }

@@ -1,11 +1,9 @@
 //! Results in the layout each CNI version expects.
 
+use hereabouts_ipam::codes::{NEWEST_VERSION, SUPPORTED_VERSIONS};
 use hereabouts_ipam::config::IpamConfig;
 use hereabouts_ipam::ipam::Assigned;
 use serde_json::{Value, json};
-
-/// The versions this plugin speaks.
-pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 /// The `cniVersion` of the config on stdin, for error messages; the newest supported when it cannot be read.
 pub fn requested_version(stdin: &[u8]) -> String {
@@ -13,7 +11,7 @@ pub fn requested_version(stdin: &[u8]) -> String {
         .ok()
         .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
         .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
-        .unwrap_or_else(|| SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1].to_string())
+        .unwrap_or_else(|| NEWEST_VERSION.to_string())
 }
 
 /// The result of VERSION.

@@ -6,7 +6,7 @@ use hereabouts_ipam::store::Store;
 use crate::error::CniError;
 use crate::output;
 
-pub async fn run(store: &Store, cfg: &IpamConfig, req: &Request, budget: &Budget) -> Result<String, CniError> {
+pub async fn run(store: &impl Store, cfg: &IpamConfig, req: &Request, budget: &Budget) -> Result<String, CniError> {
     let assigned = ipam::assign(store, cfg, req, budget).await?;
     Ok(output::add_result(cfg, &assigned))
 }

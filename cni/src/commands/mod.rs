@@ -1,5 +1,6 @@
 //! One module per CNI verb; [`dispatch`] reads the config, starts logging and connects, in that order, so a bad
-//! config never costs a client.
+//! config never costs a client. ADD, CHECK and STATUS read the config strictly; DEL and GC leniently, since the
+//! runtime replays to them the config it cached at ADD and a DEL that fails leaves a pod stuck terminating.
 
 mod add;
 mod check;
@@ -7,64 +8,146 @@ mod del;
 mod gc;
 mod status;
 
-use hereabouts_ipam::budget::Budget;
-use hereabouts_ipam::config::{self, IpamConfig};
-use hereabouts_ipam::ipam::Request;
-use hereabouts_ipam::store::{self, ConnectError, Store};
+use std::future::Future;
+use std::path::Path;
 
-use crate::env::{self, CniEnv, Command};
+use hereabouts_ipam::budget::Budget;
+use hereabouts_ipam::codes::Code;
+use hereabouts_ipam::config::{self, LogLevel};
+use hereabouts_ipam::ipam::Request;
+use hereabouts_ipam::store::{self, ConnectError, KubeStore, Store};
+
+use crate::env::{CniEnv, Command};
 use crate::error::CniError;
-use crate::{logging, output};
+use crate::output;
+
+/// What the plugin needs from the machine it runs on: a store from a kubeconfig, and logging. Tests provide
+/// their own (an in-memory store, no log files).
+pub trait Connector {
+    /// The store it connects to.
+    type Store: Store;
+
+    /// Starts logging to `log_file` (else stderr) at `level`.
+    fn init_logging(&self, log_file: Option<&Path>, level: LogLevel);
+
+    /// A store from the kubeconfig at `path`, in the namespace its current context names.
+    fn connect(&self, kubeconfig: &Path) -> impl Future<Output = Result<Self::Store, ConnectError>>;
+}
+
+/// The real thing: the API server the kubeconfig names.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveConnector;
+
+impl Connector for LiveConnector {
+    type Store = KubeStore;
+
+    fn init_logging(&self, log_file: Option<&Path>, level: LogLevel) {
+        crate::logging::init(log_file, level);
+    }
+
+    async fn connect(&self, kubeconfig: &Path) -> Result<KubeStore, ConnectError> {
+        let (client, namespace) = store::connect(kubeconfig).await?;
+        Ok(KubeStore::new(client, &namespace))
+    }
+}
 
 /// Runs the verb of `env` on the config in `stdin`; returns what goes to stdout on success.
-pub async fn dispatch(env: &CniEnv, stdin: &[u8]) -> Result<Option<String>, CniError> {
-    if env.command == Command::Version {
-        return Ok(Some(output::version_result(stdin)));
+pub async fn dispatch<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Option<String>, CniError> {
+    match env.command {
+        Command::Version => Ok(Some(output::version_result(stdin))),
+        Command::Del | Command::Gc => release(env, stdin, host).await,
+        Command::Add | Command::Check | Command::Status => strict(env, stdin, host).await,
     }
-    let cfg = config::load(&config::Input { stdin, cni_args: &env.args })?;
-    logging::init(&cfg);
-    let span = tracing::info_span!(
+}
+
+fn span(env: &CniEnv, pod: &str) -> tracing::Span {
+    tracing::info_span!(
         "cni",
         command = ?env.command,
         container_id = %env.container_id,
         ifname = %env.ifname,
-        pod = %format!("{}/{}", cfg.pod.namespace, cfg.pod.name),
-    );
-    let _entered = span.enter();
+        pod = %pod,
+    )
+}
+
+fn request(env: &CniEnv) -> Request {
+    Request { container_id: env.container_id.clone(), ifname: env.ifname.clone(), node: env.node.clone() }
+}
+
+/// ADD, CHECK and STATUS: a mistake in the config is an error that names it, and nothing is written.
+async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Option<String>, CniError> {
+    let cfg = config::load(&config::Input { stdin, cni_args: &env.args })?;
+    host.init_logging(cfg.log_file.as_deref(), cfg.log_level);
+    let _entered = span(env, &cfg.pod.to_string()).entered();
     if env.command == Command::Add {
         cfg.require_pod()?;
     }
     let budget = Budget::new(cfg.timeout);
-    let store = connect(&cfg, env.command).await?;
-    let req = Request { container_id: env.container_id.clone(), ifname: env.ifname.clone(), node: env::node_name() };
+    let Some(kubeconfig) = &cfg.kubeconfig else {
+        return Err(CniError::new(
+            Code::InvalidConfig,
+            "ipam.kubernetes.kubeconfig is required (inline or in the flat file)",
+        ));
+    };
+    let store = host.connect(kubeconfig).await.map_err(|e| {
+        let code = if env.command == Command::Status { Code::NotAvailable } else { Code::InvalidConfig };
+        CniError::new(code, e.to_string())
+    })?;
+    let req = request(env);
     let outcome = match env.command {
         Command::Add => add::run(&store, &cfg, &req, &budget).await.map(Some),
-        Command::Del => del::run(&store, &cfg, &req, &budget).await.map(|()| None),
         Command::Check => check::run(&store, &cfg, &req, &budget).await.map(|()| None),
-        Command::Gc => gc::run(&store, &cfg, &req.node, stdin, &budget).await.map(|()| None),
-        Command::Status => status::run(&store, &budget).await.map(|()| None),
-        Command::Version => unreachable!("answered above"),
+        _ => status::run(&store, &budget).await.map(|()| None),
     };
     if let Err(e) = &outcome {
-        tracing::error!(code = e.code, msg = %e.msg, details = %e.details, "failed");
+        tracing::error!(code = e.code.number(), msg = e.msg(), details = %e.details, "failed");
     }
     outcome
 }
 
-async fn connect(cfg: &IpamConfig, command: Command) -> Result<Store, CniError> {
-    let Some(path) = &cfg.kubeconfig else {
-        return Err(CniError::new(
-            7,
-            "invalid network configuration",
-            "ipam.kubernetes.kubeconfig is required (inline or in the flat file)",
-        ));
+/// DEL and GC: whatever they cannot read or reach is logged and left to the reconciler; only a failure that a
+/// retry can mend (the API server unreachable) is an error, so the runtime tries again.
+async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Option<String>, CniError> {
+    let cfg = config::load_for_release(&config::Input { stdin, cni_args: &env.args });
+    host.init_logging(cfg.log_file.as_deref(), cfg.log_level);
+    let _entered = span(env, &cfg.pod.to_string()).entered();
+    for warning in &cfg.warnings {
+        tracing::warn!(%warning, "config problem passed over");
+    }
+    let valid = match env.command {
+        Command::Gc => Some(gc::valid_attachments(stdin)?),
+        _ => None,
     };
-    match store::connect(path).await {
-        Ok((client, namespace)) => Ok(Store::new(client, &namespace)),
-        Err(e @ ConnectError::Read { .. }) => {
-            let code = if command == Command::Status { 50 } else { 7 };
-            Err(CniError::new(code, "invalid network configuration", e.to_string()))
+    if cfg.ranges.is_empty() {
+        tracing::warn!("no range could be read from the config: nothing to release here; the reconciler will");
+        return Ok(None);
+    }
+    let Some(kubeconfig) = &cfg.kubeconfig else {
+        tracing::warn!("no kubeconfig in the config: nothing released here; the reconciler will");
+        return Ok(None);
+    };
+    let store = match host.connect(kubeconfig).await {
+        Ok(store) => store,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot connect: nothing released here; the reconciler will");
+            return Ok(None);
         }
-        Err(e @ ConnectError::Client { .. }) => Err(CniError::new(7, "invalid network configuration", e.to_string())),
+    };
+    let budget = Budget::new(cfg.timeout);
+    let req = request(env);
+    let outcome = match valid {
+        Some(valid) => gc::run(&store, &cfg, &req.node, &valid, &budget).await,
+        None => del::run(&store, &cfg, &req, &budget).await,
+    };
+    match outcome {
+        Ok(()) => Ok(None),
+        Err(e) if e.code == Code::TryAgainLater => {
+            tracing::error!(details = %e.details, "failed; the runtime will try again");
+            Err(e)
+        }
+        Err(e) => {
+            tracing::error!(code = e.code.number(), details = %e.details, "failed; left to the reconciler");
+            Ok(None)
+        }
     }
 }
