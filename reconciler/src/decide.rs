@@ -1,9 +1,15 @@
-//! Pure decisions: is an allocation still held by a live pod? Every release the reconciler makes goes through
-//! [`judge`], so the rules that keep a live pod's address safe are all here, and property-tested.
+//! Pure decisions: is an allocation still held by a live pod, is a reservation an orphan, does a live entry lack
+//! its reservation, is an address held twice. Every release and repair the reconciler makes goes through these,
+//! so the rules that keep a live pod's address safe are all here, and property-tested.
 
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use hereabouts_ipam::crd::IpAllocation;
+use hereabouts_ipam::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
+use hereabouts_ipam::ipam::pool_scope;
+use hereabouts_ipam::names;
+use hereabouts_ipam::range::IpRange;
 use k8s_openapi::jiff::Timestamp;
 
 /// What the API server says of the pod an allocation names, read right before deciding.
@@ -17,10 +23,12 @@ pub enum PodView {
         uid: String,
         /// Phase Succeeded or Failed: its sandbox is gone for good.
         finished: bool,
+        /// A mirror pod (of a static pod): the kubelet's UID, which the CNI records, is not this one.
+        mirror: bool,
     },
 }
 
-/// Why an allocation is given back.
+/// Why an allocation or a reservation is given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
     /// The pod was deleted.
@@ -29,6 +37,8 @@ pub enum Reason {
     Finished,
     /// A pod of the same name exists, but it is a new one (another UID): the entry is the old pod's.
     Replaced,
+    /// A reservation no pool entry accounts for, older than any ADD can run.
+    Orphaned,
 }
 
 impl Reason {
@@ -38,6 +48,7 @@ impl Reason {
             Reason::Deleted => "pod_deleted",
             Reason::Finished => "pod_finished",
             Reason::Replaced => "pod_replaced",
+            Reason::Orphaned => "orphaned",
         }
     }
 }
@@ -49,6 +60,8 @@ pub enum Keep {
     Live,
     /// It is younger than the grace period and nothing ties it to a pod known to be gone: an ADD may be in flight.
     Fresh,
+    /// It names no pod that can be looked up (`podref` not `namespace/name`): never guess.
+    Unjudgeable,
 }
 
 /// The verdict on one allocation.
@@ -71,30 +84,43 @@ pub struct Facts<'a> {
     pub grace: Duration,
 }
 
-fn is_fresh(allocation: &IpAllocation, now: Timestamp, grace: Duration) -> bool {
-    // An entry without a time (written by Whereabouts) has an unknown age: it is judged by its pod alone.
-    let Some(allocated) = allocation.allocated.as_deref().and_then(|t| t.parse::<Timestamp>().ok()) else {
-        return false;
-    };
-    let age = now.duration_since(allocated);
-    age.is_negative() || age.unsigned_abs() < grace
+/// `namespace/name`, if `podref` is of that form.
+pub fn podref_parts(podref: &str) -> Option<(&str, &str)> {
+    podref.split_once('/').filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+}
+
+fn younger_than(at: Option<Timestamp>, now: Timestamp, age: Duration) -> bool {
+    let Some(at) = at else { return false };
+    let elapsed = now.duration_since(at);
+    elapsed.is_negative() || elapsed.unsigned_abs() < age
+}
+
+fn allocated_at(allocation: &IpAllocation) -> Option<Timestamp> {
+    allocation.allocated.as_deref().and_then(|t| t.parse().ok())
 }
 
 /// Decides whether `allocation` may be given back.
 ///
 /// The rules, in order:
-/// 1. An entry that records the UID of a pod seen gone (`gone_uid`) is that pod's: released at once, whatever its
+/// 1. An entry whose pod reference cannot be looked up is kept.
+/// 2. An entry that records the UID of a pod seen gone (`gone_uid`) is that pod's: released at once, whatever its
 ///    age, unless the API server shows that same pod alive again (a stale event).
-/// 2. An entry recording another UID than the pod that exists now is an earlier pod's: released.
-/// 3. A live pod keeps its entry (Pending included); a finished one gives it back.
-/// 4. An entry whose pod is missing is released, unless it is younger than the grace period.
+/// 3. An entry recording another UID than the pod that exists now is an earlier pod's: released — except for a
+///    mirror pod, whose UID is never the one the CNI recorded (static pods are matched by name).
+/// 4. A live pod keeps its entry (Pending included); a finished one gives it back.
+/// 5. An entry whose pod is missing is released, unless it is younger than the grace period (entries Whereabouts
+///    wrote carry no time and are judged by their pod alone).
 pub fn judge(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
+    if podref_parts(&allocation.podref).is_none() {
+        return Verdict::Keep(Keep::Unjudgeable);
+    }
     let recorded = allocation.poduid.as_deref();
+    let fresh = younger_than(allocated_at(allocation), facts.now, facts.grace);
     match facts.pod {
-        PodView::Present { uid, finished } => {
-            if recorded.is_some_and(|r| r != uid) {
+        PodView::Present { uid, finished, mirror } => {
+            if !mirror && recorded.is_some_and(|r| r != uid) {
                 let seen_gone = recorded == facts.gone_uid;
-                return if !seen_gone && is_fresh(allocation, facts.now, facts.grace) {
+                return if !seen_gone && fresh {
                     Verdict::Keep(Keep::Fresh)
                 } else {
                     Verdict::Release(Reason::Replaced)
@@ -104,124 +130,181 @@ pub fn judge(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
         }
         PodView::Missing => {
             let seen_gone = recorded.is_some() && recorded == facts.gone_uid;
-            if !seen_gone && is_fresh(allocation, facts.now, facts.grace) {
-                Verdict::Keep(Keep::Fresh)
-            } else {
-                Verdict::Release(Reason::Deleted)
-            }
+            if !seen_gone && fresh { Verdict::Keep(Keep::Fresh) } else { Verdict::Release(Reason::Deleted) }
         }
+    }
+}
+
+/// What the node loop remembers of one pod of its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownPod {
+    pub uid: String,
+    pub finished: bool,
+}
+
+/// Whether an entry recorded on `node` deserves a look after the node's pods were (re)listed: its pod is not, or
+/// no longer, a live pod of this node, or it is another pod of that name.
+pub fn suspicious(entry: &IpAllocation, node: &str, on_node: &HashMap<String, KnownPod>) -> bool {
+    entry.node.as_deref() == Some(node)
+        && match on_node.get(&entry.podref) {
+            None => true,
+            Some(known) => known.finished || entry.poduid.as_deref().is_some_and(|u| u != known.uid),
+        }
+}
+
+/// One pool entry that accounts for a reservation name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The pool's name.
+    pub pool: String,
+    /// The entry's offset.
+    pub offset: u128,
+    /// The entry.
+    pub entry: IpAllocation,
+}
+
+/// A pure index over the pools: which entries account for each reservation name, and which (network, range)
+/// pairs exist, to tell a reservation of ours from one of an unknown kind.
+#[derive(Debug, Default)]
+pub struct Index {
+    holders: HashMap<String, Vec<Holder>>,
+    scopes: Vec<(String, String, IpRange)>,
+}
+
+impl Index {
+    /// Indexes `pools`. Pools whose name or range cannot be read (slice pools, other tools') hold no scope.
+    pub fn new<'a>(pools: impl IntoIterator<Item = &'a IpPool>) -> Self {
+        let mut index = Index::default();
+        for pool in pools {
+            let Some((range, network)) = pool_scope(pool) else { continue };
+            let pool_name = pool.metadata.name.clone().unwrap_or_default();
+            for (key, entry) in &pool.spec.allocations {
+                let Some((offset, ip)) = key.parse().ok().and_then(|o| Some((o, range.checked_addr_at(o)?))) else {
+                    continue;
+                };
+                index.holders.entry(names::reservation_name(&network, ip)).or_default().push(Holder {
+                    pool: pool_name.clone(),
+                    offset,
+                    entry: entry.clone(),
+                });
+            }
+            index.scopes.push((pool_name, network, range));
+        }
+        index
+    }
+
+    /// The entries that account for the reservation `name`.
+    pub fn holders(&self, name: &str) -> &[Holder] {
+        self.holders.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// The pools whose entries would account for the reservation `name`: those of its network whose range holds
+    /// its address. Empty for a reservation of no known network and range.
+    pub fn pools_for(&self, name: &str) -> Vec<String> {
+        self.scopes
+            .iter()
+            .filter(|(_, network, range)| reservation_address(name, network, range).is_some())
+            .map(|(pool, _, _)| pool.clone())
+            .collect()
+    }
+
+    /// Reservation names accounted for by entries of more than one pod: an address held by two attachments.
+    pub fn doubly_held(&self) -> Vec<(&str, BTreeSet<&str>)> {
+        let mut found: Vec<(&str, BTreeSet<&str>)> = self
+            .holders
+            .iter()
+            .map(|(name, holders)| (name.as_str(), holders.iter().map(|h| h.entry.podref.as_str()).collect()))
+            .filter(|(_, pods): &(&str, BTreeSet<&str>)| pods.len() > 1)
+            .collect();
+        found.sort();
+        found
+    }
+}
+
+/// The address a reservation `name` of `network` stands for, if it lies in `range`: the inverse of
+/// [`names::reservation_name`], checked by computing the name again.
+pub fn reservation_address(name: &str, network: &str, range: &IpRange) -> Option<IpAddr> {
+    let rest = if network.is_empty() { name } else { name.strip_prefix(network)?.strip_prefix('-')? };
+    let ip: IpAddr = if range.cidr().addr().is_ipv4() {
+        IpAddr::V4(rest.parse().ok()?)
+    } else {
+        IpAddr::V6(rest.replace('-', ":").parse().ok()?)
+    };
+    (range.cidr().contains(&ip) && names::reservation_name(network, ip) == name).then_some(ip)
+}
+
+/// Why a reservation is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepReservation {
+    /// An entry of its pod accounts for it.
+    Accounted,
+    /// Claimed too recently: an ADD may still be on its way to writing the entry.
+    Fresh,
+    /// It belongs to no network and range any pool here knows: not ours to judge.
+    Unknown,
+}
+
+/// The verdict on one reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReservationVerdict {
+    Keep(KeepReservation),
+    /// No entry accounts for it and it is older than any ADD can run.
+    Release,
+    /// Entries of other pods account for it: the address is held by two attachments.
+    Conflict(String),
+}
+
+/// Decides on a reservation held by `spec`, last claimed at `claimed_at`.
+///
+/// An ADD claims the reservation before it writes the entry, and a claim (creation or take-over) is stamped; an
+/// ADD cannot run longer than `orphan_age`. So a reservation that no entry accounts for and whose last claim is
+/// older than that will never get its entry: it is released, whether or not its pod still exists (a killed ADD
+/// whose retry landed on another address leaves such a claim behind for a live pod).
+pub fn judge_reservation(
+    spec: &OverlappingRangeIpReservationSpec,
+    claimed_at: Option<Timestamp>,
+    holders: &[Holder],
+    known: bool,
+    now: Timestamp,
+    orphan_age: Duration,
+) -> ReservationVerdict {
+    if holders.iter().any(|h| h.entry.podref == spec.podref) {
+        return ReservationVerdict::Keep(KeepReservation::Accounted);
+    }
+    if let Some(other) = holders.first() {
+        return ReservationVerdict::Conflict(other.entry.podref.clone());
+    }
+    if !known {
+        return ReservationVerdict::Keep(KeepReservation::Unknown);
+    }
+    // no claim time at all: its age is unknown, so it is as old as can be
+    if claimed_at.is_some() && younger_than(claimed_at, now, orphan_age) {
+        return ReservationVerdict::Keep(KeepReservation::Fresh);
+    }
+    ReservationVerdict::Release
+}
+
+/// What a live entry's reservation says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryClaim {
+    /// Held by the entry's pod, or the entry's network reserves nothing.
+    Fine,
+    /// The entry records a reservation that is gone: put it back.
+    Missing,
+    /// Another pod holds it: the address is held by two attachments.
+    Conflict(String),
+}
+
+/// Checks a live entry against its reservation as listed.
+pub fn entry_claim(entry: &IpAllocation, reservation: Option<&OverlappingRangeIpReservationSpec>) -> EntryClaim {
+    match reservation {
+        None if entry.reserved => EntryClaim::Missing,
+        None => EntryClaim::Fine,
+        Some(spec) if spec.podref == entry.podref => EntryClaim::Fine,
+        Some(spec) => EntryClaim::Conflict(spec.podref.clone()),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    const GRACE: Duration = Duration::from_secs(60);
-
-    fn mk_alloc(uid: Option<&str>, age_secs: Option<i64>, now: Timestamp) -> IpAllocation {
-        IpAllocation {
-            id: "c1".into(),
-            podref: "ns/p".into(),
-            ifname: "net1".into(),
-            poduid: uid.map(str::to_string),
-            allocated: age_secs.map(|a| (now - k8s_openapi::jiff::SignedDuration::from_secs(a)).to_string()),
-            ..Default::default()
-        }
-    }
-
-    fn facts<'a>(pod: &'a PodView, gone_uid: Option<&'a str>, now: Timestamp) -> Facts<'a> {
-        Facts { pod, gone_uid, now, grace: GRACE }
-    }
-
-    fn live(uid: &str) -> PodView {
-        PodView::Present { uid: uid.into(), finished: false }
-    }
-
-    #[test]
-    fn a_live_pod_keeps_its_address_fresh_or_old() {
-        let now = Timestamp::now();
-        for age in [None, Some(1), Some(3600)] {
-            for uid in [None, Some("u1")] {
-                let v = judge(&mk_alloc(uid, age, now), &facts(&live("u1"), None, now));
-                assert_eq!(v, Verdict::Keep(Keep::Live), "uid {uid:?} age {age:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_pending_pod_with_a_fresh_allocation_is_kept_even_after_a_delete_event_of_its_predecessor() {
-        let now = Timestamp::now();
-        // StatefulSet: old pod u0 deleted, new pod u1 (same name) allocated a second ago
-        let v = judge(&mk_alloc(Some("u1"), Some(1), now), &facts(&live("u1"), Some("u0"), now));
-        assert_eq!(v, Verdict::Keep(Keep::Live));
-    }
-
-    #[test]
-    fn a_deleted_pods_entry_goes_at_once_when_its_uid_was_seen_gone() {
-        let now = Timestamp::now();
-        let v = judge(&mk_alloc(Some("u1"), Some(1), now), &facts(&PodView::Missing, Some("u1"), now));
-        assert_eq!(v, Verdict::Release(Reason::Deleted));
-    }
-
-    #[test]
-    fn a_missing_pods_fresh_entry_waits_for_the_grace_period() {
-        let now = Timestamp::now();
-        let v = judge(&mk_alloc(None, Some(5), now), &facts(&PodView::Missing, None, now));
-        assert_eq!(v, Verdict::Keep(Keep::Fresh));
-        let v = judge(&mk_alloc(None, Some(120), now), &facts(&PodView::Missing, None, now));
-        assert_eq!(v, Verdict::Release(Reason::Deleted));
-        // no timestamp (Whereabouts): judged by the pod alone
-        let v = judge(&mk_alloc(None, None, now), &facts(&PodView::Missing, None, now));
-        assert_eq!(v, Verdict::Release(Reason::Deleted));
-    }
-
-    #[test]
-    fn finished_and_replaced_pods_give_back() {
-        let now = Timestamp::now();
-        let done = PodView::Present { uid: "u1".into(), finished: true };
-        assert_eq!(
-            judge(&mk_alloc(Some("u1"), Some(1), now), &facts(&done, None, now)),
-            Verdict::Release(Reason::Finished)
-        );
-        assert_eq!(judge(&mk_alloc(None, None, now), &facts(&done, None, now)), Verdict::Release(Reason::Finished));
-        let v = judge(&mk_alloc(Some("u0"), Some(3600), now), &facts(&live("u1"), None, now));
-        assert_eq!(v, Verdict::Release(Reason::Replaced));
-    }
-
-    proptest! {
-        /// Whatever the entry records, its age, and whatever event was seen: an entry is never released while the
-        /// API server shows its own pod (same UID, or no UID recorded) alive.
-        #[test]
-        fn never_releases_a_live_pods_address(
-            recorded in proptest::option::of("u[0-3]"),
-            live_uid in "u[0-3]",
-            gone in proptest::option::of("u[0-3]"),
-            age in proptest::option::of(-100i64..100_000),
-        ) {
-            let now = Timestamp::now();
-            let alloc = mk_alloc(recorded.as_deref(), age, now);
-            let pod = live(&live_uid);
-            let verdict = judge(&alloc, &facts(&pod, gone.as_deref(), now));
-            let owned_by_live = recorded.as_deref().is_none_or(|r| r == live_uid);
-            if owned_by_live {
-                prop_assert_eq!(verdict, Verdict::Keep(Keep::Live));
-            }
-        }
-
-        /// A fresh entry is only released when tied to a pod known to be gone (its UID seen deleted).
-        #[test]
-        fn fresh_entries_survive_unless_their_pod_was_seen_gone(
-            recorded in proptest::option::of("u[0-3]"),
-            gone in proptest::option::of("u[0-3]"),
-            age in 0i64..59,
-        ) {
-            let now = Timestamp::now();
-            let alloc = mk_alloc(recorded.as_deref(), Some(age), now);
-            let verdict = judge(&alloc, &facts(&PodView::Missing, gone.as_deref(), now));
-            let seen_gone = recorded.is_some() && recorded == gone;
-            prop_assert_eq!(matches!(verdict, Verdict::Release(_)), seen_gone);
-        }
-    }
-}
+#[path = "decide_tests.rs"]
+mod tests;

@@ -2,18 +2,8 @@
 //! held and runs the cron-scheduled cluster reconcile; `install-cni` puts the CNI plugin and its kubeconfig on the
 //! host.
 
-mod decide;
-mod http;
-mod install_cni;
-mod leader;
-mod metrics;
-mod pods;
-mod release;
-mod run;
-mod schedule;
-mod sweep;
-
 use clap::{Parser, Subcommand};
+use hereabouts_reconciler::{install_cni, run};
 
 #[derive(Debug, Parser)]
 #[command(name = "hereabouts-reconciler", version, about)]

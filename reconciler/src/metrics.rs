@@ -27,8 +27,18 @@ pub struct Metrics {
     pub pool_allocated: Family<PoolLabels, Gauge>,
     /// Addresses given back, by reason.
     pub released: Family<ReasonLabels, Counter>,
-    /// Orphaned reservations deleted by the cluster reconcile.
+    /// Orphaned reservations deleted.
     pub reservations_released: Counter,
+    /// Missing reservations of live entries put back.
+    pub reservations_restored: Counter,
+    /// Addresses found held by more than one pod (reported, both kept).
+    pub conflicts_seen: Counter,
+    /// Addresses found held by more than one pod in the last cluster reconcile.
+    pub conflicts: Gauge,
+    /// Node-loop passes over this node's entries and reservations.
+    pub node_resyncs: Counter,
+    /// Releases the node loop scheduled again after a failure or a too-fresh verdict.
+    pub retries: Counter,
     /// Releases that found the entry changed in between (the guarded patch refused): a race lost safely.
     pub patch_conflicts: Counter,
     /// Releases that failed.
@@ -46,6 +56,11 @@ impl Metrics {
             pool_allocated: Family::default(),
             released: Family::default(),
             reservations_released: Counter::default(),
+            reservations_restored: Counter::default(),
+            conflicts_seen: Counter::default(),
+            conflicts: Gauge::default(),
+            node_resyncs: Counter::default(),
+            retries: Counter::default(),
             patch_conflicts: Counter::default(),
             release_failures: Counter::default(),
             reconcile_runs: Counter::default(),
@@ -55,11 +70,24 @@ impl Metrics {
         registry.register("pool_size", "Usable addresses of the pool", m.pool_size.clone());
         registry.register("pool_allocated", "Allocated addresses of the pool", m.pool_allocated.clone());
         registry.register("released", "Addresses given back, by reason", m.released.clone());
+        registry.register("reservations_released", "Orphaned reservations deleted", m.reservations_released.clone());
         registry.register(
-            "reservations_released",
-            "Orphaned reservations deleted by the cluster reconcile",
-            m.reservations_released.clone(),
+            "reservations_restored",
+            "Missing reservations of live entries put back",
+            m.reservations_restored.clone(),
         );
+        registry.register(
+            "conflicts_seen",
+            "Addresses found held by more than one pod (reported, both kept)",
+            m.conflicts_seen.clone(),
+        );
+        registry.register(
+            "address_conflicts",
+            "Addresses held by more than one pod in the last cluster reconcile",
+            m.conflicts.clone(),
+        );
+        registry.register("node_resyncs", "Node-loop passes over this node's entries", m.node_resyncs.clone());
+        registry.register("release_retries", "Releases scheduled again by the node loop", m.retries.clone());
         registry.register(
             "patch_conflicts",
             "Releases refused because the entry changed in between",
@@ -84,5 +112,11 @@ impl Metrics {
 
     pub fn count_release(&self, reason: &str) {
         self.released.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
 }

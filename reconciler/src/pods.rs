@@ -1,14 +1,17 @@
 //! The node loop: watches this node's Pods only (field selector `spec.nodeName`) and gives back what a pod held
-//! once it is deleted or finished. After every (re)list it resyncs: entries recorded on this node whose pod is no
-//! longer there were missed while the watch was down, and are judged too.
+//! once it is deleted or finished. A release that fails, or that meets an entry too fresh to judge, goes into a
+//! retry queue with backoff instead of waiting for the cron. After every (re)list, and periodically, it resyncs:
+//! entries recorded on this node whose pod is no longer there, and this node's reservations that no entry
+//! accounts for, are judged too.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use hereabouts_ipam::crd::IpPool;
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::store::Store;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
@@ -17,15 +20,12 @@ use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::decide::Keep;
-use crate::release::{Considered, Releaser, entries, is_finished};
+use crate::cluster::{Cluster, is_finished};
+use crate::decide::{Index, Keep, KnownPod, suspicious};
+use crate::release::{Considered, Releaser, ReservationOutcome, Views, entries};
 
-/// What the loop remembers of one pod of this node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Known {
-    uid: String,
-    finished: bool,
-}
+/// The longest a failed release waits before it is tried again.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 fn podref(pod: &Pod) -> String {
     format!(
@@ -35,108 +35,202 @@ fn podref(pod: &Pod) -> String {
     )
 }
 
-fn known(pod: &Pod) -> Known {
-    Known { uid: pod.metadata.uid.clone().unwrap_or_default(), finished: is_finished(pod) }
+fn known(pod: &Pod) -> KnownPod {
+    KnownPod { uid: pod.metadata.uid.clone().unwrap_or_default(), finished: is_finished(pod) }
 }
 
-/// Runs until `shutdown`.
-pub async fn run(
-    releaser: Arc<Releaser>,
-    pods: Api<Pod>,
-    pools: Cache<IpPool>,
-    node: String,
-    shutdown: CancellationToken,
-) {
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut events = watcher::watcher(pods, config).default_backoff().boxed();
-    let mut on_node: HashMap<String, Known> = HashMap::new();
-    let mut listing: HashMap<String, Known> = HashMap::new();
-    let mut recheck: Option<Instant> = None;
-    loop {
-        let recheck_due = async {
-            match recheck {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let event = tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = recheck_due => {
-                recheck = resync(&releaser, &pools, &node, &on_node).await;
-                continue;
-            }
-            event = events.next() => event,
-        };
-        match event {
-            None => return,
-            Some(Err(e)) => {
-                // not ready while the watch fails: releases would then wait for the next relist
-                releaser.health.ready.store(false, Ordering::Relaxed);
-                tracing::warn!(error = %e, "pod watch failed; retrying");
-            }
-            Some(Ok(Event::Init)) => listing.clear(),
-            Some(Ok(Event::InitApply(pod))) => {
-                listing.insert(podref(&pod), known(&pod));
-            }
-            Some(Ok(Event::InitDone)) => {
-                on_node = std::mem::take(&mut listing);
-                if pools.wait_until_ready().await.is_err() {
-                    return;
+/// A gone pod whose release must be tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Retry {
+    podref: String,
+    uid: String,
+    attempt: u32,
+}
+
+/// Releases to try again, by when.
+#[derive(Debug, Default)]
+struct Retries {
+    due: BTreeMap<(Instant, u64), Retry>,
+    seq: u64,
+}
+
+impl Retries {
+    fn schedule(&mut self, retry: Retry, after: Duration) {
+        self.seq += 1;
+        self.due.insert((Instant::now() + after, self.seq), retry);
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.keys().next().map(|(at, _)| *at)
+    }
+
+    fn take_due(&mut self) -> Vec<Retry> {
+        let now = Instant::now();
+        let later = self.due.split_off(&(now, u64::MAX));
+        std::mem::replace(&mut self.due, later).into_values().collect()
+    }
+}
+
+/// The backoff before attempt `attempt` (from 1) of a failed release: 1 s, 2 s, 4 s, ... up to 5 min.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs(1 << attempt.min(9)).min(MAX_BACKOFF)
+}
+
+/// What the node loop works from: the caches of every pool and of this node's reservations.
+pub struct NodeLoop<S, C> {
+    pub releaser: Arc<Releaser<S, C>>,
+    pub pools: Cache<IpPool>,
+    pub reservations: Cache<OverlappingRangeIpReservation>,
+    pub node: String,
+    /// How often the node's entries and reservations are looked at even without an event.
+    pub resync_every: Duration,
+}
+
+impl<S, C> std::fmt::Debug for NodeLoop<S, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeLoop").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+impl<S: Store, C: Cluster> NodeLoop<S, C> {
+    /// Runs until `shutdown`.
+    pub async fn run(self, pods: Api<Pod>, shutdown: CancellationToken) {
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
+        let mut events = watcher::watcher(pods, config).default_backoff().boxed();
+        let mut on_node: HashMap<String, KnownPod> = HashMap::new();
+        let mut listing: HashMap<String, KnownPod> = HashMap::new();
+        let mut synced = false;
+        let mut retries = Retries::default();
+        let mut resync_at: Option<Instant> = None;
+        let health = &self.releaser.health;
+        loop {
+            let next = [retries.next_due(), resync_at].into_iter().flatten().min();
+            let wake = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-                recheck = resync(&releaser, &pools, &node, &on_node).await;
-                releaser.health.ready.store(true, Ordering::Relaxed);
-            }
-            Some(Ok(Event::Apply(pod))) => {
-                releaser.health.ready.store(true, Ordering::Relaxed);
-                let info = known(&pod);
-                let key = podref(&pod);
-                let newly_finished =
-                    info.finished && on_node.get(&key).is_none_or(|k| !k.finished || k.uid != info.uid);
-                on_node.insert(key.clone(), info.clone());
-                if newly_finished {
-                    release_pod(&releaser, &pools, &key, &info.uid).await;
+            };
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = wake => {
+                    for retry in retries.take_due() {
+                        self.release_pod(retry, &mut retries).await;
+                    }
+                    if synced && resync_at.is_some_and(|at| at <= Instant::now()) {
+                        resync_at = Some(self.resync(&on_node).await);
+                    }
+                    continue;
                 }
-            }
-            Some(Ok(Event::Delete(pod))) => {
-                releaser.health.ready.store(true, Ordering::Relaxed);
-                let key = podref(&pod);
-                on_node.remove(&key);
-                release_pod(&releaser, &pools, &key, &known(&pod).uid).await;
+                event = events.next() => event,
+            };
+            match event {
+                None => return,
+                Some(Err(e)) => {
+                    // not ready while the watch fails: releases would then wait for the next relist
+                    health.ready.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "pod watch failed; retrying");
+                }
+                Some(Ok(Event::Init)) => listing.clear(),
+                Some(Ok(Event::InitApply(pod))) => {
+                    listing.insert(podref(&pod), known(&pod));
+                }
+                Some(Ok(Event::InitDone)) => {
+                    on_node = std::mem::take(&mut listing);
+                    if self.pools.wait_until_ready().await.is_err()
+                        || self.reservations.wait_until_ready().await.is_err()
+                    {
+                        return;
+                    }
+                    synced = true;
+                    resync_at = Some(self.resync(&on_node).await);
+                    health.ready.store(true, Ordering::Relaxed);
+                }
+                Some(Ok(Event::Apply(pod))) => {
+                    health.ready.store(true, Ordering::Relaxed);
+                    let info = known(&pod);
+                    let key = podref(&pod);
+                    let newly_finished =
+                        info.finished && on_node.get(&key).is_none_or(|k| !k.finished || k.uid != info.uid);
+                    on_node.insert(key.clone(), info.clone());
+                    if newly_finished {
+                        self.release_pod(Retry { podref: key, uid: info.uid, attempt: 0 }, &mut retries).await;
+                    }
+                }
+                Some(Ok(Event::Delete(pod))) => {
+                    health.ready.store(true, Ordering::Relaxed);
+                    let key = podref(&pod);
+                    on_node.remove(&key);
+                    let uid = known(&pod).uid;
+                    self.release_pod(Retry { podref: key, uid, attempt: 0 }, &mut retries).await;
+                }
             }
         }
     }
-}
 
-/// Gives back every entry naming `podref`, told that the pod with `uid` is gone or finished.
-async fn release_pod(releaser: &Releaser, pools: &Cache<IpPool>, podref: &str, uid: &str) {
-    let state = pools.state();
-    let mut views = HashMap::new();
-    for (pool, offset, held) in entries(&state, |a| a.podref == podref) {
-        releaser.consider(pool, offset, held, Some(uid), &mut views).await;
-    }
-}
-
-/// Judges every entry recorded on this node whose pod is not, or no longer, a live pod of this node. Returns when
-/// to look again, if some entry was too fresh to judge.
-async fn resync(
-    releaser: &Releaser,
-    pools: &Cache<IpPool>,
-    node: &str,
-    on_node: &HashMap<String, Known>,
-) -> Option<Instant> {
-    let state = pools.state();
-    let suspicious = |a: &hereabouts_ipam::crd::IpAllocation| {
-        a.node.as_deref() == Some(node)
-            && match on_node.get(&a.podref) {
-                None => true,
-                Some(k) => k.finished || a.poduid.as_deref().is_some_and(|u| u != k.uid),
+    /// Gives back every entry naming the pod of `retry`, told that the pod with its UID is gone or finished;
+    /// what fails or is too fresh to judge is scheduled again.
+    async fn release_pod(&self, retry: Retry, retries: &mut Retries) {
+        let state = self.pools.state();
+        let mut views = Views::new();
+        let mut again = None;
+        for (pool, offset, held) in entries(state.iter().map(AsRef::as_ref), |a| a.podref == retry.podref) {
+            match self.releaser.consider(pool, offset, held, Some(&retry.uid), &mut views).await {
+                Considered::Failed => again = Some(backoff(retry.attempt + 1)),
+                Considered::Kept(Keep::Fresh) => again = again.or(Some(self.releaser.grace)),
+                _ => {}
             }
-    };
-    let mut views = HashMap::new();
-    let mut fresh = false;
-    for (pool, offset, held) in entries(&state, suspicious) {
-        let outcome = releaser.consider(pool, offset, held, None, &mut views).await;
-        fresh |= matches!(outcome, Considered::Kept(Keep::Fresh) | Considered::Failed);
+        }
+        if let Some(after) = again {
+            self.releaser.health.metrics.retries.inc();
+            tracing::debug!(podref = %retry.podref, attempt = retry.attempt + 1, ?after, "release scheduled again");
+            retries.schedule(Retry { attempt: retry.attempt + 1, ..retry }, after);
+        }
     }
-    fresh.then(|| Instant::now() + releaser.grace.max(Duration::from_secs(1)))
+
+    /// Judges every entry recorded on this node whose pod is not, or no longer, a live pod of this node, and
+    /// this node's reservations. Returns when to look again.
+    async fn resync(&self, on_node: &HashMap<String, KnownPod>) -> Instant {
+        self.releaser.health.metrics.node_resyncs.inc();
+        let state = self.pools.state();
+        let mut views = Views::new();
+        let mut soon = false;
+        for (pool, offset, held) in entries(state.iter().map(AsRef::as_ref), |a| suspicious(a, &self.node, on_node)) {
+            let outcome = self.releaser.consider(pool, offset, held, None, &mut views).await;
+            soon |= matches!(outcome, Considered::Kept(Keep::Fresh) | Considered::Failed);
+        }
+        let index = Index::new(state.iter().map(AsRef::as_ref));
+        for reservation in self.reservations.state() {
+            let outcome = self.releaser.consider_reservation(&reservation, &index).await;
+            soon |= outcome == ReservationOutcome::Failed;
+        }
+        let after = if soon { self.releaser.grace.max(Duration::from_secs(1)) } else { self.resync_every };
+        Instant::now() + after
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(2));
+        assert_eq!(backoff(2), Duration::from_secs(4));
+        assert_eq!(backoff(30), MAX_BACKOFF);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_come_due_in_order() {
+        let mut retries = Retries::default();
+        let r = |p: &str| Retry { podref: p.into(), uid: "u".into(), attempt: 1 };
+        retries.schedule(r("b"), Duration::from_secs(2));
+        retries.schedule(r("a"), Duration::from_secs(1));
+        assert!(retries.take_due().is_empty());
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(retries.take_due(), [r("a")]);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(retries.take_due(), [r("b")]);
+        assert_eq!(retries.next_due(), None);
+    }
 }

@@ -1,38 +1,37 @@
-//! Judging and giving back one allocation: re-read its pod, [`judge`], reclaim with the guarded patch, then count
-//! it and tell the pod's Events.
+//! What the reconciler does about one entry or one reservation: re-read what the decision needs, decide with the
+//! rules of [`crate::decide`], write with the guarded operations of `hereabouts_ipam::ipam`, then count it and
+//! tell the pod's Events. Shared by the node loop and the cluster reconcile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hereabouts_ipam::budget::Budget;
-use hereabouts_ipam::crd::{IpAllocation, IpPool};
-use hereabouts_ipam::ipam::{Reclaimed, address_of, reclaim};
-use hereabouts_ipam::store::Store;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use k8s_openapi::jiff::Timestamp;
-use kube::Api;
-use kube::runtime::events::{Event, EventType, Recorder};
+use hereabouts_ipam::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::ipam::{
+    Reclaimed, Restored, address_of, reclaim, release_orphan, reservation_of, restore_reservation,
+};
+use hereabouts_ipam::store::{Store, StoreError, claimed_at};
 
-use crate::decide::{Facts, Keep, PodView, Reason, Verdict, judge};
+use crate::cluster::{Cluster, Notice};
+use crate::decide::{
+    Facts, Index, Keep, PodView, Reason, ReservationVerdict, Verdict, judge, judge_reservation, podref_parts,
+};
 use crate::http::Health;
 
-/// Time one release may take, retries included.
-const RELEASE_BUDGET: Duration = Duration::from_secs(30);
+/// Time one release or repair may take, retries included.
+const STEP_BUDGET: Duration = Duration::from_secs(30);
 
-/// Everything a release needs; shared by the node loop and the cluster reconcile.
-pub struct Releaser {
-    pub store: Store,
-    pub pods: Api<Pod>,
-    pub recorder: Recorder,
+/// Everything a release needs.
+#[derive(Debug)]
+pub struct Releaser<S, C> {
+    pub store: S,
+    pub cluster: C,
     pub health: Arc<Health>,
+    /// Entries younger than this whose pod is missing are left alone (a static pod's mirror may not exist yet).
     pub grace: Duration,
-}
-
-impl std::fmt::Debug for Releaser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Releaser").field("store", &self.store).field("grace", &self.grace).finish_non_exhaustive()
-    }
+    /// A reservation no entry accounts for is released once its last claim is this old: longer than any ADD runs.
+    pub orphan_age: Duration,
 }
 
 /// The outcome of considering one allocation.
@@ -46,49 +45,51 @@ pub enum Considered {
     Failed,
 }
 
-fn split_podref(podref: &str) -> Option<(&str, &str)> {
-    podref.split_once('/').filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+/// The outcome of considering one reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReservationOutcome {
+    Released,
+    Kept,
+    /// Too fresh to judge: look again once it is `orphan_age` old.
+    Fresh,
+    Failed,
 }
 
-impl Releaser {
-    /// The pod `podref` names, as the API server has it now (not a cache: a cache may be stale).
-    pub async fn pod_view(&self, podref: &str) -> Result<PodView, kube::Error> {
-        let Some((ns, name)) = split_podref(podref) else { return Ok(PodView::Missing) };
-        let pod = Api::<Pod>::namespaced(self.pods.clone().into_client(), ns).get_opt(name).await?;
-        Ok(match pod {
-            None => PodView::Missing,
-            Some(pod) => PodView::Present { finished: is_finished(&pod), uid: pod.metadata.uid.unwrap_or_default() },
-        })
+/// Pod reads made within one pass, so that a pod with many entries is read once.
+pub type Views = HashMap<String, PodView>;
+
+impl<S: Store, C: Cluster> Releaser<S, C> {
+    async fn view(&self, podref: &str, views: &mut Views) -> Option<PodView> {
+        if let Some(view) = views.get(podref) {
+            return Some(view.clone());
+        }
+        match self.cluster.pod(podref).await {
+            Ok(view) => {
+                views.insert(podref.to_string(), view.clone());
+                Some(view)
+            }
+            Err(e) => {
+                tracing::warn!(%podref, error = %e, "cannot read the pod; keeping its address");
+                None
+            }
+        }
     }
 
     /// Judges the entry `held` at `offset` of `pool` and gives it back if its pod no longer holds it. `gone_uid`
-    /// is the UID of a pod seen deleted or finished under that name; `views` caches pod reads within one pass.
+    /// is the UID of a pod seen deleted or finished under that name.
     pub async fn consider(
         &self,
         pool: &IpPool,
         offset: u128,
         held: &IpAllocation,
         gone_uid: Option<&str>,
-        views: &mut HashMap<String, PodView>,
+        views: &mut Views,
     ) -> Considered {
-        if split_podref(&held.podref).is_none() {
-            // not a pod reference we can check: never guess
-            return Considered::Kept(Keep::Live);
+        if podref_parts(&held.podref).is_none() {
+            return Considered::Kept(Keep::Unjudgeable);
         }
-        let view = match views.get(&held.podref) {
-            Some(view) => view.clone(),
-            None => match self.pod_view(&held.podref).await {
-                Ok(view) => {
-                    views.insert(held.podref.clone(), view.clone());
-                    view
-                }
-                Err(e) => {
-                    tracing::warn!(podref = %held.podref, error = %e, "cannot read the pod; keeping its address");
-                    return Considered::Failed;
-                }
-            },
-        };
-        let facts = Facts { pod: &view, gone_uid, now: Timestamp::now(), grace: self.grace };
+        let Some(view) = self.view(&held.podref, views).await else { return Considered::Failed };
+        let facts = Facts { pod: &view, gone_uid, now: hereabouts_ipam::clock::now(), grace: self.grace };
         let reason = match judge(held, &facts) {
             Verdict::Keep(keep) => return Considered::Kept(keep),
             Verdict::Release(reason) => reason,
@@ -96,12 +97,12 @@ impl Releaser {
         let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
         let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());
         let metrics = &self.health.metrics;
-        match reclaim(&self.store, pool, offset, held, &Budget::new(RELEASE_BUDGET)).await {
+        match reclaim(&self.store, pool, offset, held, &Budget::new(STEP_BUDGET)).await {
             Ok(Reclaimed::Released) => {
                 metrics.count_release(reason.as_str());
                 tracing::info!(pool = %pool_name, %ip, podref = %held.podref, reason = reason.as_str(), "released");
                 let note = format!("released {ip} (pool {pool_name}, interface {}): {}", held.ifname, reason.as_str());
-                self.publish(held, EventType::Normal, "AddressReleased", note).await;
+                self.tell(held, false, "AddressReleased", note).await;
                 Considered::Released(reason)
             }
             Ok(Reclaimed::Changed) => {
@@ -112,41 +113,155 @@ impl Releaser {
             Err(e) => {
                 metrics.release_failures.inc();
                 tracing::error!(pool = %pool_name, %ip, podref = %held.podref, error = %e, "release failed");
-                self.publish(held, EventType::Warning, "AddressReleaseFailed", format!("{ip}: {e}")).await;
+                self.tell(held, true, "AddressReleaseFailed", format!("{ip}: {e}")).await;
                 Considered::Failed
             }
         }
     }
 
-    async fn publish(&self, held: &IpAllocation, type_: EventType, reason: &str, note: String) {
-        let Some((namespace, name)) = split_podref(&held.podref) else { return };
-        let pod = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
-            uid: held.poduid.clone(),
-            ..Default::default()
-        };
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Release".into(), secondary: None };
-        if let Err(e) = self.recorder.publish(&event, &pod).await {
-            tracing::debug!(podref = %held.podref, error = %e, "publishing the event failed");
+    /// Puts back the reservation of the live entry `held` at `offset` of `pool`, which records one but has none
+    /// (Whereabouts' DEL deletes reservations by name; a fault may have lost one), or reports the other pod that
+    /// holds it. Returns whether it is fine now.
+    pub async fn restore(&self, pool: &IpPool, offset: u128, held: &IpAllocation) -> bool {
+        let Some(name) = reservation_of(pool, offset) else { return true };
+        let budget = Budget::new(STEP_BUDGET);
+        match restore_reservation(&self.store, &name, held, &budget).await {
+            Ok(Restored::Present) => true,
+            Ok(Restored::Created) => {
+                // The entry may have gone in between (a DEL): then the restored claim is an orphan, released now.
+                if !self.entry_still_there(pool, offset, held).await
+                    && let Ok(Some(created)) = self.store.get_reservation(&name).await
+                    && created.spec.podref == held.podref
+                {
+                    let _ = release_orphan(&self.store, &created, &budget).await;
+                    return true;
+                }
+                self.health.metrics.reservations_restored.inc();
+                tracing::warn!(reservation = %name, podref = %held.podref, "restored the missing reservation of a live entry");
+                let note = format!("the reservation {name} of this pod's address was missing and is restored");
+                self.tell(held, true, "ReservationRestored", note).await;
+                true
+            }
+            Ok(Restored::Conflict(other)) => {
+                self.conflict(&name, &[held.podref.as_str(), other.podref.as_str()]).await;
+                false
+            }
+            Err(e) => {
+                tracing::error!(reservation = %name, error = %e, "restoring the reservation failed");
+                false
+            }
         }
+    }
+
+    async fn entry_still_there(&self, pool: &IpPool, offset: u128, held: &IpAllocation) -> bool {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        match self.store.get_pool(name).await {
+            Ok(Some(fresh)) => fresh.spec.allocations.get(&offset.to_string()).is_some_and(|a| a.id == held.id),
+            Ok(None) => false,
+            // cannot tell: keep the claim, the next pass decides
+            Err(_) => true,
+        }
+    }
+
+    /// Reports an address held by several pods (Event on each, and the metric): the rules cannot tell which is
+    /// right, so both are kept and an operator decides.
+    pub async fn conflict(&self, reservation: &str, pods: &[&str]) {
+        self.health.metrics.conflicts_seen.inc();
+        tracing::error!(%reservation, pods = ?pods, "address held by more than one pod");
+        let note = format!("address {reservation} is held by more than one pod: {}", pods.join(", "));
+        for pod in pods {
+            self.cluster
+                .publish(pod, None, Notice { warning: true, reason: "AddressConflict", note: note.clone() })
+                .await;
+        }
+    }
+
+    /// Judges the reservation `listed` against `index` (the pools as listed after it), and releases it if it is
+    /// an orphan — after reading it and the pools that could account for it again, in that order, and deleting
+    /// it only at the version just read: an ADD that claims it in between changes that version.
+    pub async fn consider_reservation(
+        &self,
+        listed: &OverlappingRangeIpReservation,
+        index: &Index,
+    ) -> ReservationOutcome {
+        let name = listed.metadata.name.clone().unwrap_or_default();
+        let pools = index.pools_for(&name);
+        let verdict = |reservation: &OverlappingRangeIpReservation, index: &Index| {
+            judge_reservation(
+                &reservation.spec,
+                claimed_at(reservation),
+                index.holders(&name),
+                !pools.is_empty(),
+                hereabouts_ipam::clock::now(),
+                self.orphan_age,
+            )
+        };
+        match verdict(listed, index) {
+            ReservationVerdict::Release => {}
+            ReservationVerdict::Keep(crate::decide::KeepReservation::Fresh) => return ReservationOutcome::Fresh,
+            // conflicts are reported from the entries' side
+            ReservationVerdict::Keep(_) | ReservationVerdict::Conflict(_) => return ReservationOutcome::Kept,
+        }
+        let fresh = match self.reread(&name, &pools).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => return ReservationOutcome::Kept,
+            Err(e) => {
+                tracing::warn!(reservation = %name, error = %e, "cannot re-read; keeping the reservation");
+                return ReservationOutcome::Failed;
+            }
+        };
+        let (reservation, index) = fresh;
+        match verdict(&reservation, &index) {
+            ReservationVerdict::Release => {}
+            ReservationVerdict::Keep(crate::decide::KeepReservation::Fresh) => return ReservationOutcome::Fresh,
+            _ => return ReservationOutcome::Kept,
+        }
+        match release_orphan(&self.store, &reservation, &Budget::new(STEP_BUDGET)).await {
+            Ok(true) => {
+                self.health.metrics.reservations_released.inc();
+                self.health.metrics.count_release(Reason::Orphaned.as_str());
+                tracing::info!(reservation = %name, podref = %reservation.spec.podref, "released an orphaned reservation");
+                ReservationOutcome::Released
+            }
+            Ok(false) => ReservationOutcome::Kept,
+            Err(e) => {
+                tracing::error!(reservation = %name, error = %e, "releasing the orphaned reservation failed");
+                ReservationOutcome::Failed
+            }
+        }
+    }
+
+    /// The reservation `name`, then the pools `pools`, as the API server has them now.
+    async fn reread(
+        &self,
+        name: &str,
+        pools: &[String],
+    ) -> Result<Option<(OverlappingRangeIpReservation, Index)>, StoreError> {
+        let Some(reservation) = self.store.get_reservation(name).await? else { return Ok(None) };
+        let mut fresh = Vec::with_capacity(pools.len());
+        for pool in pools {
+            if let Some(pool) = self.store.get_pool(pool).await? {
+                fresh.push(pool);
+            }
+        }
+        Ok(Some((reservation, Index::new(&fresh))))
+    }
+
+    async fn tell(&self, held: &IpAllocation, warning: bool, reason: &'static str, note: String) {
+        self.cluster.publish(&held.podref, held.poduid.as_deref(), Notice { warning, reason, note }).await;
     }
 }
 
-/// Phase Succeeded or Failed.
-pub fn is_finished(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-}
-
 /// Every entry of every pool in `pools` that `wanted` selects, with its offset.
-pub fn entries(pools: &[Arc<IpPool>], wanted: impl Fn(&IpAllocation) -> bool) -> Vec<(&IpPool, u128, &IpAllocation)> {
+pub fn entries<'a>(
+    pools: impl IntoIterator<Item = &'a IpPool>,
+    wanted: impl Fn(&IpAllocation) -> bool,
+) -> Vec<(&'a IpPool, u128, &'a IpAllocation)> {
     let mut found = Vec::new();
     for pool in pools {
         for (key, held) in &pool.spec.allocations {
             if let (true, Ok(offset)) = (wanted(held), key.parse()) {
-                found.push((pool.as_ref(), offset, held));
+                found.push((pool, offset, held));
             }
         }
     }

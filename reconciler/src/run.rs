@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
-use hereabouts_ipam::crd::IpPool;
-use hereabouts_ipam::store::Store;
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::store::{KubeStore, NODE_LABEL, node_label_value};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
@@ -18,11 +18,13 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::KubeCluster;
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
+use crate::pods::NodeLoop;
 use crate::release::Releaser;
 use crate::schedule::ScheduleSource;
-use crate::{leader, pods, sweep};
+use crate::{leader, sweep};
 
 /// `run` flags.
 #[derive(Debug, clap::Args)]
@@ -48,11 +50,22 @@ pub struct Args {
     /// Entries younger than this are never released on suspicion alone (an ADD may be in flight).
     #[arg(long, value_parser = parse_duration)]
     grace_period: Option<Duration>,
+    /// A reservation no pool entry accounts for is released once its last claim is this old. It must be longer
+    /// than any ADD can run: the longest `timeout_seconds`, the roll-back grace, and the API server's own request
+    /// timeout for a write still in flight.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    orphan_age: Duration,
+    /// How often the node loop looks at this node's entries and reservations without an event.
+    #[arg(long, value_parser = parse_duration, default_value = "1m")]
+    node_resync: Duration,
     /// How often the schedule source is re-read.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     reload_interval: Duration,
-    /// Where /healthz, /readyz and /metrics are served.
-    #[arg(long, default_value = "0.0.0.0:9300")]
+    /// Where /healthz, /readyz and /metrics are served, without authentication. Loopback by default: the pod
+    /// shares the host's network, so any other address would be open to whatever reaches the node; the kubelet
+    /// runs on the node and reaches it (the DaemonSet's probes name host 127.0.0.1). To scrape from elsewhere,
+    /// choose an address deliberately and restrict who reaches it.
+    #[arg(long, default_value = "127.0.0.1:9300")]
     listen: SocketAddr,
     /// The Lease that elects the instance running the cluster reconcile.
     #[arg(long, default_value = "hereabouts-reconciler")]
@@ -122,11 +135,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let reporter = Reporter { controller: "hereabouts-reconciler".into(), instance: Some(identity.clone()) };
     let releaser = Arc::new(Releaser {
-        store: Store::new(client.clone(), &args.namespace),
-        pods: Api::all(client.clone()),
-        recorder: Recorder::new(client.clone(), reporter),
+        store: KubeStore::new(client.clone(), &args.namespace),
+        cluster: KubeCluster::new(client.clone(), Recorder::new(client.clone(), reporter)),
         health: health.clone(),
         grace,
+        orphan_age: args.orphan_age,
     });
 
     let (pool_cache, pool_writer) = reflector::store::<IpPool>();
@@ -138,6 +151,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 tracing::warn!(error = %e, "pool watch failed; retrying");
             }
         });
+    // Only this node's reservations (the label the CNI sets): the node loop releases its node's orphans.
+    let (reservation_cache, reservation_writer) = reflector::store::<OverlappingRangeIpReservation>();
+    let reservation_api = Api::<OverlappingRangeIpReservation>::namespaced(client.clone(), &args.namespace);
+    let on_node = match node_label_value(&args.node_name) {
+        Some(node) => format!("{NODE_LABEL}={node}"),
+        None => {
+            tracing::warn!(node = %args.node_name, "the node name is not a label value: this node's orphaned \
+                reservations are left to the cluster reconcile");
+            format!("{NODE_LABEL}=-")
+        }
+    };
+    let reservation_stream = reflector::reflector(
+        reservation_writer,
+        watcher::watcher(reservation_api, watcher::Config::default().labels(&on_node)),
+    )
+    .default_backoff()
+    .for_each(|event| async move {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "reservation watch failed; retrying");
+        }
+    });
 
     let leadership = leader::Leadership::default();
     let (schedule_tx, schedule_rx) = watch::channel(schedule);
@@ -147,13 +181,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tasks.spawn(async move {
         tokio::select! { () = stop.cancelled() => {}, () = pool_stream => {} }
     });
-    tasks.spawn(pods::run(
-        releaser.clone(),
-        Api::all(client.clone()),
-        pool_cache,
-        args.node_name.clone(),
-        shutdown.clone(),
-    ));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! { () = stop.cancelled() => {}, () = reservation_stream => {} }
+    });
+    let node_loop = NodeLoop {
+        releaser: releaser.clone(),
+        pools: pool_cache,
+        reservations: reservation_cache,
+        node: args.node_name.clone(),
+        resync_every: args.node_resync,
+    };
+    tasks.spawn(node_loop.run(Api::all(client.clone()), shutdown.clone()));
     let leases = Api::<Lease>::namespaced(client.clone(), &args.namespace);
     tasks.spawn(leader::run(leases, args.lease_name.clone(), identity, leadership.clone(), shutdown.clone()));
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));

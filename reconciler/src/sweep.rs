@@ -1,22 +1,24 @@
-//! The cluster loop: on every tick of the schedule, the instance holding the Lease reconciles every pool of the
-//! namespace — entries whose pod is gone (re-read from the API server right before), and reservations no pool
-//! records whose pod is gone. Nothing younger than the grace period is touched.
+//! The cluster loop: on every tick of the schedule, the instance holding the Lease reconciles every pool and
+//! reservation of the namespace — entries whose pod is gone (re-read from the API server right before), live
+//! entries whose reservation is missing (put back) or held by another pod (reported), and reservations no entry
+//! accounts for once older than any ADD runs (released).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::time::Instant;
 
 use hereabouts_ipam::crd::IpPool;
-use hereabouts_ipam::names;
+use hereabouts_ipam::ipam::reservation_of;
 use hereabouts_ipam::range::IpRange;
+use hereabouts_ipam::store::{Store, StoreError};
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::decide::PodView;
+use crate::cluster::Cluster;
+use crate::decide::{EntryClaim, Index, Keep, entry_claim};
 use crate::leader::Leadership;
 use crate::metrics::PoolLabels;
-use crate::release::{Considered, Releaser, entries};
+use crate::release::{Considered, Releaser, ReservationOutcome, Views, entries};
 use crate::schedule::Schedule;
 
 /// What one run did.
@@ -24,12 +26,14 @@ use crate::schedule::Schedule;
 pub struct Summary {
     pub released: usize,
     pub reservations_released: usize,
+    pub restored: usize,
+    pub conflicts: usize,
     pub kept: usize,
 }
 
 /// Runs until `shutdown`, reconciling on each tick while this instance is the leader.
-pub async fn run(
-    releaser: Arc<Releaser>,
+pub async fn run<S: Store, C: Cluster>(
+    releaser: std::sync::Arc<Releaser<S, C>>,
     mut schedule: watch::Receiver<Schedule>,
     leadership: Leadership,
     shutdown: CancellationToken,
@@ -52,11 +56,13 @@ pub async fn run(
         }
         let started = Instant::now();
         match reconcile_once(&releaser).await {
-            Ok(summary) => tracing::info!(
+            Ok(s) => tracing::info!(
                 tick = %next,
-                released = summary.released,
-                reservations_released = summary.reservations_released,
-                kept = summary.kept,
+                released = s.released,
+                reservations_released = s.reservations_released,
+                restored = s.restored,
+                conflicts = s.conflicts,
+                kept = s.kept,
                 "cluster reconcile done"
             ),
             Err(e) => tracing::error!(tick = %next, error = %e, "cluster reconcile failed"),
@@ -68,23 +74,54 @@ pub async fn run(
 }
 
 /// One full pass over every pool and reservation of the namespace.
-pub async fn reconcile_once(releaser: &Releaser) -> Result<Summary, hereabouts_ipam::store::StoreError> {
-    let pools: Vec<Arc<IpPool>> = releaser.store.list_pools().await?.into_iter().map(Arc::new).collect();
-    let mut views: HashMap<String, PodView> = HashMap::new();
+pub async fn reconcile_once<S: Store, C: Cluster>(releaser: &Releaser<S, C>) -> Result<Summary, StoreError> {
+    // Reservations first, pools after: an orphan candidate is then one that no entry written up to the pool read
+    // accounts for (and it is read again before it goes).
+    let reservations = releaser.store.list_reservations(None).await?;
+    let pools = releaser.store.list_pools().await?;
+    let listed: HashMap<&str, _> =
+        reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
+    let mut views = Views::new();
     let mut summary = Summary::default();
     for (pool, offset, held) in entries(&pools, |_| true) {
         match releaser.consider(pool, offset, held, None, &mut views).await {
             Considered::Released(_) => summary.released += 1,
+            Considered::Kept(Keep::Live) => {
+                summary.kept += 1;
+                let name = reservation_of(pool, offset);
+                let claim = entry_claim(held, name.as_deref().and_then(|n| listed.get(n).copied()));
+                match claim {
+                    EntryClaim::Fine => {}
+                    EntryClaim::Missing | EntryClaim::Conflict(_) => {
+                        // restore re-reads, so a reservation created since the list is found, not duplicated
+                        if releaser.restore(pool, offset, held).await {
+                            summary.restored += usize::from(claim == EntryClaim::Missing);
+                        } else {
+                            summary.conflicts += 1;
+                        }
+                    }
+                }
+            }
             Considered::Kept(_) | Considered::Changed | Considered::Failed => summary.kept += 1,
         }
     }
-    let pools: Vec<Arc<IpPool>> = releaser.store.list_pools().await?.into_iter().map(Arc::new).collect();
+    let index = Index::new(&pools);
+    let doubly = index.doubly_held();
+    for (name, pods) in &doubly {
+        releaser.conflict(name, &pods.iter().copied().collect::<Vec<_>>()).await;
+    }
+    summary.conflicts += doubly.len();
+    releaser.health.metrics.conflicts.set(summary.conflicts as i64);
     record_pool_gauges(releaser, &pools);
-    summary.reservations_released = sweep_reservations(releaser, &pools, &mut views).await?;
+    for reservation in &reservations {
+        if releaser.consider_reservation(reservation, &index).await == ReservationOutcome::Released {
+            summary.reservations_released += 1;
+        }
+    }
     Ok(summary)
 }
 
-fn record_pool_gauges(releaser: &Releaser, pools: &[Arc<IpPool>]) {
+fn record_pool_gauges<S, C>(releaser: &Releaser<S, C>, pools: &[IpPool]) {
     let metrics = &releaser.health.metrics;
     for pool in pools {
         let labels = PoolLabels { pool: pool.metadata.name.clone().unwrap_or_default() };
@@ -92,63 +129,4 @@ fn record_pool_gauges(releaser: &Releaser, pools: &[Arc<IpPool>]) {
         metrics.pool_size.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
         metrics.pool_allocated.get_or_create(&labels).set(pool.spec.allocations.len() as i64);
     }
-}
-
-/// The reservation names the pools' entries account for.
-fn recorded_reservations(pools: &[Arc<IpPool>]) -> HashSet<String> {
-    let mut names = HashSet::new();
-    for pool in pools {
-        let Ok(range) = IpRange::parse(&pool.spec.range, None, None, &[]) else { continue };
-        let Some(network) = names::network_of_pool(pool.metadata.name.as_deref().unwrap_or_default(), range.cidr())
-        else {
-            continue;
-        };
-        for key in pool.spec.allocations.keys() {
-            if let Some(ip) = key.parse().ok().and_then(|o| range.checked_addr_at(o)) {
-                names.insert(names::reservation_name(&network, ip));
-            }
-        }
-    }
-    names
-}
-
-async fn sweep_reservations(
-    releaser: &Releaser,
-    pools: &[Arc<IpPool>],
-    views: &mut HashMap<String, PodView>,
-) -> Result<usize, hereabouts_ipam::store::StoreError> {
-    let recorded = recorded_reservations(pools);
-    let grace = k8s_openapi::jiff::SignedDuration::try_from(releaser.grace).unwrap_or_default();
-    let mut released = 0;
-    for reservation in releaser.store.list_reservations().await? {
-        let name = reservation.metadata.name.clone().unwrap_or_default();
-        let created = reservation.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        if recorded.contains(&name) || created.is_none_or(|c| c + grace > Timestamp::now()) {
-            continue;
-        }
-        let spec = &reservation.spec;
-        let view = match views.get(&spec.podref) {
-            Some(v) => v.clone(),
-            None => match releaser.pod_view(&spec.podref).await {
-                Ok(v) => {
-                    views.insert(spec.podref.clone(), v.clone());
-                    v
-                }
-                Err(e) => {
-                    tracing::warn!(reservation = %name, error = %e, "cannot read the pod; keeping the reservation");
-                    continue;
-                }
-            },
-        };
-        let gone = match view {
-            PodView::Missing => true,
-            PodView::Present { finished, .. } => finished,
-        };
-        if gone && releaser.store.release_reservation(&name, &spec.podref, &spec.containerid).await? {
-            tracing::info!(reservation = %name, podref = %spec.podref, "released an orphaned reservation");
-            releaser.health.metrics.reservations_released.inc();
-            released += 1;
-        }
-    }
-    Ok(released)
 }

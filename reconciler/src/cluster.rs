@@ -1,0 +1,96 @@
+//! What the reconciler asks of the cluster besides the store: the pod an entry names, read fresh, and Events on
+//! pods. [`KubeCluster`] is the API server; tests give their own.
+
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+
+use crate::decide::{PodView, podref_parts};
+
+/// The annotation a mirror pod carries: the kubelet's UID of the static pod it mirrors.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// An Event about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// Whether it warns.
+    pub warning: bool,
+    /// `AddressReleased`, `AddressReleaseFailed`, `ReservationRestored`, `AddressConflict`.
+    pub reason: &'static str,
+    /// What happened, for people.
+    pub note: String,
+}
+
+/// Pods and Events.
+pub trait Cluster: Send + Sync {
+    /// The pod `podref` names, as the API server has it now (not a cache: a cache may be stale).
+    fn pod(&self, podref: &str) -> impl Future<Output = Result<PodView, String>> + Send;
+
+    /// Tells the pod `podref` (UID `uid`, when known) what happened, best effort.
+    fn publish(&self, podref: &str, uid: Option<&str>, notice: Notice) -> impl Future<Output = ()> + Send;
+}
+
+/// The API server's pods and an Event recorder.
+pub struct KubeCluster {
+    client: Client,
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCluster").finish_non_exhaustive()
+    }
+}
+
+impl KubeCluster {
+    /// Pods read and Events recorded through `client`.
+    pub fn new(client: Client, recorder: Recorder) -> Self {
+        Self { client, recorder }
+    }
+}
+
+/// What a pod looks like to the rules.
+pub fn view_of(pod: &Pod) -> PodView {
+    PodView::Present {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        finished: is_finished(pod),
+        mirror: pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+    }
+}
+
+/// Phase Succeeded or Failed.
+pub fn is_finished(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+impl Cluster for KubeCluster {
+    async fn pod(&self, podref: &str) -> Result<PodView, String> {
+        let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
+        let pod = Api::<Pod>::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(|e| e.to_string())?;
+        Ok(pod.as_ref().map_or(PodView::Missing, view_of))
+    }
+
+    async fn publish(&self, podref: &str, uid: Option<&str>, notice: Notice) {
+        let Some((namespace, name)) = podref_parts(podref) else { return };
+        let pod = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            uid: uid.map(str::to_string),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: if notice.warning { EventType::Warning } else { EventType::Normal },
+            reason: notice.reason.into(),
+            note: Some(notice.note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &pod).await {
+            tracing::debug!(%podref, error = %e, "publishing the event failed");
+        }
+    }
+}
