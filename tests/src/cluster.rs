@@ -1,11 +1,12 @@
 //! [`TestCluster`]: one real etcd and kube-apiserver per test binary, on loopback, with TLS, static tokens for
 //! three identities and RBAC, and the CRDs from `crds/` installed.
 
+use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -27,15 +28,19 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub enum Identity {
     /// `system:masters`: everything.
     Admin,
-    /// A service-account-like user with only the rights a test (or `deploy/`) binds to it.
+    /// A service-account-like user with only the rights a test (or `deploy/`) binds to it: the reconciler's
+    /// identity, ServiceAccount `hereabouts` in `kube-system`.
     Restricted,
+    /// The CNI plugin's identity on the host, ServiceAccount `hereabouts-cni` in `kube-system`, with only the
+    /// rights a test (or `deploy/`) binds to it.
+    Cni,
     /// A user with no rights at all.
     Nobody,
 }
 
 impl Identity {
     /// Every identity, in a fixed order.
-    pub const ALL: [Identity; 3] = [Identity::Admin, Identity::Restricted, Identity::Nobody];
+    pub const ALL: [Identity; 4] = [Identity::Admin, Identity::Restricted, Identity::Cni, Identity::Nobody];
 
     /// The user name the API server sees.
     pub fn user(self) -> &'static str {
@@ -44,6 +49,7 @@ impl Identity {
             // The name a ServiceAccount `hereabouts` in `kube-system` authenticates as, so RBAC bindings written
             // for the DaemonSet's ServiceAccount apply to it unchanged.
             Identity::Restricted => "system:serviceaccount:kube-system:hereabouts",
+            Identity::Cni => "system:serviceaccount:kube-system:hereabouts-cni",
             Identity::Nobody => "hereabouts-test-nobody",
         }
     }
@@ -51,15 +57,16 @@ impl Identity {
     fn groups(self) -> &'static str {
         match self {
             Identity::Admin => "system:masters",
-            Identity::Restricted => "system:serviceaccounts,system:serviceaccounts:kube-system",
+            Identity::Restricted | Identity::Cni => "system:serviceaccounts,system:serviceaccounts:kube-system",
             Identity::Nobody => "",
         }
     }
 
-    fn slug(self) -> &'static str {
+    pub(crate) fn slug(self) -> &'static str {
         match self {
             Identity::Admin => "admin",
             Identity::Restricted => "restricted",
+            Identity::Cni => "cni",
             Identity::Nobody => "nobody",
         }
     }
@@ -71,9 +78,26 @@ pub struct TestCluster {
     dir: PathBuf,
     server: String,
     ca_pem: String,
-    tokens: [String; 3],
+    tokens: [String; 4],
+    apiserver: Apiserver,
     /// Time from starting etcd to the API server answering `/readyz`.
     pub ready_after: Duration,
+}
+
+/// How to start kube-apiserver again, and the pid of the running one (`None` while it is stopped).
+#[derive(Debug)]
+struct Apiserver {
+    program: OsString,
+    args: Vec<OsString>,
+    pid: Mutex<Option<u32>>,
+}
+
+impl Apiserver {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args);
+        cmd
+    }
 }
 
 static CLUSTER: OnceLock<TestCluster> = OnceLock::new();
@@ -169,6 +193,62 @@ impl TestCluster {
         Ok(())
     }
 
+    /// The paths of the API server's serving certificate and key (PEM; SAN 127.0.0.1, signed by the CA of
+    /// [`TestCluster::ca_pem`]), for a stand-in such as [`crate::faultproxy::FaultProxy`] to serve with.
+    pub fn serving_cert_paths(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("apiserver.crt"), self.dir.join("apiserver.key"))
+    }
+
+    /// The pid of the running kube-apiserver, `None` while it is stopped.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        *self.apiserver.pid.lock().unwrap()
+    }
+
+    /// Kills kube-apiserver with SIGKILL and waits until the process is gone; does nothing when it is stopped.
+    /// etcd and everything stored in it stay.
+    ///
+    /// This stops the control plane of *every* test of this test binary: a test that calls it must be the only
+    /// test of its test file.
+    pub fn kill_apiserver(&self) {
+        let mut pid = self.apiserver.pid.lock().unwrap();
+        if let Some(running) = pid.take() {
+            process::kill(running).unwrap_or_else(|e| panic!("kill kube-apiserver (pid {running}): {e}"));
+        }
+    }
+
+    /// Starts kube-apiserver again with the same command line (same port, certificates, tokens and etcd) and
+    /// waits until it answers `/readyz` and serves the CRDs. Panics when it is already running or not ready in
+    /// time. Like the first, it is killed when the test binary ends and named by `kube-apiserver.pid`.
+    ///
+    /// This affects *every* test of this test binary: a test that calls it must be the only test of its test file.
+    pub async fn start_apiserver(&self) {
+        self.try_start_apiserver().await.unwrap_or_else(|e| panic!("restart kube-apiserver: {e:#}"))
+    }
+
+    async fn try_start_apiserver(&self) -> anyhow::Result<()> {
+        {
+            let mut pid = self.apiserver.pid.lock().unwrap();
+            if let Some(running) = *pid {
+                bail!("kube-apiserver is already running (pid {running})");
+            }
+            *pid = Some(launch(&self.dir, "kube-apiserver", self.apiserver.command())?);
+        }
+        let admin = self.admin().await;
+        wait_ready(&admin, &self.dir).await?;
+        crds_servable(&admin).await
+    }
+
+    /// [`TestCluster::kill_apiserver`] then [`TestCluster::start_apiserver`]; returns the time from the kill to
+    /// the API server being ready again.
+    ///
+    /// This affects *every* test of this test binary: a test that calls it must be the only test of its test file.
+    pub async fn restart_apiserver(&self) -> Duration {
+        let t0 = Instant::now();
+        self.kill_apiserver();
+        self.start_apiserver().await;
+        t0.elapsed()
+    }
+
     /// The API server's Prometheus metrics, as text.
     pub async fn metrics(&self) -> String {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
@@ -176,7 +256,8 @@ impl TestCluster {
     }
 }
 
-async fn client_for(server: &str, ca_pem: &str, id: Identity, token: &str) -> anyhow::Result<Client> {
+/// A client for `id` of `server` (the API server or a stand-in that serves its certificate), kube's retries off.
+pub(crate) async fn client_for(server: &str, ca_pem: &str, id: Identity, token: &str) -> anyhow::Result<Client> {
     let text = kubeconfig::render(server, ca_pem, id.user(), token, "default");
     let kc = Kubeconfig::from_yaml(&text).context("parse kubeconfig")?;
     let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
@@ -222,7 +303,7 @@ async fn start() -> anyhow::Result<TestCluster> {
     ] {
         std::fs::write(dir.join(file), pem)?;
     }
-    let tokens = [random_token("admin")?, random_token("restricted")?, random_token("nobody")?];
+    let tokens = [random_token("admin")?, random_token("restricted")?, random_token("cni")?, random_token("nobody")?];
     let csv: String = Identity::ALL
         .iter()
         .map(|id| format!("{},{},{},\"{}\"\n", tokens[*id as usize], id.user(), id.user(), id.groups()))
@@ -262,7 +343,10 @@ async fn start() -> anyhow::Result<TestCluster> {
         // the `kubernetes` Endpoints would carry 127.0.0.1, which validation rejects
         .arg("--endpoint-reconciler-type=none")
         .args(["--allow-privileged=true", "--profiling=false", "-v=1"]);
-    launch(&dir, "kube-apiserver", apiserver)?;
+    let program = apiserver.get_program().to_owned();
+    let args = apiserver.get_args().map(ToOwned::to_owned).collect();
+    let pid = launch(&dir, "kube-apiserver", apiserver)?;
+    let apiserver = Apiserver { program, args, pid: Mutex::new(Some(pid)) };
 
     let server = format!("https://127.0.0.1:{secure_port}");
     let admin = client_for(&server, &pki.ca_pem, Identity::Admin, &tokens[0]).await?;
@@ -274,15 +358,17 @@ async fn start() -> anyhow::Result<TestCluster> {
         dir.display()
     );
     install_crds(&admin).await?;
-    Ok(TestCluster { dir, server, ca_pem: pki.ca_pem, tokens, ready_after })
+    Ok(TestCluster { dir, server, ca_pem: pki.ca_pem, tokens, apiserver, ready_after })
 }
 
-fn launch(dir: &Path, name: &str, mut cmd: Command) -> anyhow::Result<()> {
-    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+/// Starts `cmd` as `name`, logging to `<name>.log` (appended to, so a restart keeps the earlier run's log), with
+/// its pid in `<name>.pid`. Returns the pid.
+fn launch(dir: &Path, name: &str, mut cmd: Command) -> anyhow::Result<u32> {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}.log")))?;
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     let pid = process::spawn(cmd).with_context(|| format!("start {name}"))?;
     process::record_pid(dir, name, pid)?;
-    Ok(())
+    Ok(pid)
 }
 
 async fn wait_ready(admin: &Client, dir: &Path) -> anyhow::Result<()> {
@@ -326,8 +412,12 @@ async fn install_crds(admin: &Client) -> anyhow::Result<()> {
     for name in names {
         crate::wait::crd_established(&api, &name).await?;
     }
-    // Established is not yet servable: the first list of a new resource may answer 429 "storage is
-    // (re)initializing" for a moment, which no test should have to see.
+    crds_servable(admin).await
+}
+
+async fn crds_servable(admin: &Client) -> anyhow::Result<()> {
+    // Established (or a restarted server's `/readyz`) is not yet servable: the first list of a resource may
+    // answer 429 "storage is (re)initializing" for a moment, which no test should have to see.
     let lp = kube::api::ListParams::default().limit(1);
     crate::wait::until(Duration::from_secs(30), "the CRDs to be servable", || async {
         let pools = Api::<IpPool>::all(admin.clone()).list(&lp).await.is_ok();

@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod crds;
 pub mod deploy;
+pub mod faultproxy;
 pub mod fixture;
 pub mod kubeconfig;
 pub mod metrics;

@@ -67,6 +67,15 @@ impl Invocation {
 
     /// Runs the plugin with `stdin` as given (for malformed input).
     pub async fn run_raw(&self, stdin: &[u8]) -> Output {
+        self.start_raw(stdin).await.wait().await
+    }
+
+    /// Starts the plugin, as a runtime would, without waiting for it: the test may kill it half-way.
+    pub async fn start(&self) -> Running {
+        self.start_raw(self.config.to_string().as_bytes()).await
+    }
+
+    async fn start_raw(&self, stdin: &[u8]) -> Running {
         let mut cmd = tokio::process::Command::new(self.program.clone().unwrap_or_else(|| workspace_bin("hereabouts")));
         cmd.env_clear()
             .env("CNI_COMMAND", self.command)
@@ -78,17 +87,36 @@ impl Invocation {
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn hereabouts");
         let mut pipe = child.stdin.take().unwrap();
         pipe.write_all(stdin).await.expect("write the config to the plugin");
         drop(pipe);
-        let out = child.wait_with_output().await.expect("wait for hereabouts");
+        Running { child }
+    }
+}
+
+/// A plugin process under way.
+#[derive(Debug)]
+pub struct Running {
+    child: tokio::process::Child,
+}
+
+impl Running {
+    /// Waits for it and collects what it printed.
+    pub async fn wait(self) -> Output {
+        let out = self.child.wait_with_output().await.expect("wait for hereabouts");
         Output {
             success: out.status.success(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// SIGKILLs it, as a runtime does when its timeout expires, and waits until it is gone.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("kill hereabouts");
     }
 }
 

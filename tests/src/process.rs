@@ -71,6 +71,21 @@ fn spawner() -> mpsc::Sender<SpawnRequest> {
         .clone()
 }
 
+/// Kills the child `pid` (spawned by [`spawn`]) with SIGKILL, waits until it is gone, and unregisters it.
+pub(crate) fn kill(pid: u32) -> std::io::Result<()> {
+    let mut child = {
+        let mut registry = REGISTRY.lock().unwrap();
+        let Some(at) = registry.children.iter().position(|c| c.id() == pid) else {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no child with pid {pid}")));
+        };
+        registry.children.swap_remove(at)
+    };
+    child.kill()?;
+    // waited for, so it is gone (its port free) when this returns, and leaves no zombie
+    child.wait()?;
+    Ok(())
+}
+
 /// Registers `dir` for removal at exit and marks it as owned by this process.
 pub(crate) fn own_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())?;
