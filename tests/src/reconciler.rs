@@ -23,6 +23,8 @@ pub struct ReconcilerOptions {
     pub identity: String,
     pub cron: String,
     pub grace: String,
+    /// `--orphan-age`: tests' ADDs take milliseconds, so a claim a couple of seconds old is abandoned.
+    pub orphan_age: String,
     pub lease: String,
 }
 
@@ -35,6 +37,7 @@ impl ReconcilerOptions {
             identity: format!("reconciler-{node}"),
             cron: "*/2 * * * * *".into(),
             grace: "1s".into(),
+            orphan_age: "2s".into(),
             lease: format!("hereabouts-{namespace}"),
         }
     }
@@ -67,6 +70,7 @@ impl Reconciler {
             .arg("--flat-file")
             .arg(config_dir.join("absent.conf"))
             .args(["--cron-expression", &opts.cron, "--grace-period", &opts.grace, "--lease-name", &opts.lease])
+            .args(["--orphan-age", &opts.orphan_age, "--node-resync", "2s"])
             .args(["--listen", &listen])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -228,6 +228,10 @@ async fn gc_releases_exactly_the_attachments_not_listed() {
     }
     // another node's attachment, which node-a's runtime knows nothing of
     fx.invocation("ADD", &config, "remote", "cr").with_env("NODENAME", "node-b").run().await.result();
+    // These were allocated ten minutes ago; an ADD still under way when the runtime took its list (c3, just now)
+    // is in no list, so GC must leave young entries alone.
+    age_entries(&fx, "198.18.18.0-24", 600).await;
+    fx.invocation("ADD", &config, "pod-3", "c3").with_env("NODENAME", "node-a").run().await.result();
 
     let mut gc = config.clone();
     gc["cni.dev/valid-attachments"] =
@@ -237,15 +241,28 @@ async fn gc_releases_exactly_the_attachments_not_listed() {
 
     let pool = fx.pool("198.18.18.0-24").await;
     let ids: BTreeSet<&str> = pool.spec.allocations.values().map(|a| a.id.as_str()).collect();
-    assert_eq!(ids, BTreeSet::from(["c0", "c2", "cr"]));
-    assert_eq!(fx.reservations().await.len(), 3);
+    assert_eq!(ids, BTreeSet::from(["c0", "c2", "c3", "cr"]), "only c1, old and unlisted, is released");
+    assert_eq!(fx.reservations().await.len(), 4);
 
     let mut no_list = config.clone();
     no_list["cni.dev/valid-attachments"] = serde_json::Value::Null;
     no_list.as_object_mut().unwrap().remove("cni.dev/valid-attachments");
     let refused = fx.invocation("GC", &no_list, "", "").with_env("NODENAME", "node-a").run().await;
     assert_eq!(refused.error_code(), 7, "GC without the list must not release everything");
-    assert_eq!(fx.pool("198.18.18.0-24").await.spec.allocations.len(), 3);
+    assert_eq!(fx.pool("198.18.18.0-24").await.spec.allocations.len(), 4);
+}
+
+/// Moves the `allocated` time of every entry of `pool` `secs` into the past, as if the ADDs had run then.
+async fn age_entries(fx: &CniFixture, pool: &str, secs: i64) {
+    let at = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs)).to_string();
+    let current = fx.pool(pool).await;
+    let allocations: serde_json::Map<String, serde_json::Value> =
+        current.spec.allocations.keys().map(|k| (k.clone(), json!({"allocated": at}))).collect();
+    let patch = kube::api::Patch::Merge(json!({"spec": {"allocations": allocations}}));
+    Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns)
+        .patch(pool, &kube::api::PatchParams::default(), &patch)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

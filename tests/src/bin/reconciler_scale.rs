@@ -89,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
                     allocated: Some("2026-01-01T00:00:00Z".into()),
                     node: Some(node_of(i)),
                     network: Some("scale".into()),
+                    reserved: false,
                 },
             );
         }
