@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use super::decide::{self, Ask, AtOffset, Me, Plan};
 use super::journal::{Journal, Written, remove_entry};
-use super::reservation::{self, Claimed};
+use super::reservation::{self, Claimed as Reserved};
 use super::{Assigned, IpamError, Request};
 use crate::budget::Budget;
 use crate::config::IpamConfig;
@@ -68,6 +68,17 @@ enum Kept {
     NotOurs,
     /// The entry changed in between: read the pool again.
     Changed,
+}
+
+/// What claiming a free offset came to.
+enum Claimed {
+    Done(IpAddr),
+    /// Another attachment holds the address cluster-wide: pick another.
+    HeldElsewhere,
+    /// Another pod took the offset in the pool first: the pool as read since.
+    Lost(IpPool),
+    /// Another sandbox of the same attachment got there: the pool as read since.
+    MyAttachment(IpPool),
 }
 
 /// What adding our entry came to.
@@ -154,51 +165,57 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                         pool = self.read_pool().await?;
                     }
                 },
-                Plan::Claim(offset) => {
-                    let ip = self.range.addr_at(offset);
-                    let reservation = self.cfg.overlapping_ranges.then(|| self.reservation_name(ip));
-                    if let Some(name) = &reservation {
-                        journal.record(Written::Reservation {
-                            name: name.clone(),
-                            podref: self.me.podref.to_string(),
-                            container: self.me.container.to_string(),
-                        });
-                        if let Claimed::Other(holder) =
-                            reservation::claim(self.store, name, self.me, self.node, self.budget).await?
-                        {
-                            journal.forget_reservation(name);
-                            if self.requested.is_some() {
-                                return Err(IpamError::RequestedTaken { ip, holder });
-                            }
-                            tracing::debug!(%ip, %holder, "address held through an overlapping range");
-                            excluded.insert(offset);
-                            continue;
-                        }
+                Plan::Claim(offset) => match self.claim(offset, journal).await? {
+                    Claimed::Done(ip) => return Ok(ip),
+                    Claimed::HeldElsewhere => {
+                        excluded.insert(offset);
                     }
-                    match self.add(offset, reservation.clone(), journal).await? {
-                        Added::Done(ip) => return Ok(ip),
-                        Added::MyAttachment(fresh) => pool = fresh,
-                        Added::Lost(fresh) => {
-                            // A writer that reserved nothing (overlap off, or Whereabouts) holds it in the pool.
-                            if let Some(name) = &reservation {
-                                reservation::release_if_ours(
-                                    self.store,
-                                    name,
-                                    self.me.podref,
-                                    self.me.container,
-                                    self.budget,
-                                )
-                                .await?;
-                                journal.forget_reservation(name);
-                            }
-                            if let Some(ip) = self.requested {
-                                return Err(IpamError::RequestedTaken { ip, holder: "a concurrent ADD".into() });
-                            }
-                            spread = true;
-                            pool = fresh;
-                        }
+                    Claimed::MyAttachment(fresh) => pool = fresh,
+                    Claimed::Lost(fresh) => {
+                        spread = true;
+                        pool = fresh;
                     }
+                },
+            }
+        }
+    }
+
+    /// Claims the free `offset`: cluster-wide first (the reservation, when the network reserves), then in the
+    /// pool.
+    async fn claim(&self, offset: u128, journal: &mut Journal) -> Result<Claimed, IpamError> {
+        let ip = self.range.addr_at(offset);
+        let reservation = self.cfg.overlapping_ranges.then(|| self.reservation_name(ip));
+        if let Some(name) = &reservation {
+            journal.record(Written::Reservation {
+                name: name.clone(),
+                podref: self.me.podref.to_string(),
+                container: self.me.container.to_string(),
+            });
+            if let Reserved::Other(holder) =
+                reservation::claim(self.store, name, self.me, self.node, self.budget).await?
+            {
+                journal.forget_reservation(name);
+                if self.requested.is_some() {
+                    return Err(IpamError::RequestedTaken { ip, holder });
                 }
+                tracing::debug!(%ip, %holder, "address held through an overlapping range");
+                return Ok(Claimed::HeldElsewhere);
+            }
+        }
+        match self.add(offset, reservation.clone(), journal).await? {
+            Added::Done(ip) => Ok(Claimed::Done(ip)),
+            Added::MyAttachment(fresh) => Ok(Claimed::MyAttachment(fresh)),
+            Added::Lost(fresh) => {
+                // A writer that reserved nothing (overlap off, or Whereabouts) holds it in the pool.
+                if let Some(name) = &reservation {
+                    reservation::release_if_ours(self.store, name, self.me.podref, self.me.container, self.budget)
+                        .await?;
+                    journal.forget_reservation(name);
+                }
+                if let Some(ip) = self.requested {
+                    return Err(IpamError::RequestedTaken { ip, holder: "a concurrent ADD".into() });
+                }
+                Ok(Claimed::Lost(fresh))
             }
         }
     }
@@ -241,7 +258,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         let ip = self.range.addr_at(offset);
         if self.cfg.overlapping_ranges {
             let name = self.reservation_name(ip);
-            if let Claimed::Other(holder) =
+            if let Reserved::Other(holder) =
                 reservation::claim(self.store, &name, self.me, self.node, self.budget).await?
             {
                 tracing::error!(pool = %self.pool, %ip, %holder,
