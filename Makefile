@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export GOTOOLCHAIN := local
 
-.PHONY: test testenv build crds lint deny bench demo
+.PHONY: test testenv build crds lint deny bench demo fuzz
 
 ## every test: builds the Go tools (once per version) and the binaries, then runs the whole workspace's tests
 test: testenv build
@@ -38,3 +38,9 @@ bench: testenv
 	cargo build --release -p hereabouts-cni
 	cargo build --release -p hereabouts-bench
 	target/release/bench $(BENCH_ARGS)
+
+## far more generated cases than CI runs (release build): the whole protocol under injected faults on the in-memory
+## store, and generated configs, CNI_ARGS and environments through the CNI parse path. SIM_CASES / FUZZ_CASES.
+fuzz:
+	HEREABOUTS_SIM_CASES=$${SIM_CASES:-100000} cargo test --release -p hereabouts-reconciler --test simulation -- --nocapture
+	HEREABOUTS_FUZZ_CASES=$${FUZZ_CASES:-1000000} cargo test --release -p hereabouts-cni --test parse_fuzz -- --nocapture

@@ -56,8 +56,8 @@ pub fn pick_near_lowest(range: &IpRange, taken: &BTreeSet<u128>, window: usize, 
     (!free.is_empty()).then(|| free[(seed % free.len() as u64) as usize])
 }
 
-/// How many usable offsets lie at or below [`MAX_OFFSET`].
-fn usable_up_to_max(range: &IpRange) -> u128 {
+/// How many usable offsets lie at or below [`MAX_OFFSET`]: how many addresses the range can hand out.
+pub fn usable_up_to_max(range: &IpRange) -> u128 {
     range
         .usable_intervals()
         .take_while(|r| *r.start() <= MAX_OFFSET)

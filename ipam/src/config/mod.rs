@@ -249,6 +249,12 @@ impl fmt::Display for LogLevel {
 }
 
 impl IpamConfig {
+    /// The requested address that range `index` gives, if any: each requested address goes to the first range
+    /// that can hand it out (ranges may overlap) and gives no other one.
+    pub fn requested_for(&self, index: usize) -> Option<IpAddr> {
+        requested::by_range(&self.ranges, &self.requested).ok()?.get(index).copied().flatten()
+    }
+
     /// ADD needs the pod (Whereabouts records `namespace/name` with every allocation): refuses, with code 4, a
     /// config whose `CNI_ARGS` lack `K8S_POD_NAMESPACE` or `K8S_POD_NAME`.
     pub fn require_pod(&self) -> Result<(), ConfigError> {

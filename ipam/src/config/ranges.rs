@@ -29,7 +29,31 @@ struct Spec<'s> {
 
 pub(super) fn build(raw: &RawIpam<'_>) -> Result<Vec<IpRange>, ConfigError> {
     check_unanchored(raw)?;
-    specs(raw).into_iter().map(|spec| one(&spec?)).collect()
+    let mut built: Vec<(String, IpRange)> = Vec::new();
+    for spec in specs(raw) {
+        let spec = spec?;
+        let range = one(&spec)?;
+        if range.usable_count() > 0 && crate::allocator::usable_up_to_max(&range) == 0 {
+            return Err(ConfigError::invalid(
+                &spec.key,
+                format!(
+                    "every usable address of {} is 2^63 or more above its network address: pools record offsets as \
+                     signed 64-bit numbers (Whereabouts drops what it cannot read), so none could be handed out; \
+                     move range_start down or narrow the range",
+                    range.cidr()
+                ),
+            ));
+        }
+        // one pool per CIDR holds one address per attachment: a second range of it would hand out that same one
+        if let Some((first, _)) = built.iter().find(|(_, r)| r.cidr() == range.cidr()) {
+            return Err(ConfigError::invalid(
+                &spec.key,
+                format!("{} is the CIDR of {first} too: both would share one pool; merge them", range.cidr()),
+            ));
+        }
+        built.push((spec.key.clone(), range));
+    }
+    Ok(built.into_iter().map(|(_, range)| range).collect())
 }
 
 /// DEL and GC: every range whose CIDR can be read, with each mistake as a warning. An entry the strict rules refuse

@@ -6,6 +6,7 @@ use ipnet::IpNet;
 
 use super::error::ConfigError;
 use super::ranges::cidr_list;
+use crate::allocator::MAX_OFFSET;
 use crate::range::IpRange;
 
 /// One requested address, with the key it came from and the prefix it was written with, if any.
@@ -45,22 +46,38 @@ pub(super) fn resolve(
         if out.contains(&r.ip) {
             continue;
         }
-        // each range gives one address: a second one asked of the same range could never be handed out
-        if let Some(range) = ranges.iter().find(|rg| rg.cidr().contains(&r.ip))
-            && let Some(first) = out.iter().find(|ip| range.cidr().contains(*ip))
-        {
+        out.push(r.ip);
+        // each range gives one address: one asked of a range that already gives another could never be handed out
+        if let Err(first) = by_range(ranges, &out) {
+            let range =
+                ranges.iter().find(|rg| rg.cidr().contains(&r.ip)).map_or_else(String::new, |rg| rg.cidr().to_string());
             return Err(ConfigError::invalid(
                 &r.key,
                 format!(
-                    "{} and {first} both lie in range {}, which gives one address per attachment: ask for one",
-                    r.ip,
-                    range.cidr()
+                    "{} and {first} both lie in range {range}, which gives one address per attachment: ask for one",
+                    r.ip
                 ),
             ));
         }
-        out.push(r.ip);
     }
     Ok(out)
+}
+
+/// Which range gives which requested address: each address, in order, goes to the first range that can hand it
+/// out and gives no other. `Err` names an address already given by the range(s) the next one needs.
+pub(crate) fn by_range(ranges: &[IpRange], requested: &[IpAddr]) -> Result<Vec<Option<IpAddr>>, IpAddr> {
+    let mut given: Vec<Option<IpAddr>> = vec![None; ranges.len()];
+    for ip in requested {
+        let can = |rg: &IpRange| rg.offset_of(*ip).is_some_and(|o| rg.is_usable(o) && o <= MAX_OFFSET);
+        match ranges.iter().enumerate().find(|(i, rg)| given[*i].is_none() && can(rg)) {
+            Some((i, _)) => given[i] = Some(*ip),
+            None => {
+                let first = ranges.iter().enumerate().find(|(_, rg)| can(rg)).and_then(|(i, _)| given[i]);
+                return Err(first.unwrap_or(*ip));
+            }
+        }
+    }
+    Ok(given)
 }
 
 fn check(r: &Requested, ranges: &[IpRange]) -> Result<(), ConfigError> {
@@ -83,13 +100,13 @@ fn check(r: &Requested, ranges: &[IpRange]) -> Result<(), ConfigError> {
             ));
         }
     }
-    if !containing.iter().any(|rg| rg.offset_of(ip).is_some_and(|o| rg.is_usable(o))) {
+    if !containing.iter().any(|rg| rg.offset_of(ip).is_some_and(|o| rg.is_usable(o) && o <= MAX_OFFSET)) {
         let cidrs: Vec<String> = containing.iter().map(|rg| rg.cidr().to_string()).collect();
         return Err(ConfigError::invalid(
             &r.key,
             format!(
                 "{ip} cannot be handed out from {}: it is the network or broadcast address, the gateway, excluded, \
-                 or outside range_start..range_end",
+                 outside range_start..range_end, or 2^63 or more above the network address",
                 cidrs.join(", ")
             ),
         ));

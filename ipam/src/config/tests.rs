@@ -389,7 +389,7 @@ fn unknown_keys_are_all_named_with_the_key_meant() {
 fn start_outside_names_the_entry() {
     // checked before the range math, so the message is this module's own
     let conf = netconf(ranged(json!({
-        "ipRanges": [{"range": "10.0.0.0/24"}, {"range": "10.0.0.0/24", "range_start": "10.1.0.5"}],
+        "ipRanges": [{"range": "10.2.0.0/24"}, {"range": "10.0.0.0/24", "range_start": "10.1.0.5"}],
     })));
     assert_eq!(refused(&conf, "").to_string(), "ipam.ipRanges[1].range_start: 10.1.0.5 is outside 10.0.0.0/24");
 }
@@ -753,4 +753,26 @@ fn flat_file_can_give_the_range() {
 fn node_slice_size_that_fits() {
     let c = ok(&netconf(ranged(json!({"range": "10.0.0.0/16", "node_slice_size": "/24"}))), "");
     assert_eq!(c.node_slice_size.as_deref(), Some("/24"));
+}
+
+#[test]
+fn ranges_a_pool_cannot_serve_are_refused() {
+    // one pool per CIDR holds one address per attachment
+    let dup = netconf(ranged(json!({"ipRanges": [{"range": "10.0.0.0/24", "exclude": ["10.0.0.0/25"]}]})));
+    let err = refused(&dup, "");
+    assert_eq!(err.code(), 7);
+    assert_eq!(
+        err.to_string(),
+        "ipam.ipRanges[0]: 10.0.0.0/24 is the CIDR of ipam.range too: both would share one pool; merge them"
+    );
+    // every usable address at an offset Whereabouts cannot record
+    let high = netconf(json!({"type": "hereabouts", "range": "2001:db8::8000:0:0:0-2001:db8::ffff:ffff:ffff:fffe/64"}));
+    let err = refused(&high, "");
+    assert_eq!(err.code(), 7);
+    assert!(err.to_string().starts_with("ipam.range: every usable address of 2001:db8::/64 is 2^63 or more"), "{err}");
+    // a requested address goes to the first of the overlapping ranges that can hand it out
+    let overlap = netconf(json!({"type": "hereabouts", "kubernetes": {"kubeconfig": "/k"},
+        "ipRanges": [{"range": "10.0.0.0/24", "range_start": "10.0.0.100"}, {"range": "10.0.0.0/20"}]}));
+    let c = ok(&overlap, "IP=10.0.0.2;K8S_POD_NAME=p");
+    assert_eq!((c.requested_for(0), c.requested_for(1)), (None, Some(ip("10.0.0.2"))));
 }

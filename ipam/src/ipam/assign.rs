@@ -28,8 +28,11 @@ pub async fn assign(
     let me = Me { podref: &podref, ifname: &req.ifname, container: &req.container_id };
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
-    for range in &cfg.ranges {
-        let add = RangeAdd::new(store, cfg, req, &me, range, budget);
+    for (index, range) in cfg.ranges.iter().enumerate() {
+        let mut add = RangeAdd::new(store, cfg, req, &me, range, budget);
+        add.requested = cfg.requested_for(index);
+        // ranges of one config may overlap: an address an earlier range gave is not this one's to give again
+        add.given = assigned.iter().filter_map(|a: &Assigned| range.offset_of(a.ip)).collect();
         match add.run(&mut journal).await {
             Ok(ip) => assigned.push(Assigned {
                 ip,
@@ -57,6 +60,8 @@ struct RangeAdd<'a, S> {
     budget: &'a Budget,
     pool: String,
     requested: Option<IpAddr>,
+    /// Offsets of addresses earlier ranges of this ADD gave.
+    given: BTreeSet<u128>,
     /// The entry this sandbox writes.
     entry: IpAllocation,
 }
@@ -107,7 +112,8 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             range,
             budget,
             pool: names::pool_name(&cfg.network_name, range.cidr()),
-            requested: cfg.requested.iter().copied().find(|ip| range.offset_of(*ip).is_some()),
+            requested: None,
+            given: BTreeSet::new(),
             entry: IpAllocation {
                 id: req.container_id.clone(),
                 podref: me.podref.to_string(),
@@ -122,7 +128,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
     }
 
     async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
-        let mut excluded = BTreeSet::new();
+        let mut excluded = self.given.clone();
         let mut preferred = None;
         let mut spread = false;
         let mut seed = crate::entropy::random(self.me.container.as_bytes());
