@@ -1,5 +1,10 @@
 //! Leader election on a coordination.k8s.io Lease: one instance of the DaemonSet runs the cluster-wide reconcile.
 //! Taking or renewing the Lease is a replace with the resourceVersion read, so two instances cannot both win.
+//!
+//! The Lease is created by `deploy/daemonset.yaml`, and the DaemonSet's ServiceAccount may only `get` and
+//! `update` it by name: RBAC cannot limit `create` to one name, and a right to create any Lease would let a
+//! stolen token forge other components' leader leases. A missing Lease is still created when the identity may
+//! (a test cluster, an admin's kubeconfig); when it may not, that is said once, clearly, and retried.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,14 +30,42 @@ impl Leadership {
     }
 }
 
+/// Why the Lease could not be read or written.
+#[derive(Debug, thiserror::Error)]
+enum HoldError {
+    #[error("read the lease")]
+    Get(#[source] kube::Error),
+    /// The Lease does not exist and this identity may not create it.
+    #[error(
+        "the lease does not exist and this identity may not create it (403): apply the Lease of \
+         deploy/daemonset.yaml; the ServiceAccount may only get and update it by name"
+    )]
+    CreateForbidden(#[source] kube::Error),
+    #[error("create the lease")]
+    Create(#[source] kube::Error),
+    #[error("update the lease")]
+    Update(#[source] kube::Error),
+}
+
 /// Keeps trying to take, then keep, the Lease `name` in `api`'s namespace as `identity`, until `shutdown`; then
-/// gives it up so another instance need not wait for it to expire.
+/// gives it up so another instance need not wait for it to expire. A failure is logged when it first happens
+/// (or changes), not on every try.
 pub async fn run(api: Api<Lease>, name: String, identity: String, leadership: Leadership, shutdown: CancellationToken) {
+    let mut failing: Option<String> = None;
     loop {
         let held = match try_hold(&api, &name, &identity).await {
-            Ok(held) => held,
+            Ok(held) => {
+                if failing.take().is_some() {
+                    tracing::info!(lease = %name, "the lease can be read and written again");
+                }
+                held
+            }
             Err(e) => {
-                tracing::warn!(lease = %name, error = %e, "lease update failed");
+                let message = describe(&e);
+                if failing.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(lease = %name, error = %message, "cannot hold the lease; retrying every {RENEW_EVERY:?}");
+                    failing = Some(message);
+                }
                 false
             }
         };
@@ -69,9 +102,21 @@ fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
     renewed + duration < now
 }
 
-async fn try_hold(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, kube::Error> {
+/// The error and its sources, on one line.
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        source = e.source();
+    }
+    line
+}
+
+async fn try_hold(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, HoldError> {
     let now = Timestamp::now();
-    let Some(mut lease) = api.get_opt(name).await? else {
+    let Some(mut lease) = api.get_opt(name).await.map_err(HoldError::Get)? else {
         let lease = Lease {
             metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
             spec: Some(spec(identity, now, None)),
@@ -79,7 +124,8 @@ async fn try_hold(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, 
         return match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
-            Err(e) => Err(e),
+            Err(kube::Error::Api(s)) if s.code == 403 => Err(HoldError::CreateForbidden(kube::Error::Api(s))),
+            Err(e) => Err(HoldError::Create(e)),
         };
     };
     let current = lease.spec.clone().unwrap_or_default();
@@ -93,7 +139,7 @@ async fn try_hold(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, 
     match api.replace(name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_conflict() => Ok(false),
-        Err(e) => Err(e),
+        Err(e) => Err(HoldError::Update(e)),
     }
 }
 

@@ -1,49 +1,60 @@
 //! `deploy/daemonset.yaml` as the tests see it: the objects in order, typed accessors for the ones tests look
-//! into, and [`apply_rbac`] / [`apply_rbac_without`], which bind the manifest's ClusterRole (or that role with one
-//! verb taken away) to [`Identity::Restricted`] — the identity a ServiceAccount `hereabouts` in `kube-system`
-//! authenticates as — and wait until the API server's authorizer agrees.
+//! into, the rights of its two identities, and ways to apply them to the test control plane — as written, or
+//! with one verb taken away.
 //!
-//! The ClusterRole and its binding are cluster-wide and one control plane serves a whole test binary, so every
-//! test that applies RBAC must hold [`rbac_lock`] from before it applies until it has finished relying on it.
+//! The manifest's Roles live in the pool namespace, and tests use a namespace each: [`apply_role`] puts a Role and
+//! its binding into a test namespace with the rules exactly as written, binding the manifest's ServiceAccounts
+//! either where the manifest has them (kube-system, whose names the static test identities [`Identity::Restricted`]
+//! and [`Identity::Cni`] authenticate as) or in the test namespace (for real ServiceAccount tokens). The ClusterRole
+//! is cluster-wide and one control plane serves a whole test binary: hold the guard [`cluster_rbac`] or
+//! [`cluster_rbac_without`] return for as long as the test relies on it.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use base64::Engine as _;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
+use k8s_openapi::api::authentication::v1::{
+    BoundObjectReference, SelfSubjectReview, TokenRequest, TokenRequestSpec, UserInfo,
+};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 use kube::core::Resource;
 use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::{Identity, TestCluster, testenv, wait};
+use crate::{Identity, TestCluster, kubeconfig, testenv, wait};
 
 /// The manifest's path relative to the repository root.
 pub const MANIFEST: &str = "deploy/daemonset.yaml";
 
-/// The namespace every namespaced object of the manifest lives in.
+/// The namespace every namespaced object of the manifest lives in (the pool namespace).
 pub const NAMESPACE: &str = "kube-system";
 
-/// The name of the ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet.
+/// The DaemonSet pod's ServiceAccount, and the name of its Role, ClusterRole, bindings and of the DaemonSet.
 pub const NAME: &str = "hereabouts";
 
-/// How long the authorizer may take to reflect a changed ClusterRole or binding.
+/// The CNI plugin's ServiceAccount, Role and RoleBinding.
+pub const CNI_NAME: &str = "hereabouts-cni";
+
+/// The reconcilers' leader-election Lease, created by the manifest.
+pub const LEASE_NAME: &str = "hereabouts-reconciler";
+
+/// How long the authorizer may take to reflect a changed role or binding.
 const RBAC_TIMEOUT: Duration = Duration::from_secs(20);
 
-static RBAC_LOCK: Mutex<()> = Mutex::const_new(());
-
-/// Serialises the tests of one test binary that change the cluster-wide RBAC of [`Identity::Restricted`]: hold
-/// the guard for as long as the test relies on what it applied.
-pub async fn rbac_lock() -> MutexGuard<'static, ()> {
-    RBAC_LOCK.lock().await
-}
+static CLUSTER_RBAC: RwLock<()> = RwLock::const_new(());
 
 /// The manifest's absolute path.
 pub fn path() -> PathBuf {
@@ -83,9 +94,9 @@ pub fn typed<K: Resource<DynamicType = ()> + DeserializeOwned>(name: &str) -> K 
     serde_json::from_value(object(&kind, name)).unwrap_or_else(|e| panic!("{MANIFEST}: {kind} {name}: {e}"))
 }
 
-/// ServiceAccount `hereabouts`.
-pub fn service_account() -> ServiceAccount {
-    typed(NAME)
+/// ServiceAccount `name`.
+pub fn service_account(name: &str) -> ServiceAccount {
+    typed(name)
 }
 
 /// ClusterRole `hereabouts`, exactly as written.
@@ -98,6 +109,21 @@ pub fn cluster_role_binding() -> ClusterRoleBinding {
     typed(NAME)
 }
 
+/// Role `name` (`hereabouts` or `hereabouts-cni`), exactly as written.
+pub fn role(name: &str) -> Role {
+    typed(name)
+}
+
+/// RoleBinding `name`, exactly as written.
+pub fn role_binding(name: &str) -> RoleBinding {
+    typed(name)
+}
+
+/// Lease `hereabouts-reconciler`.
+pub fn lease() -> Lease {
+    typed(LEASE_NAME)
+}
+
 /// ConfigMap `hereabouts-config`.
 pub fn config_map() -> ConfigMap {
     typed("hereabouts-config")
@@ -108,29 +134,67 @@ pub fn daemon_set() -> DaemonSet {
     typed(NAME)
 }
 
-/// One right: API group (`""` for core), resource, verb.
+/// The ServiceAccount (and Role) name of one of the manifest's identities: [`Identity::Restricted`] is the
+/// DaemonSet pod's, [`Identity::Cni`] the CNI plugin's; panics for the others.
+pub fn account_of(id: Identity) -> &'static str {
+    match id {
+        Identity::Restricted => NAME,
+        Identity::Cni => CNI_NAME,
+        other => panic!("{other:?} is not an identity of {MANIFEST}"),
+    }
+}
+
+/// The user name of ServiceAccount `account` of namespace `ns`.
+pub fn sa_user(ns: &str, account: &str) -> String {
+    format!("system:serviceaccount:{ns}:{account}")
+}
+
+/// One right: API group (`""` for core), resource (`serviceaccounts/token` for a subresource), verb, and the one
+/// object it is limited to, if any.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Right {
     pub group: String,
     pub resource: String,
     pub verb: String,
+    pub name: Option<String>,
 }
 
 impl std::fmt::Display for Right {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let group = if self.group.is_empty() { "core" } else { &self.group };
-        write!(f, "{} {}/{}", self.verb, group, self.resource)
+        write!(f, "{} {}/{}", self.verb, group, self.resource)?;
+        match &self.name {
+            Some(name) => write!(f, " {name}"),
+            None => Ok(()),
+        }
     }
 }
 
-/// Every (group, resource, verb) that `role` grants, spelled out (no wildcard expansion: the manifest has none).
-pub fn rights(role: &ClusterRole) -> BTreeSet<Right> {
+/// A [`Right`] on every object of a resource.
+pub fn right(group: &str, resource: &str, verb: &str) -> Right {
+    Right { group: group.into(), resource: resource.into(), verb: verb.into(), name: None }
+}
+
+/// A [`Right`] on the one object `name`.
+pub fn named(group: &str, resource: &str, verb: &str, name: &str) -> Right {
+    Right { name: Some(name.into()), ..right(group, resource, verb) }
+}
+
+/// Every right `rules` grant, spelled out (no wildcard expansion: the manifest has none).
+pub fn rights(rules: &[PolicyRule]) -> BTreeSet<Right> {
     let mut out = BTreeSet::new();
-    for rule in role.rules.iter().flatten() {
+    for rule in rules {
+        let names: Vec<Option<String>> = match rule.resource_names.as_deref() {
+            None | Some([]) => vec![None],
+            Some(names) => names.iter().cloned().map(Some).collect(),
+        };
         for group in rule.api_groups.iter().flatten() {
             for resource in rule.resources.iter().flatten() {
                 for verb in &rule.verbs {
-                    out.insert(Right { group: group.clone(), resource: resource.clone(), verb: verb.clone() });
+                    for name in &names {
+                        let r = right(group, resource, verb);
+                        out.insert(Right { name: name.clone(), ..r });
+                    }
                 }
             }
         }
@@ -138,65 +202,181 @@ pub fn rights(role: &ClusterRole) -> BTreeSet<Right> {
     out
 }
 
-/// The rule of `role` naming `resource`; panics unless exactly one does.
-pub fn rule_for<'a>(role: &'a ClusterRole, resource: &str) -> &'a PolicyRule {
-    let rules: Vec<&PolicyRule> =
-        role.rules.iter().flatten().filter(|r| r.resources.iter().flatten().any(|x| x == resource)).collect();
-    assert_eq!(rules.len(), 1, "exactly one rule of ClusterRole {NAME} must name {resource}");
-    rules[0]
+/// The rules of Role `role` or of the ClusterRole, as written.
+fn rules_of(role: &Role) -> Vec<PolicyRule> {
+    role.rules.clone().unwrap_or_default()
 }
 
-/// The manifest's ClusterRole with `verb` taken out of the rule naming `resource` (e.g. `ippools`, `pods`,
-/// `leases`, `events`); panics when that rule does not grant `verb`, so a test cannot silently remove nothing.
-pub fn cluster_role_without(resource: &str, verb: &str) -> ClusterRole {
-    let mut role = cluster_role();
-    let rule = rule_for(&role, resource).clone();
-    assert!(rule.verbs.iter().any(|v| v == verb), "ClusterRole {NAME} does not grant {verb} on {resource}");
-    let rules = role.rules.get_or_insert_default();
-    // a rule naming several resources is split, so only `resource` loses the verb
-    let position = rules.iter().position(|r| *r == rule).unwrap();
-    rules.remove(position);
+/// What the manifest grants `id` in the pool namespace (its Role).
+pub fn namespaced_rights(id: Identity) -> BTreeSet<Right> {
+    rights(&rules_of(&role(account_of(id))))
+}
+
+/// What the manifest grants `id` in every namespace (the ClusterRole, bound to the DaemonSet pod only).
+pub fn cluster_rights(id: Identity) -> BTreeSet<Right> {
+    let bound = cluster_role_binding().subjects.unwrap_or_default().iter().any(|s| s.name == account_of(id));
+    if bound { rights(&cluster_role().rules.unwrap_or_default()) } else { BTreeSet::new() }
+}
+
+/// `rules` with `verb` taken out of the one rule naming `resource`; panics when that rule does not grant it,
+/// so a test cannot silently remove nothing. A rule naming several resources is split, so only `resource` loses it.
+pub fn without(rules: &[PolicyRule], resource: &str, verb: &str) -> Vec<PolicyRule> {
+    let naming: Vec<usize> =
+        (0..rules.len()).filter(|i| rules[*i].resources.iter().flatten().any(|x| x == resource)).collect();
+    assert_eq!(naming.len(), 1, "exactly one rule must name {resource}: {rules:?}");
+    let position = naming[0];
+    let rule = rules[position].clone();
+    assert!(rule.verbs.iter().any(|v| v == verb), "the rule naming {resource} does not grant {verb}");
+    let mut out = rules.to_vec();
+    out.remove(position);
     let others: Vec<String> = rule.resources.iter().flatten().filter(|x| *x != resource).cloned().collect();
     if !others.is_empty() {
-        rules.insert(position, PolicyRule { resources: Some(others), ..rule.clone() });
+        out.insert(position, PolicyRule { resources: Some(others), ..rule.clone() });
     }
     let verbs: Vec<String> = rule.verbs.iter().filter(|v| *v != verb).cloned().collect();
     if !verbs.is_empty() {
-        rules.insert(position, PolicyRule { resources: Some(vec![resource.to_string()]), verbs, ..rule });
+        out.insert(position, PolicyRule { resources: Some(vec![resource.to_string()]), verbs, ..rule });
     }
+    out
+}
+
+/// The manifest's ClusterRole with `verb` taken out of the rule naming `resource` (see [`without`]).
+pub fn cluster_role_without(resource: &str, verb: &str) -> ClusterRole {
+    let mut role = cluster_role();
+    role.rules = Some(without(&role.rules.unwrap_or_default(), resource, verb));
     role
 }
 
-/// Creates (or replaces) the manifest's ClusterRole and ClusterRoleBinding exactly as written, and waits until
-/// the restricted identity holds every right of the role. Hold [`rbac_lock`].
-pub async fn apply_rbac(admin: Client) {
+/// Takes the shared guard of the cluster-wide RBAC and makes sure the manifest's ClusterRole and binding are
+/// applied as written (a test that took a verb away may have left its variant). Hold it while relying on them.
+pub async fn cluster_rbac(admin: &Client) -> RwLockReadGuard<'static, ()> {
+    let guard = CLUSTER_RBAC.read().await;
     apply_cluster_role(admin, cluster_role()).await;
+    guard
 }
 
-/// Like [`apply_rbac`], with `verb` taken out of the rule naming `resource` (see [`cluster_role_without`]); waits
-/// until the restricted identity has every other right of the manifest's role and not that one. Hold
-/// [`rbac_lock`], and apply what the next test needs before relying on it (a failed test leaves its variant).
-pub async fn apply_rbac_without(admin: Client, resource: &str, verb: &str) {
+/// Takes the exclusive guard of the cluster-wide RBAC and applies the manifest's ClusterRole with `verb` taken
+/// out of the rule naming `resource`. The next [`cluster_rbac`] puts the full role back.
+pub async fn cluster_rbac_without(admin: &Client, resource: &str, verb: &str) -> RwLockWriteGuard<'static, ()> {
+    let guard = CLUSTER_RBAC.write().await;
     apply_cluster_role(admin, cluster_role_without(resource, verb)).await;
+    guard
 }
 
-/// Creates or replaces `role` (named like the manifest's) and the manifest's ClusterRoleBinding, then waits
-/// until, of the rights of the manifest's role, the restricted identity holds exactly those `role` grants.
-pub async fn apply_cluster_role(admin: Client, role: ClusterRole) {
-    let granted = rights(&role);
+/// Creates or replaces `role` (named like the manifest's) and the manifest's ClusterRoleBinding, then waits until
+/// the DaemonSet pod's identity holds, of the manifest role's rights, exactly those `role` grants.
+async fn apply_cluster_role(admin: &Client, role: ClusterRole) {
+    let granted = rights(&role.rules.clone().unwrap_or_default());
     create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
-    create_or_replace(&Api::<ClusterRoleBinding>::all(admin), cluster_role_binding())
+    create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), cluster_role_binding())
         .await
         .expect("apply the ClusterRoleBinding");
-    let client = TestCluster::get().client(Identity::Restricted).await;
-    let all = rights(&cluster_role());
+    let all = rights(&cluster_role().rules.unwrap_or_default());
+    wait_rights(admin, &sa_user(NAMESPACE, NAME), None, &all, &granted).await;
+}
+
+/// Creates or replaces Role `name` in `ns` with `rules`, and the manifest's RoleBinding `name` there, its
+/// ServiceAccount subjects moved to `subjects_ns`; then waits until the authorizer grants those subjects, of the
+/// manifest Role's rights, exactly those `rules` do.
+pub async fn apply_role(admin: &Client, ns: &str, name: &str, rules: Vec<PolicyRule>, subjects_ns: &str) {
+    let granted = rights(&rules);
+    let applied = Role { metadata: meta(name, ns), rules: Some(rules) };
+    create_or_replace(&Api::<Role>::namespaced(admin.clone(), ns), applied).await.expect("apply the Role");
+    let written = role_binding(name);
+    let subjects: Vec<Subject> = written
+        .subjects
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| Subject { namespace: Some(subjects_ns.to_string()), ..s })
+        .collect();
+    let binding =
+        RoleBinding { metadata: meta(name, ns), role_ref: written.role_ref, subjects: Some(subjects.clone()) };
+    create_or_replace(&Api::<RoleBinding>::namespaced(admin.clone(), ns), binding)
+        .await
+        .expect("apply the RoleBinding");
+    let all = rights(&rules_of(&role(name)));
+    for subject in subjects {
+        wait_rights(admin, &sa_user(subjects_ns, &subject.name), Some(ns), &all, &granted).await;
+    }
+}
+
+/// Both Roles of the manifest, as written, into `ns`, binding the ServiceAccounts of `subjects_ns`.
+pub async fn apply_roles(admin: &Client, ns: &str, subjects_ns: &str) {
+    for name in [NAME, CNI_NAME] {
+        apply_role(admin, ns, name, rules_of(&role(name)), subjects_ns).await;
+    }
+}
+
+/// The manifest's Lease, created in `ns` (left alone if it exists).
+pub async fn create_lease(admin: &Client, ns: &str) {
+    let mut lease = lease();
+    lease.metadata.namespace = Some(ns.to_string());
+    lease.metadata.resource_version = None;
+    match Api::<Lease>::namespaced(admin.clone(), ns).create(&PostParams::default(), &lease).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+        Err(e) => panic!("create lease {ns}/{LEASE_NAME}: {e}"),
+    }
+}
+
+/// Everything both identities need to work in the test namespace `ns`, exactly as the manifest grants it in
+/// kube-system: the ClusterRole (cluster-wide, hence the guard), both Roles bound to the static identities, and the
+/// Lease. The CNI runs as [`Identity::Cni`], the reconciler as [`Identity::Restricted`] with `--lease-name`
+/// [`LEASE_NAME`].
+pub async fn apply_rbac_in(admin: &Client, ns: &str) -> RwLockReadGuard<'static, ()> {
+    let guard = cluster_rbac(admin).await;
+    apply_roles(admin, ns, NAMESPACE).await;
+    create_lease(admin, ns).await;
+    guard
+}
+
+/// For test binaries that use a namespace per test and do not take rights away: the ClusterRole as written, and
+/// each Role's rules, unchanged, granted in every namespace (a ClusterRole `hereabouts-test-<role>` bound to the
+/// Role's subjects). The Lease still has to exist in the pool namespace ([`create_lease`]).
+pub async fn apply_rbac(admin: Client) {
+    drop(cluster_rbac(&admin).await);
+    for name in [NAME, CNI_NAME] {
+        let rules = rules_of(&role(name));
+        let widened = format!("hereabouts-test-{name}");
+        let role = ClusterRole { metadata: meta(&widened, ""), rules: Some(rules.clone()), ..Default::default() };
+        create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the widened role");
+        let binding = ClusterRoleBinding {
+            metadata: meta(&widened, ""),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "ClusterRole".into(),
+                name: widened,
+            },
+            subjects: role_binding(name).subjects,
+        };
+        create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), binding)
+            .await
+            .expect("apply the widened binding");
+        let granted = rights(&rules);
+        wait_rights(&admin, &sa_user(NAMESPACE, name), Some("default"), &granted, &granted).await;
+    }
+}
+
+fn meta(name: &str, ns: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: (!ns.is_empty()).then(|| ns.to_string()),
+        labels: Some([("app.kubernetes.io/name".to_string(), NAME.to_string())].into()),
+        ..Default::default()
+    }
+}
+
+/// Waits until, of `all`, user `user` (a ServiceAccount) is allowed exactly `granted` in `ns`.
+async fn wait_rights(admin: &Client, user: &str, ns: Option<&str>, all: &BTreeSet<Right>, granted: &BTreeSet<Right>) {
     let last = std::cell::RefCell::new(String::new());
-    let waited = wait::until(RBAC_TIMEOUT, "the restricted identity's rights to match the ClusterRole", || {
-        let (client, all, granted, last) = (&client, &all, &granted, &last);
+    let what = format!("the rights of {user} in {} to match", ns.unwrap_or("every namespace"));
+    let waited = wait::until(RBAC_TIMEOUT, &what, || {
+        let last = &last;
         async move {
             let mut wrong = Vec::new();
             for right in all {
-                match can(client, None, right).await {
+                match allowed(admin, user, ns, right).await {
                     Ok(allowed) if allowed != granted.contains(right) => {
                         wrong.push(format!("{right} is {}", if allowed { "allowed" } else { "denied" }));
                     }
@@ -215,18 +395,52 @@ pub async fn apply_cluster_role(admin: Client, role: ClusterRole) {
     }
 }
 
+fn attributes(namespace: Option<&str>, right: &Right) -> ResourceAttributes {
+    let (resource, subresource) = match right.resource.split_once('/') {
+        Some((resource, sub)) => (resource.to_string(), Some(sub.to_string())),
+        None => (right.resource.clone(), None),
+    };
+    ResourceAttributes {
+        group: Some(right.group.clone()),
+        resource: Some(resource),
+        subresource,
+        verb: Some(right.verb.clone()),
+        name: right.name.clone(),
+        namespace: namespace.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+/// Whether ServiceAccount user `user` may do `right` in `namespace` (all namespaces when `None`), as the
+/// authorizer answers a SubjectAccessReview made by `admin`.
+pub async fn allowed(admin: &Client, user: &str, namespace: Option<&str>, right: &Right) -> anyhow::Result<bool> {
+    let sa_ns = user.strip_prefix("system:serviceaccount:").and_then(|r| r.split(':').next()).unwrap_or_default();
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_string()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{sa_ns}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(attributes(namespace, right)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .with_context(|| format!("SubjectAccessReview of {right} for {user}"))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
 /// Whether the identity of `client` may do `right` in `namespace` (all namespaces when `None`), as the API
 /// server's authorizer answers a SelfSubjectAccessReview.
 pub async fn can(client: &Client, namespace: Option<&str>, right: &Right) -> anyhow::Result<bool> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(right.group.clone()),
-                resource: Some(right.resource.clone()),
-                verb: Some(right.verb.clone()),
-                namespace: namespace.map(str::to_string),
-                ..Default::default()
-            }),
+            resource_attributes: Some(attributes(namespace, right)),
             ..Default::default()
         },
         ..Default::default()
@@ -238,24 +452,82 @@ pub async fn can(client: &Client, namespace: Option<&str>, right: &Right) -> any
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
-/// A [`Right`] from its parts.
-pub fn right(group: &str, resource: &str, verb: &str) -> Right {
-    Right { group: group.into(), resource: resource.into(), verb: verb.into() }
+/// Creates the manifest's two ServiceAccounts in `ns`: real ones, whose tokens the TokenRequest API issues.
+pub async fn create_service_accounts(admin: &Client, ns: &str) {
+    for name in [NAME, CNI_NAME] {
+        let sa = ServiceAccount { metadata: meta(name, ns), ..Default::default() };
+        Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+            .create(&PostParams::default(), &sa)
+            .await
+            .unwrap_or_else(|e| panic!("create serviceaccount {ns}/{name}: {e}"));
+    }
 }
 
+/// A token of ServiceAccount `account` of `ns`, valid for an hour, bound to `pod` when given (as the kubelet
+/// projects a pod's token).
+pub async fn token_for(admin: &Client, ns: &str, account: &str, pod: Option<&Pod>) -> String {
+    let bound = pod.map(|p| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: p.metadata.name.clone(),
+        uid: p.metadata.uid.clone(),
+    });
+    let spec = TokenRequestSpec { expiration_seconds: Some(3600), bound_object_ref: bound, ..Default::default() };
+    let request = TokenRequest { spec: Some(spec), ..Default::default() };
+    let answer = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("a token for {ns}/{account}: {e}"));
+    answer.status.and_then(|s| s.token).expect("a token in the answer")
+}
+
+/// Who the test API server takes `token` for (a SelfSubjectReview made with it).
+pub async fn whoami(token: &str) -> Result<UserInfo, kube::Error> {
+    let cluster = TestCluster::get();
+    let text = kubeconfig::render(cluster.server(), cluster.ca_pem(), "whoever", token, "default");
+    let kc = kube::config::Kubeconfig::from_yaml(&text).expect("a kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("a client config");
+    config.default_retry = false;
+    let client = Client::try_from(config)?;
+    let review =
+        Api::<SelfSubjectReview>::all(client).create(&PostParams::default(), &SelfSubjectReview::default()).await?;
+    Ok(review.status.and_then(|s| s.user_info).unwrap_or_default())
+}
+
+/// The claims of a JWT (its middle part; the signature is the API server's business).
+pub fn claims(token: &str) -> Value {
+    let part = token.split('.').nth(1).expect("a JWT has three parts");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// Creates `object`, or replaces it at the version read when it exists and differs.
 async fn create_or_replace<K>(api: &Api<K>, mut object: K) -> anyhow::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     let name = object.meta().name.clone().context("the object has a name")?;
-    match api.get_opt(&name).await.with_context(|| format!("get {name}"))? {
-        None => api.create(&PostParams::default(), &object).await.map(drop).with_context(|| format!("create {name}")),
-        Some(current) => {
-            object.meta_mut().resource_version = current.meta().resource_version.clone();
-            api.replace(&name, &PostParams::default(), &object)
-                .await
-                .map(drop)
-                .with_context(|| format!("replace {name}"))
+    for _ in 0..5 {
+        let result = match api.get_opt(&name).await.with_context(|| format!("get {name}"))? {
+            None => api.create(&PostParams::default(), &object).await.map(drop),
+            Some(current) => {
+                object.meta_mut().resource_version = current.meta().resource_version.clone();
+                let (mut a, mut b) = (serde_json::to_value(&current)?, serde_json::to_value(&object)?);
+                for v in [&mut a, &mut b] {
+                    v.as_object_mut().map(|o| o.remove("metadata"));
+                }
+                if a == b {
+                    return Ok(());
+                }
+                api.replace(&name, &PostParams::default(), &object).await.map(drop)
+            }
+        };
+        match result {
+            Ok(()) => return Ok(()),
+            // two tests applying at once: read again
+            Err(kube::Error::Api(s)) if s.is_conflict() || s.is_already_exists() => continue,
+            Err(e) => return Err(e).with_context(|| format!("apply {name}")),
         }
     }
+    anyhow::bail!("apply {name}: conflicts on every try")
 }

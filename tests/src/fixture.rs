@@ -1,4 +1,4 @@
-//! [`CniFixture`]: a fresh namespace, the CNI's rights granted to the restricted identity there, and a kubeconfig
+//! [`CniFixture`]: a fresh namespace, the CNI's rights granted to the CNI identity there, and a kubeconfig
 //! for that identity whose context names the namespace — what a node's CNI plugin gets from `install-cni`.
 
 use std::path::PathBuf;
@@ -32,14 +32,14 @@ impl CniFixture {
         let cluster = TestCluster::get();
         let ns = cluster.namespace(prefix).await;
         let admin = cluster.admin().await;
-        rbac::grant(admin.clone(), &ns, "hereabouts-cni", rbac::cni_rules()).await;
-        let restricted = Api::<IpPool>::namespaced(cluster.client(Identity::Restricted).await, &ns);
+        rbac::grant_to(admin.clone(), &ns, "hereabouts-cni", Identity::Cni, rbac::cni_rules()).await;
+        let restricted = Api::<IpPool>::namespaced(cluster.client(Identity::Cni).await, &ns);
         wait::until(Duration::from_secs(10), "the CNI role binding to apply", || async {
             restricted.list(&ListParams::default()).await.ok()
         })
         .await
         .unwrap();
-        let kubeconfig = cluster.kubeconfig(Identity::Restricted, &ns);
+        let kubeconfig = cluster.kubeconfig(Identity::Cni, &ns);
         Self { cluster, ns, kubeconfig, admin }
     }
 

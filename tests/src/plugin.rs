@@ -16,8 +16,11 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// The path of a workspace binary; panics with the command that builds it when it is missing.
+/// `HEREABOUTS_BIN_DIR` points the tests at binaries built elsewhere (another commit, to show a test failing
+/// before its fix).
 pub fn workspace_bin(name: &str) -> PathBuf {
-    let path = target_dir().join(name);
+    let dir = std::env::var_os("HEREABOUTS_BIN_DIR").map_or_else(target_dir, PathBuf::from);
+    let path = dir.join(name);
     assert!(
         path.is_file(),
         "{} is missing: run `cargo build --workspace --bins` (or `make test`, which does) first",
@@ -172,4 +175,44 @@ pub fn netconf(cni_version: &str, name: &str, kubeconfig: &std::path::Path, ipam
         full.extend(extra.clone());
     }
     json!({"cniVersion": cni_version, "name": name, "type": "macvlan", "ipam": full})
+}
+
+/// An invocation of upstream Whereabouts with the same config (ipam type swapped), as the admin of `namespace`:
+/// Whereabouts takes a Lease per pool, which the CNI role does not grant (its own docs give it admin).
+pub fn whereabouts(
+    cluster: &crate::TestCluster,
+    namespace: &str,
+    command: &'static str,
+    config: &Value,
+    pod: &str,
+    container_id: &str,
+) -> Invocation {
+    let kubeconfig = cluster.kubeconfig(crate::Identity::Admin, namespace);
+    whereabouts_via(cluster, &kubeconfig, namespace, command, config, pod, container_id)
+}
+
+/// [`whereabouts`] with the kubeconfig at `kubeconfig` (e.g. one through a fault proxy). Whereabouts refuses to
+/// run without a flat file, so one of the test's own is named rather than the host's.
+pub fn whereabouts_via(
+    cluster: &crate::TestCluster,
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    command: &'static str,
+    config: &Value,
+    pod: &str,
+    container_id: &str,
+) -> Invocation {
+    let mut config = config.clone();
+    config["ipam"]["type"] = json!("whereabouts");
+    config["ipam"]["kubernetes"]["kubeconfig"] = json!(kubeconfig);
+    let flat = cluster.dir().join(format!("whereabouts-{namespace}-{container_id}.conf"));
+    std::fs::write(&flat, json!({"datastore": "kubernetes", "kubernetes": {"kubeconfig": kubeconfig}}).to_string())
+        .expect("write the Whereabouts flat file");
+    config["ipam"]["configuration_path"] = json!(flat);
+    for key in ["log_level", "timeout_seconds", "allocation_strategy"] {
+        config["ipam"].as_object_mut().expect("an ipam object").remove(key);
+    }
+    let mut inv = Invocation::new(command, &config, namespace, pod, container_id);
+    inv.program = Some(crate::testenv::tool("whereabouts"));
+    inv
 }

@@ -1,11 +1,18 @@
 //! Running `hereabouts-reconciler run` as a process against the test control plane, as the DaemonSet would.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::plugin::workspace_bin;
-use crate::{Identity, TestCluster, wait};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::plugin::{Invocation, netconf, workspace_bin};
+use crate::{Identity, TestCluster, deploy, wait};
 
 /// A running reconciler; killed when dropped.
 #[derive(Debug)]
@@ -26,6 +33,10 @@ pub struct ReconcilerOptions {
     /// `--orphan-age`: tests' ADDs take milliseconds, so a claim a couple of seconds old is abandoned.
     pub orphan_age: String,
     pub lease: String,
+    /// A kubeconfig to use instead of the restricted identity's (e.g. one through a fault proxy).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--node-resync`: how often the node loop looks again without an event.
+    pub node_resync: String,
 }
 
 impl ReconcilerOptions {
@@ -38,7 +49,10 @@ impl ReconcilerOptions {
             cron: "*/2 * * * * *".into(),
             grace: "1s".into(),
             orphan_age: "2s".into(),
-            lease: format!("hereabouts-{namespace}"),
+            kubeconfig: None,
+            node_resync: "2s".into(),
+            // the Role allows the reconciler this one Lease; Leases are per namespace, so tests do not collide
+            lease: deploy::LEASE_NAME.into(),
         }
     }
 }
@@ -55,7 +69,8 @@ impl Reconciler {
     pub fn launch(cluster: &TestCluster, opts: &ReconcilerOptions) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let listen = format!("127.0.0.1:{port}");
-        let kubeconfig = cluster.kubeconfig(Identity::Restricted, &opts.namespace);
+        let kubeconfig =
+            opts.kubeconfig.clone().unwrap_or_else(|| cluster.kubeconfig(Identity::Restricted, &opts.namespace));
         let config_dir = cluster.dir().join(format!("reconciler-config-{}-{}", opts.namespace, opts.identity));
         std::fs::create_dir_all(&config_dir).unwrap();
         let log = cluster.dir().join(format!("reconciler-{}-{}.log", opts.namespace, opts.identity));
@@ -70,7 +85,7 @@ impl Reconciler {
             .arg("--flat-file")
             .arg(config_dir.join("absent.conf"))
             .args(["--cron-expression", &opts.cron, "--grace-period", &opts.grace, "--lease-name", &opts.lease])
-            .args(["--orphan-age", &opts.orphan_age, "--node-resync", "2s"])
+            .args(["--orphan-age", &opts.orphan_age, "--node-resync", &opts.node_resync])
             .args(["--listen", &listen])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -106,6 +121,19 @@ impl Reconciler {
             .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// Waits until the counter `name` has grown by `more` from what it is now: a number of the reconciler's own
+    /// runs, rather than a sleep, before a test asserts that nothing happened. Panics with the log after 60 s.
+    pub async fn wait_for_more(&self, name: &str, more: f64) {
+        let start = self.metric(name).await;
+        let grown = wait::until(Duration::from_secs(60), &format!("{name} to grow by {more}"), || async {
+            (self.metric(name).await >= start + more).then_some(())
+        })
+        .await;
+        if let Err(e) = grown {
+            panic!("{e}\n--- reconciler log ---\n{}", self.logs());
+        }
     }
 
     /// The process id.
@@ -159,4 +187,106 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     head.starts_with("HTTP/1.1 200")
         .then(|| body.to_string())
         .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+static RBAC: OnceCell<()> = OnceCell::const_new();
+
+/// A namespace, an admin client, pods, and a network config whose CNI identity is admin (so the restricted
+/// identity, the reconciler's, holds only what the manifest grants it).
+pub struct PodFixture {
+    pub cluster: &'static TestCluster,
+    pub ns: String,
+    pub admin: Client,
+    pub config: Value,
+}
+
+impl std::fmt::Debug for PodFixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodFixture").field("ns", &self.ns).finish_non_exhaustive()
+    }
+}
+
+impl PodFixture {
+    /// A fresh namespace named after `prefix`, with a network config for `range`.
+    pub async fn new(prefix: &str, range: &str) -> Self {
+        let cluster = TestCluster::get();
+        let admin = cluster.admin().await;
+        RBAC.get_or_init(|| async { deploy::apply_rbac(admin.clone()).await }).await;
+        let ns = cluster.namespace(prefix).await;
+        deploy::create_lease(&admin, &ns).await;
+        let kubeconfig = cluster.kubeconfig(Identity::Admin, &ns);
+        let config = netconf("1.0.0", prefix, &kubeconfig, json!({"range": range}));
+        Self { cluster, ns, admin, config }
+    }
+
+    /// A pod named `name` on `node`, created.
+    pub async fn pod(&self, name: &str, node: &str) -> Pod {
+        let pod = Pod {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(self.ns.clone()), ..Default::default() },
+            ..self.pod_template(node)
+        };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap()
+    }
+
+    /// A pod's spec on `node`, for a test to name and annotate.
+    pub fn pod_template(&self, node: &str) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// CNI ADD for `pod` as the runtime on `node` would run it (with the pod's UID in CNI_ARGS).
+    pub async fn add(&self, pod: &Pod, node: &str, container_id: &str) -> std::net::IpAddr {
+        let name = pod.metadata.name.as_deref().unwrap();
+        self.add_as(name, pod.metadata.uid.as_deref().unwrap(), node, container_id).await
+    }
+
+    /// CNI ADD for pod `name` with `uid` in CNI_ARGS (a static pod's is the kubelet's, not the API server's).
+    pub async fn add_as(&self, name: &str, uid: &str, node: &str, container_id: &str) -> std::net::IpAddr {
+        let mut inv = Invocation::new("ADD", &self.config, &self.ns, name, container_id).with_env("NODENAME", node);
+        inv.args.push_str(&format!(";K8S_POD_UID={uid}"));
+        inv.run().await.ips()[0]
+    }
+
+    /// Deletes `name` at once (no kubelet would ever confirm a graceful delete here): a force delete, no CNI DEL.
+    pub async fn delete(&self, name: &str) {
+        let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
+    }
+
+    pub async fn set_phase(&self, name: &str, phase: &str) {
+        let patch = Patch::Merge(json!({"status": {"phase": phase}}));
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns)
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+            .unwrap();
+    }
+
+    pub async fn holders(&self, pool: &str) -> BTreeSet<String> {
+        crate::objects::pool_holders(&self.admin, &self.ns, pool).await
+    }
+
+    pub async fn reservations(&self) -> BTreeSet<String> {
+        crate::objects::reservation_holders(&self.admin, &self.ns).await
+    }
+
+    pub fn podref(&self, name: &str) -> String {
+        format!("{}/{name}", self.ns)
+    }
+
+    /// Waits until `podref` holds nothing in `pool`; returns how long that took.
+    pub async fn wait_released(&self, pool: &str, podref: &str, within: Duration) -> Duration {
+        let t0 = Instant::now();
+        wait::until(within, &format!("{podref} to be released from {pool}"), || async {
+            (!self.holders(pool).await.contains(podref) && !self.reservations().await.contains(podref)).then_some(())
+        })
+        .await
+        .unwrap();
+        t0.elapsed()
+    }
 }

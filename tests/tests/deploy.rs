@@ -1,19 +1,20 @@
 //! `deploy/daemonset.yaml` against the real API server: every object passes a server-side dry run, the manifest
-//! keeps the shape the binaries rely on, and the CNI plugin works with the manifest's ClusterRole and nothing
-//! more, while each of its verbs is needed by the operation that uses it.
+//! keeps the shape the binaries rely on, each identity is granted exactly its list of rights, and the CNI plugin
+//! works with the manifest's Role `hereabouts-cni` and nothing more, while each of that Role's verbs is needed by
+//! the step that uses it (the table `cni_verbs!` below). The reconciler's identity is the subject of
+//! `tests/identities.rs`.
 //!
-//! Tests that apply RBAC hold `deploy::rbac_lock()`: the ClusterRoleBinding is cluster-wide and this binary's
-//! tests share one control plane.
+//! The CNI's Role is applied into each test's own namespace, so these tests need no lock.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
-use hereabouts_tests::deploy::{self, Right, right};
-use hereabouts_tests::plugin::{Invocation, Output, netconf};
+use hereabouts_tests::deploy::{self, Right, named, right};
+use hereabouts_tests::plugin::{Invocation, Output, netconf, workspace_bin};
 use hereabouts_tests::{Identity, TestCluster, rbac};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -53,7 +54,7 @@ async fn every_object_passes_a_server_side_dry_run() {
         let dry_run = PostParams { dry_run: true, ..Default::default() };
         match api.create(&dry_run, &dynamic).await {
             Ok(_) => {}
-            // the RBAC tests of this binary may have applied it for real: a dry-run update validates it as well
+            // the RBAC tests of this binary apply the ClusterRole for real: a dry-run update validates it as well
             Err(kube::Error::Api(status)) if status.is_already_exists() => {
                 let current = api.get(&name).await.unwrap_or_else(|e| panic!("{what}: get: {e}"));
                 dynamic.metadata.resource_version = current.metadata.resource_version;
@@ -64,10 +65,11 @@ async fn every_object_passes_a_server_side_dry_run() {
             Err(e) => panic!("{what} is refused by a dry-run create: {e}"),
         }
     }
-    // a dry run persists nothing (no test creates these for real)
+    // a dry run persists nothing (no test of this binary creates these in kube-system)
     let ns = deploy::NAMESPACE;
     assert!(Api::<ConfigMap>::namespaced(admin.clone(), ns).get_opt("hereabouts-config").await.unwrap().is_none());
-    assert!(Api::<ServiceAccount>::namespaced(admin, ns).get_opt(deploy::NAME).await.unwrap().is_none());
+    assert!(Api::<ServiceAccount>::namespaced(admin.clone(), ns).get_opt(deploy::NAME).await.unwrap().is_none());
+    assert!(Api::<Lease>::namespaced(admin, ns).get_opt(deploy::LEASE_NAME).await.unwrap().is_none());
 }
 
 #[test]
@@ -78,56 +80,122 @@ fn objects_come_in_order_in_kube_system() {
         .collect();
     let expected = [
         ("ServiceAccount", "hereabouts"),
+        ("ServiceAccount", "hereabouts-cni"),
+        ("Role", "hereabouts-cni"),
+        ("RoleBinding", "hereabouts-cni"),
+        ("Role", "hereabouts"),
+        ("RoleBinding", "hereabouts"),
         ("ClusterRole", "hereabouts"),
         ("ClusterRoleBinding", "hereabouts"),
+        ("Lease", "hereabouts-reconciler"),
         ("ConfigMap", "hereabouts-config"),
         ("DaemonSet", "hereabouts"),
     ]
     .map(|(k, n)| (k.to_string(), n.to_string()));
     assert_eq!(kinds, expected, "{} holds these objects, in this order (no Namespace)", deploy::MANIFEST);
 
-    let binding = deploy::cluster_role_binding();
-    assert_eq!(binding.role_ref.kind, "ClusterRole");
-    assert_eq!(binding.role_ref.name, deploy::NAME);
-    let subjects = binding.subjects.unwrap_or_default();
-    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    // each binding names its own role and its own ServiceAccount, and nothing else
+    let subject = |s: &k8s_openapi::api::rbac::v1::Subject| (s.kind.clone(), s.name.clone(), s.namespace.clone());
+    let sa = |name: &str| ("ServiceAccount".to_string(), name.to_string(), Some(deploy::NAMESPACE.to_string()));
+    let crb = deploy::cluster_role_binding();
+    assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", deploy::NAME));
+    assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::NAME)]);
+    for name in [deploy::NAME, deploy::CNI_NAME] {
+        let rb = deploy::role_binding(name);
+        assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("Role", name));
+        assert_eq!(rb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(name)]);
+    }
+    // the identities the tests run the binaries as are these ServiceAccounts
+    for id in [Identity::Restricted, Identity::Cni] {
+        assert_eq!(id.user(), deploy::sa_user(deploy::NAMESPACE, deploy::account_of(id)));
+    }
+    assert_ne!(deploy::service_account(deploy::NAME).automount_service_account_token, Some(false));
     assert_eq!(
-        (subjects[0].kind.as_str(), subjects[0].name.as_str(), subjects[0].namespace.as_deref()),
-        ("ServiceAccount", deploy::NAME, Some(deploy::NAMESPACE))
+        deploy::service_account(deploy::CNI_NAME).automount_service_account_token,
+        Some(false),
+        "no pod runs as the CNI's ServiceAccount"
     );
-    // the identity the tests run the CNI plugin as is that ServiceAccount
-    assert_eq!(Identity::Restricted.user(), format!("system:serviceaccount:{}:{}", deploy::NAMESPACE, deploy::NAME));
-    assert_ne!(deploy::service_account().automount_service_account_token, Some(false), "install-cni needs the token");
+    let lease = deploy::lease();
+    assert_eq!(lease.metadata.namespace.as_deref(), Some(deploy::NAMESPACE));
+    assert!(lease.spec.is_none_or(|s| s.holder_identity.is_none()), "the holder is the reconcilers' to write");
+}
+
+/// The verbs `(group, resource, verbs)` as [`Right`]s, limited to `name` when given.
+fn grants(list: &[(&str, &str, &[&str], Option<&str>)]) -> BTreeSet<Right> {
+    let mut out = BTreeSet::new();
+    for (group, resource, verbs, name) in list {
+        for verb in *verbs {
+            out.insert(match name {
+                Some(name) => named(group, resource, verb, name),
+                None => right(group, resource, verb),
+            });
+        }
+    }
+    out
+}
+
+fn assert_same(what: &str, granted: &BTreeSet<Right>, expected: &BTreeSet<Right>) {
+    let missing: Vec<&Right> = expected.difference(granted).collect();
+    let extra: Vec<&Right> = granted.difference(expected).collect();
+    assert!(missing.is_empty() && extra.is_empty(), "{what}: missing {missing:?}, extra {extra:?}");
 }
 
 #[test]
-fn cluster_role_grants_exactly_what_the_binaries_need() {
-    let role = deploy::cluster_role();
-    let mut expected = BTreeSet::new();
-    let mut grant = |group: &str, resource: &str, verbs: &[&str]| {
-        expected.extend(verbs.iter().map(|verb| right(group, resource, verb)));
-    };
-    grant("whereabouts.cni.cncf.io", "ippools", &["get", "list", "watch", "create", "patch"]);
-    grant("whereabouts.cni.cncf.io", "overlappingrangeipreservations", &["get", "list", "create", "patch", "delete"]);
-    grant("", "pods", &["get", "list", "watch"]);
-    grant("coordination.k8s.io", "leases", &["get", "create", "update"]);
-    // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
-    grant("events.k8s.io", "events", &["create", "patch"]);
-    let granted = deploy::rights(&role);
-    let missing: Vec<&Right> = expected.difference(&granted).collect();
-    let extra: Vec<&Right> = granted.difference(&expected).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "missing: {missing:?}\nextra: {extra:?}");
-    for rule in role.rules.iter().flatten() {
-        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none(), "{rule:?}");
+fn each_identity_is_granted_exactly_its_list() {
+    const W: &str = "whereabouts.cni.cncf.io";
+    let cni = grants(&[
+        (W, "ippools", &["get", "list", "create", "patch"], None),
+        (W, "overlappingrangeipreservations", &["get", "create", "patch", "delete"], None),
+    ]);
+    assert_same("CNI, pool namespace", &deploy::namespaced_rights(Identity::Cni), &cni);
+    assert_same("CNI, cluster-wide", &deploy::cluster_rights(Identity::Cni), &BTreeSet::new());
+
+    let reconciler = grants(&[
+        (W, "ippools", &["get", "list", "watch", "patch"], None),
+        (W, "overlappingrangeipreservations", &["get", "list", "watch", "create", "delete"], None),
+        ("coordination.k8s.io", "leases", &["get", "update"], Some(deploy::LEASE_NAME)),
+        ("", "serviceaccounts/token", &["create"], Some(deploy::CNI_NAME)),
+    ]);
+    assert_same("reconciler, pool namespace", &deploy::namespaced_rights(Identity::Restricted), &reconciler);
+    let cluster = grants(&[
+        ("", "pods", &["get", "list", "watch"], None),
+        // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
+        ("events.k8s.io", "events", &["create", "patch"], None),
+    ]);
+    assert_same("reconciler, cluster-wide", &deploy::cluster_rights(Identity::Restricted), &cluster);
+
+    let roles = [deploy::role(deploy::NAME).rules, deploy::role(deploy::CNI_NAME).rules];
+    for rule in roles.iter().flatten().flatten().chain(deploy::cluster_role().rules.iter().flatten()) {
+        assert!(rule.non_resource_urls.is_none(), "{rule:?}");
         let words = rule.api_groups.iter().chain(rule.resources.iter()).flatten().chain(&rule.verbs);
         assert!(words.clone().all(|w| w != "*"), "no wildcards: {rule:?}");
+        // RBAC ignores resourceNames for create (but for subresources) and for list/watch: no rule may rely on it
+        if rule.resource_names.is_some() {
+            let subresource = rule.resources.iter().flatten().all(|r| r.contains('/'));
+            assert!(rule.verbs.iter().all(|v| v != "list" && v != "watch" && (v != "create" || subresource)));
+        }
     }
-    assert!(role.aggregation_rule.is_none());
+    assert!(deploy::cluster_role().aggregation_rule.is_none());
+    // what the other integration tests grant the CNI plugin is the manifest's Role, as written
+    assert_eq!(rbac::cni_rules(), deploy::role(deploy::CNI_NAME).rules.unwrap());
+}
 
-    // what the other integration tests grant the CNI plugin (rbac::cni_rules) is covered by the ClusterRole
-    let cni = deploy::rights(&ClusterRole { rules: Some(rbac::cni_rules()), ..Default::default() });
-    let uncovered: Vec<&Right> = cni.difference(&granted).collect();
-    assert!(uncovered.is_empty(), "rbac::cni_rules grants what the ClusterRole does not: {uncovered:?}");
+#[test]
+fn the_names_the_rules_are_limited_to_are_the_ones_the_binaries_use() {
+    let help = |sub: &str| {
+        let out = std::process::Command::new(workspace_bin("hereabouts-reconciler")).args([sub, "--help"]).output();
+        String::from_utf8(out.unwrap().stdout).unwrap()
+    };
+    let run = help("run");
+    assert!(run.contains(&format!("[default: {}]", deploy::LEASE_NAME)), "--lease-name default:\n{run}");
+    let install = help("install-cni");
+    assert!(install.contains(&format!("[default: {}]", deploy::CNI_NAME)), "--cni-service-account:\n{install}");
+    let ds = deploy::daemon_set().spec.template.spec.unwrap();
+    let init = ds.init_containers.unwrap_or_default();
+    let args = command_line(container(&init, "install-cni"));
+    assert_eq!(flag(&args, "--cni-service-account").as_deref(), Some(deploy::CNI_NAME));
+    let reconciler = command_line(container(&ds.containers, "reconciler"));
+    assert!(flag(&reconciler, "--lease-name").is_none_or(|l| l == deploy::LEASE_NAME));
 }
 
 fn container<'a>(containers: &'a [Container], name: &str) -> &'a Container {
@@ -150,10 +218,13 @@ fn command_line(c: &Container) -> Vec<String> {
 fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     let ds = deploy::daemon_set();
     let spec = ds.spec;
-    let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    let template_meta = spec.template.metadata.clone().unwrap_or_default();
+    let labels = template_meta.labels.unwrap_or_default();
     for (k, v) in spec.selector.match_labels.iter().flatten() {
         assert_eq!(labels.get(k), Some(v), "the selector matches the pod template");
     }
+    let annotations = template_meta.annotations.unwrap_or_default();
+    assert!(!annotations.keys().any(|k| k.starts_with("prometheus.io/")), "no scrape of a loopback port");
     let strategy = spec.update_strategy.expect("updateStrategy");
     assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
     let rolling = strategy.rolling_update.expect("rollingUpdate");
@@ -162,7 +233,7 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
 
     let pod = spec.template.spec.expect("pod spec");
     assert_eq!(pod.service_account_name.as_deref(), Some(deploy::NAME));
-    assert_ne!(pod.automount_service_account_token, Some(false));
+    assert_ne!(pod.automount_service_account_token, Some(false), "install-cni authenticates with the pod's token");
     assert_eq!(pod.host_network, Some(true));
     assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
     let tolerations = pod.tolerations.unwrap_or_default();
@@ -174,7 +245,6 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
         "tolerates every taint: {tolerations:?}"
     );
 
-    // volumes by name
     let volumes = pod.volumes.unwrap_or_default();
     let host_path = |name: &str| {
         let v = volumes.iter().find(|v| v.name == name).unwrap_or_else(|| panic!("no volume {name}"));
@@ -205,14 +275,15 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
         assert_eq!(host_path(&mount.name), (host.to_string(), Some("DirectoryOrCreate".to_string())));
     }
     assert_eq!(flag(&args, "--host-cni-conf-dir").as_deref(), Some("/etc/cni/net.d"));
+    assert_eq!(flag(&args, "--cni-token-lifetime").as_deref(), Some("24h"));
+    assert!(flag(&args, "--token-file").is_none(), "the pod's own projected token authenticates the TokenRequest");
     let sc = install.security_context.clone().unwrap_or_default();
     assert_ne!(sc.privileged, Some(true), "install-cni is not privileged");
     assert_eq!(sc.allow_privilege_escalation, Some(false));
 
     // the reconciler
-    let containers = pod.containers;
-    assert_eq!(containers.len(), 1);
-    let reconciler = container(&containers, "reconciler");
+    assert_eq!(pod.containers.len(), 1);
+    let reconciler = container(&pod.containers, "reconciler");
     let args = command_line(reconciler);
     assert_eq!(&args[..2], ["hereabouts-reconciler", "run"]);
     assert_eq!(flag(&args, "--node-name").as_deref(), Some("$(NODE_NAME)"));
@@ -226,11 +297,11 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_eq!(field("POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
     assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"), "the Lease identity");
 
-    let listen = flag(&args, "--listen").expect("--listen");
-    let port: i32 = listen.rsplit(':').next().unwrap().parse().expect("--listen ends in a port");
+    // unauthenticated endpoints on the host's network: loopback only, and the probes go there
+    assert_eq!(flag(&args, "--listen").as_deref(), Some("127.0.0.1:9300"));
     let ports = reconciler.ports.clone().unwrap_or_default();
     let metrics = ports.iter().find(|p| p.name.as_deref() == Some("metrics")).expect("a port named metrics");
-    assert_eq!((metrics.container_port, port), (9300, 9300), "the metrics port is the one --listen binds");
+    assert_eq!(metrics.container_port, 9300, "the metrics port is the one --listen binds");
     let probe_target = |probe: Option<&k8s_openapi::api::core::v1::Probe>, what: &str| {
         let get = probe.and_then(|p| p.http_get.clone()).unwrap_or_else(|| panic!("{what} is an httpGet probe"));
         let port = match get.port {
@@ -239,10 +310,11 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
                 ports.iter().find(|p| p.name.as_deref() == Some(&name)).map(|p| p.container_port).unwrap_or(-1)
             }
         };
-        (get.path.unwrap_or_default(), port)
+        (get.host.unwrap_or_default(), get.path.unwrap_or_default(), port)
     };
-    assert_eq!(probe_target(reconciler.liveness_probe.as_ref(), "liveness"), ("/healthz".to_string(), 9300));
-    assert_eq!(probe_target(reconciler.readiness_probe.as_ref(), "readiness"), ("/readyz".to_string(), 9300));
+    let loopback = |path: &str| ("127.0.0.1".to_string(), path.to_string(), 9300);
+    assert_eq!(probe_target(reconciler.liveness_probe.as_ref(), "liveness"), loopback("/healthz"));
+    assert_eq!(probe_target(reconciler.readiness_probe.as_ref(), "readiness"), loopback("/readyz"));
 
     let config_dir = flag(&args, "--config-dir").expect("--config-dir");
     let mount = mount_of(reconciler, &config_dir);
@@ -258,8 +330,7 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert!(resources.requests.is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory")));
     assert!(resources.limits.is_some_and(|r| r.contains_key("memory")));
 
-    // one image for both
-    assert_eq!(install.image, reconciler.image);
+    assert_eq!(install.image, reconciler.image, "one image for both");
     assert_eq!(reconciler.image.as_deref(), Some("hereabouts:0.1.0"));
 }
 
@@ -271,21 +342,24 @@ fn config_map_holds_the_defaults() {
 }
 
 #[test]
-fn cluster_role_without_takes_out_one_verb_of_one_resource() {
-    let full = deploy::rights(&deploy::cluster_role());
-    let less = deploy::rights(&deploy::cluster_role_without("ippools", "patch"));
+fn without_takes_out_one_verb_of_one_resource() {
+    let rules = deploy::role(deploy::CNI_NAME).rules.unwrap();
+    let full = deploy::rights(&rules);
+    let less = deploy::rights(&deploy::without(&rules, "ippools", "patch"));
     let gone: Vec<&Right> = full.difference(&less).collect();
     assert_eq!(gone, [&right("whereabouts.cni.cncf.io", "ippools", "patch")]);
     assert!(less.is_subset(&full));
+    let full = deploy::rights(&deploy::cluster_role().rules.unwrap());
+    let less = deploy::rights(&deploy::cluster_role_without("pods", "watch").rules.unwrap());
+    assert_eq!(full.difference(&less).collect::<Vec<_>>(), [&right("", "pods", "watch")]);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The CNI plugin with the ClusterRole
+// The CNI plugin with its Role
 
-/// A fresh namespace with no Role in it and a kubeconfig for the restricted identity whose context names it:
-/// whatever the plugin may do there comes from the ClusterRole.
+/// A fresh namespace in which the CNI's identity has the manifest's Role `hereabouts-cni` (as written, or with
+/// one verb less), and a network config whose kubeconfig is that identity's, naming the namespace.
 struct Node {
-    cluster: &'static TestCluster,
     admin: kube::Client,
     ns: String,
     config: Value,
@@ -296,9 +370,19 @@ impl Node {
         let cluster = TestCluster::get();
         let admin = cluster.admin().await;
         let ns = cluster.namespace(prefix).await;
-        let kubeconfig = cluster.kubeconfig(Identity::Restricted, &ns);
+        let kubeconfig = cluster.kubeconfig(Identity::Cni, &ns);
         let config = netconf("1.1.0", prefix, &kubeconfig, json!({"range": range}));
-        Self { cluster, admin, ns, config }
+        let node = Self { admin, ns, config };
+        node.grant_all().await;
+        node
+    }
+
+    async fn grant(&self, rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>) {
+        deploy::apply_role(&self.admin, &self.ns, deploy::CNI_NAME, rules, deploy::NAMESPACE).await;
+    }
+
+    async fn grant_all(&self) {
+        self.grant(rbac::cni_rules()).await;
     }
 
     fn invocation(&self, command: &'static str, pod: &str, container_id: &str) -> Invocation {
@@ -320,6 +404,19 @@ impl Node {
     async fn reservations(&self) -> Vec<OverlappingRangeIpReservation> {
         list(&Api::namespaced(self.admin.clone(), &self.ns)).await
     }
+}
+
+/// Moves the `allocated` time of every entry of `pool` `secs` into the past, as if the ADDs had run then.
+async fn age_entries(node: &Node, pool: &str, secs: i64) {
+    let at = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs)).to_string();
+    let current: IpPool = Api::namespaced(node.admin.clone(), &node.ns).get(pool).await.unwrap();
+    let allocations: serde_json::Map<String, Value> =
+        current.spec.allocations.keys().map(|k| (k.clone(), json!({"allocated": at}))).collect();
+    let patch = kube::api::Patch::Merge(json!({"spec": {"allocations": allocations}}));
+    Api::<IpPool>::namespaced(node.admin.clone(), &node.ns)
+        .patch(pool, &kube::api::PatchParams::default(), &patch)
+        .await
+        .unwrap();
 }
 
 /// Every object `api` lists. A resource nothing has touched since the control plane started answers 429 ("storage
@@ -353,13 +450,8 @@ fn assert_forbidden(out: &Output, what: &str) {
 }
 
 #[tokio::test]
-async fn cni_add_check_status_gc_del_work_with_the_cluster_role_alone() {
-    let _rbac = deploy::rbac_lock().await;
+async fn cni_add_check_status_gc_del_work_with_its_role_alone() {
     let node = Node::new("deploy-cni", "198.18.40.0/24").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    let roles: Vec<Role> = list(&Api::namespaced(node.admin.clone(), &node.ns)).await;
-    let bindings: Vec<RoleBinding> = list(&Api::namespaced(node.admin.clone(), &node.ns)).await;
-    assert!(roles.is_empty() && bindings.is_empty(), "no namespaced grant helps");
 
     let status = node.run("STATUS", "web", "c0").await;
     assert!(status.success, "STATUS: {}\nstderr: {}", status.stdout, status.stderr);
@@ -375,120 +467,125 @@ async fn cni_add_check_status_gc_del_work_with_the_cluster_role_alone() {
     let check = node.run("CHECK", "web", "c2").await;
     assert!(check.success, "CHECK: {}\nstderr: {}", check.stdout, check.stderr);
 
-    // GC of this node, with only c2 still valid, releases what another container held
+    // GC of this node, with only c2 still valid, releases what another container held, once the entries are
+    // older than any ADD that may still be running
     node.run("ADD", "stale", "c3").await.result();
     assert_eq!(node.allocations().await, 2);
+    age_entries(&node, "198.18.40.0-24", 600).await;
     let mut gc = node.config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c2", "ifname": "net1"}]);
     let out = Invocation::new("GC", &gc, &node.ns, "", "").with_env("NODENAME", "node-a").run().await;
     assert!(out.success, "GC: {}\nstderr: {}", out.stdout, out.stderr);
-    assert_eq!(node.allocations().await, 1);
+    assert_eq!(node.allocations().await, 1, "GC released c3's entry: {}", out.stderr);
     assert_eq!(node.reservations().await.len(), 1);
 
     let del = node.run("DEL", "web", "c2").await;
     assert!(del.success, "DEL: {}\nstderr: {}", del.stdout, del.stderr);
     assert_eq!(node.allocations().await, 0);
     assert!(node.reservations().await.is_empty(), "DEL deleted the reservation");
+}
 
-    // and nothing beyond the manifest: the restricted identity cannot read secrets, nodes or NADs, nor rewrite or
-    // delete pools wholesale
-    let client = node.cluster.client(Identity::Restricted).await;
-    for denied in [
-        right("", "secrets", "get"),
-        right("", "nodes", "list"),
-        right("", "configmaps", "get"),
-        right("", "events", "create"),
-        right("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
-        right("whereabouts.cni.cncf.io", "ippools", "update"),
-        right("whereabouts.cni.cncf.io", "ippools", "delete"),
-        right("whereabouts.cni.cncf.io", "nodeslicepools", "get"),
-    ] {
-        assert!(!deploy::can(&client, Some(&node.ns), &denied).await.unwrap(), "{denied} is not granted");
+// ---------------------------------------------------------------------------------------------------------------
+// Each verb of the CNI's Role, taken away, breaks the step that needs it
+
+/// A CNI step that needs one verb: what the test runs with every right first, and what it sees without the verb.
+#[derive(Debug, Clone, Copy)]
+enum CniBreak {
+    /// ADD into a fresh namespace is refused and leaves no pool entry, and this many reservations: a rollback
+    /// that cannot remove the entry (no patch) keeps the reservation guarding it, for the reconciler to judge.
+    Add(usize),
+    /// STATUS answers 50: the plugin is not available.
+    Status,
+    /// After an ADD, the same pod and interface ADDed from a new sandbox is refused (the reservation take-over).
+    RepeatedAdd,
+    /// After an ADD, DEL succeeds (a failed DEL would leave the pod stuck terminating) and removes the pool
+    /// entry, but logs the refusal and leaves the reservation behind for the reconciler.
+    DelLeavesReservation,
+}
+
+async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range: &str) {
+    let prefix = format!("cni-no-{verb}-{}", &resource[..6]);
+    let node = Node::new(&prefix, range).await;
+    if matches!(breaks, CniBreak::RepeatedAdd | CniBreak::DelLeavesReservation) {
+        node.run("ADD", "web", "c1").await.result();
+    }
+    node.grant(deploy::without(&rbac::cni_rules(), resource, verb)).await;
+    let what = format!("{breaks:?} without {verb} on {resource}");
+    match breaks {
+        CniBreak::Add(reservations) => {
+            assert_forbidden(&node.run("ADD", "web", "c1").await, &what);
+            assert_eq!(node.allocations().await, 0, "{what}: no entry is left");
+            assert_eq!(node.reservations().await.len(), reservations, "{what}: reservations left");
+        }
+        CniBreak::Status => {
+            let out = node.run("STATUS", "web", "c1").await;
+            assert_forbidden(&out, &what);
+            assert_eq!(out.error_code(), 50, "plugin not available: {}", out.stdout);
+        }
+        CniBreak::RepeatedAdd => {
+            assert_forbidden(&node.run("ADD", "web", "c2").await, &what);
+            let reservations = node.reservations().await;
+            assert_eq!(reservations.len(), 1, "{what}");
+            assert_eq!(reservations[0].spec.containerid, "c1", "{what}: not taken over");
+        }
+        CniBreak::DelLeavesReservation => {
+            let out = node.run("DEL", "web", "c1").await;
+            assert!(out.success, "{what}: DEL must not fail for a refusal: {}\n{}", out.stdout, out.stderr);
+            assert!(
+                out.stderr.to_lowercase().contains("forbidden"),
+                "{what}: the log names the refusal:\n{}",
+                out.stderr
+            );
+            let left = (node.allocations().await, node.reservations().await.len());
+            assert_eq!(left, (0, 1), "{what}: (entries, reservations) left");
+        }
+    }
+    // with the verb back, the step works: the failure above was that verb's
+    node.grant_all().await;
+    match breaks {
+        CniBreak::Add(_) => assert_eq!(node.run("ADD", "web", "c1").await.ips().len(), 1),
+        CniBreak::Status => assert!(node.run("STATUS", "web", "c1").await.success),
+        CniBreak::RepeatedAdd => assert_eq!(node.run("ADD", "web", "c2").await.ips().len(), 1),
+        CniBreak::DelLeavesReservation => {
+            // the leftover is the reconciler's; a new attachment is released whole
+            node.run("ADD", "web2", "c9").await.result();
+            let out = node.run("DEL", "web2", "c9").await;
+            assert!(out.success, "{}", out.stderr);
+            let left: Vec<String> = node.reservations().await.into_iter().map(|r| r.spec.podref).collect();
+            assert_eq!((node.allocations().await, left), (0, vec![format!("{}/web", node.ns)]));
+        }
     }
 }
 
-#[tokio::test]
-async fn add_without_create_on_reservations_is_forbidden_and_leaves_no_allocation() {
-    let _rbac = deploy::rbac_lock().await;
-    let node = Node::new("deploy-no-reserve", "198.18.41.0/24").await;
-    deploy::apply_rbac_without(node.admin.clone(), "overlappingrangeipreservations", "create").await;
-    let out = node.run("ADD", "web", "c1").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    assert_forbidden(&out, "ADD without create on overlappingrangeipreservations");
-    assert_eq!(node.allocations().await, 0);
-    assert!(node.reservations().await.is_empty());
+/// One test per row: `name: resource, verb => what breaks, range`. Every verb of the Role has a row
+/// (`every_cni_verb_has_a_row` checks), so adding a verb to the Role means adding its row here.
+macro_rules! cni_verbs {
+    ($($name:ident: $resource:literal, $verb:literal => $breaks:expr, $range:literal;)*) => {
+        const CNI_ROWS: &[(&str, &str)] = &[$(($resource, $verb)),*];
+        $(
+            #[tokio::test]
+            async fn $name() {
+                cni_verb_is_needed($resource, $verb, $breaks, $range).await;
+            }
+        )*
+    };
 }
 
-#[tokio::test]
-async fn add_without_patch_on_pools_is_forbidden_and_rolls_back_its_reservation() {
-    let _rbac = deploy::rbac_lock().await;
-    let node = Node::new("deploy-no-patch", "198.18.42.0/24").await;
-    deploy::apply_rbac_without(node.admin.clone(), "ippools", "patch").await;
-    let out = node.run("ADD", "web", "c1").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    assert_forbidden(&out, "ADD without patch on ippools");
-    assert_eq!(node.allocations().await, 0);
-    assert!(node.reservations().await.is_empty(), "the reservation made before the refused patch is deleted");
+cni_verbs! {
+    cni_needs_get_on_pools: "ippools", "get" => CniBreak::Add(0), "198.18.41.0/24";
+    cni_needs_list_on_pools: "ippools", "list" => CniBreak::Status, "198.18.42.0/24";
+    cni_needs_create_on_pools: "ippools", "create" => CniBreak::Add(0), "198.18.43.0/24";
+    cni_needs_patch_on_pools: "ippools", "patch" => CniBreak::Add(0), "198.18.44.0/24";
+    cni_needs_get_on_reservations_for_del: "overlappingrangeipreservations", "get" => CniBreak::DelLeavesReservation, "198.18.45.0/24";
+    cni_needs_create_on_reservations: "overlappingrangeipreservations", "create" => CniBreak::Add(0), "198.18.49.0/24";
+    cni_needs_patch_on_reservations: "overlappingrangeipreservations", "patch" => CniBreak::RepeatedAdd, "198.18.50.0/24";
+    cni_needs_delete_on_reservations: "overlappingrangeipreservations", "delete" => CniBreak::DelLeavesReservation, "198.18.51.0/24";
 }
 
-#[tokio::test]
-async fn add_without_create_on_pools_is_forbidden_for_a_new_range() {
-    let _rbac = deploy::rbac_lock().await;
-    let node = Node::new("deploy-no-pool", "198.18.43.0/24").await;
-    deploy::apply_rbac_without(node.admin.clone(), "ippools", "create").await;
-    let out = node.run("ADD", "web", "c1").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    assert_forbidden(&out, "ADD without create on ippools");
-    assert!(node.pools().await.is_empty());
-    assert!(node.reservations().await.is_empty());
-}
-
-#[tokio::test]
-async fn status_without_list_on_pools_is_not_available() {
-    let _rbac = deploy::rbac_lock().await;
-    let node = Node::new("deploy-no-list", "198.18.44.0/24").await;
-    deploy::apply_rbac_without(node.admin.clone(), "ippools", "list").await;
-    let out = node.run("STATUS", "web", "c1").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    assert_forbidden(&out, "STATUS without list on ippools");
-    assert_eq!(out.error_code(), 50, "plugin not available: {}", out.stdout);
-    let ok = node.run("STATUS", "web", "c1").await;
-    assert!(ok.success, "STATUS with list restored: {}", ok.stdout);
-}
-
-#[tokio::test]
-async fn del_without_delete_on_reservations_is_forbidden() {
-    let _rbac = deploy::rbac_lock().await;
-    let node = Node::new("deploy-no-delete", "198.18.45.0/24").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    node.run("ADD", "web", "c1").await.result();
-    deploy::apply_rbac_without(node.admin.clone(), "overlappingrangeipreservations", "delete").await;
-    let out = node.run("DEL", "web", "c1").await;
-    deploy::apply_rbac(node.admin.clone()).await;
-    assert_forbidden(&out, "DEL without delete on overlappingrangeipreservations");
-    // with the right back, a repeated DEL (what the runtime does after a failed one) succeeds
-    let again = node.run("DEL", "web", "c1").await;
-    assert!(again.success, "DEL with delete restored: {}", again.stdout);
-    assert_eq!(node.allocations().await, 0);
-}
-
-/// The reconciler with the ClusterRole alone is the subject of `tests/reconciler.rs`; here, one verb less:
-/// without `watch` on pods its node loop cannot start, so it never reports ready, and says why.
-#[tokio::test]
-async fn reconciler_without_watch_on_pods_never_gets_ready() {
-    use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
-    let _rbac = deploy::rbac_lock().await;
-    let cluster = TestCluster::get();
-    let admin = cluster.admin().await;
-    deploy::apply_rbac_without(admin.clone(), "pods", "watch").await;
-    let ns = cluster.namespace("deploy-rec-nowatch").await;
-    let reconciler = Reconciler::launch(cluster, &ReconcilerOptions::new("node-nowatch", &ns));
-    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let ready = reconciler.get("/readyz").await;
-    let healthy = reconciler.get("/healthz").await;
-    let logs = reconciler.logs();
-    deploy::apply_rbac(admin).await;
-    assert_eq!(healthy.as_deref(), Some("ok"), "the process is up:\n{logs}");
-    assert_eq!(ready, None, "it must not report ready without its pod watch:\n{logs}");
-    assert!(logs.contains("forbidden"), "the log says the watch was forbidden:\n{logs}");
+#[test]
+fn every_cni_verb_has_a_row() {
+    let rows: BTreeSet<(String, String)> = CNI_ROWS.iter().map(|(r, v)| (r.to_string(), v.to_string())).collect();
+    let granted: BTreeSet<(String, String)> =
+        deploy::namespaced_rights(Identity::Cni).into_iter().map(|r| (r.resource, r.verb)).collect();
+    assert_eq!(rows, granted, "each verb of Role hereabouts-cni is proven needed by one row of cni_verbs!");
 }

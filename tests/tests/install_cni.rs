@@ -1,8 +1,10 @@
 //! `hereabouts-reconciler install-cni`, run as a process into a temp dir standing for the host's CNI directories,
-//! with service-account files standing for the projected volume. No API server is needed.
+//! with service-account files standing for the pod's projected volume, against the test API server: it mints the
+//! CNI plugin's token (ServiceAccount `hereabouts-cni`) with the TokenRequest API, authenticated as the DaemonSet
+//! pod (ServiceAccount `hereabouts`), each with the manifest's Role in the test's namespace.
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::io::Read as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -10,18 +12,88 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use hereabouts_ipam::config::{Input, LogLevel, load_with_paths};
-use hereabouts_tests::plugin::workspace_bin;
+use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
+use hereabouts_tests::{TestCluster, deploy, wait};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::config::Kubeconfig;
 use serde_json::{Value, json};
 
 /// Where the flat file names the kubeconfig: the host's view of `--cni-conf-dir` (the default
 /// `--host-cni-conf-dir`).
 const HOST_KUBECONFIG: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
-const NAMESPACE: &str = "hereabouts-pools";
-const SERVER: &str = "https://192.0.2.10:6443";
 
-/// A self-signed CA certificate (PEM), as the projected `ca.crt` holds.
-fn ca_pem(name: &str) -> String {
+/// The API server side of one test: a namespace holding ServiceAccounts `hereabouts` and `hereabouts-cni` and the
+/// manifest's two Roles, bound to them there.
+struct Cluster {
+    cluster: &'static TestCluster,
+    admin: Client,
+    ns: String,
+}
+
+impl Cluster {
+    async fn new(prefix: &str) -> Self {
+        let cluster = TestCluster::get();
+        let admin = cluster.admin().await;
+        let ns = cluster.namespace(prefix).await;
+        deploy::create_service_accounts(&admin, &ns).await;
+        deploy::apply_roles(&admin, &ns, &ns).await;
+        Self { cluster, admin, ns }
+    }
+
+    /// A Pod object standing for the DaemonSet pod (nothing runs it).
+    async fn pod(&self, name: &str) -> Pod {
+        let pod = Pod {
+            metadata: meta(name),
+            spec: Some(PodSpec {
+                service_account_name: Some(deploy::NAME.into()),
+                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap()
+    }
+
+    async fn delete_pod(&self, name: &str) {
+        let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
+    }
+
+    /// A token of ServiceAccount `hereabouts`, as the kubelet projects it: bound to `pod` when given.
+    async fn pod_token(&self, pod: Option<&Pod>) -> String {
+        deploy::token_for(&self.admin, &self.ns, deploy::NAME, pod).await
+    }
+
+    async fn whoami(&self, token: &str) -> Result<UserInfo, kube::Error> {
+        deploy::whoami(token).await
+    }
+
+    /// Asserts that `token` is a token of `hereabouts-cni` of this namespace, bound to no pod.
+    async fn assert_cni_token(&self, token: &str) {
+        let me = self.whoami(token).await.expect("the written token authenticates");
+        assert_eq!(me.username.as_deref(), Some(deploy::sa_user(&self.ns, deploy::CNI_NAME).as_str()));
+        let extra = me.extra.unwrap_or_default();
+        assert!(!extra.keys().any(|k| k.contains("pod-")), "bound to no pod: {extra:?}");
+        let k8s = &deploy::claims(token)["kubernetes.io"];
+        assert_eq!(k8s["serviceaccount"]["name"], deploy::CNI_NAME, "{k8s}");
+        assert!(k8s.get("pod").is_none(), "no pod claim: {k8s}");
+    }
+
+    /// A network config whose kubeconfig is `path` (the host's, as install-cni wrote it).
+    fn netconf(&self, path: &Path, range: &str) -> Value {
+        netconf("1.0.0", "install-cni-net", path, json!({"range": range}))
+    }
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta { name: Some(name.into()), ..Default::default() }
+}
+
+/// A self-signed CA certificate (PEM), for a bundle the API server's certificate is not signed by.
+fn other_ca_pem(name: &str) -> String {
     let key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name.push(rcgen::DnType::CommonName, name);
@@ -44,13 +116,16 @@ struct Host {
     dir: tempfile::TempDir,
     layout: Layout,
     generation: u32,
+    namespace: String,
+    server: String,
 }
 
 impl Host {
-    fn new(layout: Layout, token: &str, ca: &str) -> Self {
+    fn new(layout: Layout, token: &str, ca: &str, cluster: &Cluster) -> Self {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join("sa")).unwrap();
-        let mut host = Self { dir, layout, generation: 0 };
+        let server = cluster.cluster.server().to_string();
+        let mut host = Self { dir, layout, generation: 0, namespace: cluster.ns.clone(), server };
         host.write_sa(token, ca);
         if layout == Layout::Projected {
             for name in ["token", "ca.crt", "namespace"] {
@@ -83,7 +158,8 @@ impl Host {
     /// Replaces the token and CA (and writes the namespace) the way `layout` says, never leaving a partial file.
     fn write_sa(&mut self, token: &str, ca: &str) {
         self.generation += 1;
-        let files = [("token", token), ("ca.crt", ca), ("namespace", NAMESPACE)];
+        let namespace = self.namespace.clone();
+        let files = [("token", token), ("ca.crt", ca), ("namespace", namespace.as_str())];
         match self.layout {
             Layout::Plain => {
                 for (name, content) in files {
@@ -126,17 +202,18 @@ impl Host {
         cmd
     }
 
+    /// `--once`, with `env` (no `--server` in `extra`: the server then comes from the kubelet's variables).
     fn run_once(&self, extra: &[&str], env: &[(&str, &str)]) -> Output {
         let mut cmd = self.command(extra);
         cmd.arg("--once").envs(env.iter().copied());
         cmd.output().expect("run hereabouts-reconciler install-cni")
     }
 
-    /// Starts the watcher, its stderr going to `install-cni.log` in the temp dir (see [`Host::log`]).
+    /// Starts the watcher against the test API server, its stderr going to `install-cni.log` (see [`Host::log`]).
     fn spawn(&self, extra: &[&str]) -> Running {
         let log = fs::File::create(self.path("install-cni.log")).unwrap();
         let child = self
-            .command(extra)
+            .command(&[&["--server", &self.server], extra].concat())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -147,6 +224,17 @@ impl Host {
 
     fn log(&self) -> String {
         fs::read_to_string(self.path("install-cni.log")).unwrap_or_default()
+    }
+
+    /// What the kubeconfig says now, if it exists.
+    fn seen(&self) -> Option<Seen> {
+        read_kubeconfig(&self.kubeconfig())
+    }
+
+    /// Waits until the kubeconfig exists and `pred` holds for it; panics with the log after `timeout`.
+    async fn wait_kubeconfig(&self, timeout: Duration, what: &str, pred: impl Fn(&Seen) -> bool) -> Seen {
+        let found = wait::until(timeout, what, || async { self.seen().filter(|s| pred(s)) }).await;
+        found.unwrap_or_else(|e| panic!("{e}; install-cni log:\n{}", self.log()))
     }
 }
 
@@ -177,6 +265,16 @@ impl Running {
     fn is_running(&mut self) -> bool {
         self.0.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
     }
+
+    /// SIGTERM, then its exit status (within 5 s).
+    fn stop(&mut self, host: &Host) -> ExitStatus {
+        #[allow(unsafe_code)]
+        // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped, so it is still ours.
+        let rc = unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill(SIGTERM): {}", std::io::Error::last_os_error());
+        self.wait_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("install-cni still running 5s after SIGTERM; log:\n{}", host.log()))
+    }
 }
 
 impl Drop for Running {
@@ -188,29 +286,6 @@ impl Drop for Running {
     }
 }
 
-#[allow(unsafe_code)]
-fn sigterm(pid: libc::pid_t) {
-    // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped, so it is still ours.
-    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert_eq!(rc, 0, "kill({pid}, SIGTERM): {}", std::io::Error::last_os_error());
-}
-
-/// Polls `check` every 50 ms until it gives `Some`; panics naming `what` (and showing `log()`) after `timeout`.
-fn wait_for<T>(timeout: Duration, what: &str, log: impl Fn() -> String, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}; install-cni log:\n{}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn mode(path: &Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o7777
 }
@@ -219,38 +294,8 @@ fn assert_success(out: &Output) {
     assert!(out.status.success(), "install-cni failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
 }
 
-/// Whether two files have the same bytes (streamed: the plugin binary is large in a debug build).
-fn same_bytes(a: &Path, b: &Path) -> bool {
-    let (mut fa, mut fb) = (fs::File::open(a).unwrap(), fs::File::open(b).unwrap());
-    if fa.metadata().unwrap().len() != fb.metadata().unwrap().len() {
-        return false;
-    }
-    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
-    loop {
-        let na = read_full(&mut fa, &mut ba);
-        let nb = read_full(&mut fb, &mut bb);
-        if na != nb || ba[..na] != bb[..nb] {
-            return false;
-        }
-        if na == 0 {
-            return true;
-        }
-    }
-}
-
-fn read_full(f: &mut fs::File, buf: &mut [u8]) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]).unwrap() {
-            0 => break,
-            k => n += k,
-        }
-    }
-    n
-}
-
 /// What the kubeconfig at `path` says. Panics if it does not parse: a reader must never see a partial file.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     server: String,
     token: String,
@@ -282,40 +327,36 @@ fn read_kubeconfig(path: &Path) -> Option<Seen> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn once_installs_the_binary_kubeconfig_and_flat_file_and_a_rerun_keeps_the_binary() {
-    let ca = ca_pem("install-cni-test-ca");
-    let host = Host::new(Layout::Projected, "token-one\n", &ca);
+async fn once_mints_a_cni_token_and_installs_the_binary_kubeconfig_and_flat_file() {
+    let cl = Cluster::new("install-once").await;
+    let pod_token = cl.pod_token(None).await;
+    let host = Host::new(Layout::Projected, &format!("{pod_token}\n"), cl.cluster.ca_pem(), &cl);
     let extra = ["--log-level", "verbose", "--reconciler-cron-expression", "30 4 * * *"];
-    // No --server: it comes from the kubelet's service variables, an IPv6 host bracketed.
-    let service = [("KUBERNETES_SERVICE_HOST", "fd00:10:96::1"), ("KUBERNETES_SERVICE_PORT", "443")];
+    // No --server: it comes from the kubelet's service variables.
+    let port = cl.cluster.server().rsplit(':').next().unwrap().to_string();
+    let service = [("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", port.as_str())];
     let out = host.run_once(&extra, &service);
     assert_success(&out);
 
     let source = workspace_bin("hereabouts");
-    assert!(same_bytes(&source, &host.binary()), "the installed binary differs from {}", source.display());
+    assert!(fs::read(&source).unwrap() == fs::read(host.binary()).unwrap(), "differs from {}", source.display());
     assert_eq!(mode(&host.binary()), 0o755);
 
     assert_eq!(mode(&host.kubeconfig()), 0o600);
-    let seen = read_kubeconfig(&host.kubeconfig()).expect("the kubeconfig exists");
-    assert_eq!(
-        seen,
-        Seen {
-            server: "https://[fd00:10:96::1]:443".into(),
-            token: "token-one".into(),
-            ca: ca.clone(),
-            namespace: NAMESPACE.into()
-        }
-    );
-    // The CNI plugin builds its client from it: the embedded CA must be a usable certificate.
+    let seen = host.seen().expect("the kubeconfig exists");
+    assert_eq!(seen.server, format!("https://127.0.0.1:{port}"));
+    assert_eq!((seen.ca.as_str(), seen.namespace.as_str()), (cl.cluster.ca_pem(), cl.ns.as_str()));
+    assert_ne!(seen.token, pod_token, "the pod's own token never reaches the host");
+    cl.assert_cni_token(&seen.token).await;
+    // The CNI plugin builds its client from it.
     let (_client, namespace) =
         hereabouts_ipam::store::connect(&host.kubeconfig()).await.expect("a client from the kubeconfig");
-    assert_eq!(namespace, NAMESPACE);
+    assert_eq!(namespace, cl.ns);
 
     let flat: Value = serde_json::from_slice(&fs::read(host.flat_file()).unwrap()).expect("the flat file is JSON");
     assert_eq!(flat["kubernetes"]["kubeconfig"], HOST_KUBECONFIG, "the host's path of the kubeconfig: {flat}");
     assert_eq!(flat["log_level"], "verbose");
     assert_eq!(flat["reconciler_cron_expression"], "30 4 * * *");
-    // As the CNI plugin loads it: an inline netconf pointing at the flat file.
     let stdin = json!({"cniVersion": "1.0.0", "name": "net1", "type": "macvlan",
         "ipam": {"type": "hereabouts", "range": "10.20.0.0/24", "configuration_path": host.flat_file()}});
     let stdin = serde_json::to_vec(&stdin).unwrap();
@@ -323,7 +364,6 @@ async fn once_installs_the_binary_kubeconfig_and_flat_file_and_a_rerun_keeps_the
     assert_eq!(cfg.kubeconfig.as_deref(), Some(Path::new(HOST_KUBECONFIG)));
     assert_eq!(cfg.log_level, LogLevel::Verbose);
     assert_eq!(cfg.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
-    assert_eq!(cfg.flat_file.as_deref(), Some(host.flat_file().as_path()));
 
     let names: Vec<String> = fs::read_dir(host.path("net.d/hereabouts.d"))
         .unwrap()
@@ -331,81 +371,222 @@ async fn once_installs_the_binary_kubeconfig_and_flat_file_and_a_rerun_keeps_the
         .collect();
     assert_eq!(names.len(), 2, "only the kubeconfig and the flat file, no temp file: {names:?}");
 
-    // A restart changes nothing on the host: the binary is neither copied nor renamed over.
+    // A restart mints a new token but leaves the binary alone (neither copied nor renamed over).
     let before = fs::metadata(host.binary()).unwrap();
-    let kubeconfig_ino = fs::metadata(host.kubeconfig()).unwrap().ino();
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(1100));
     let out = host.run_once(&extra, &service);
     assert_success(&out);
     let after = fs::metadata(host.binary()).unwrap();
     assert_eq!((after.ino(), after.mtime(), after.mtime_nsec()), (before.ino(), before.mtime(), before.mtime_nsec()));
-    assert_eq!(fs::metadata(host.kubeconfig()).unwrap().ino(), kubeconfig_ino, "the same kubeconfig is not rewritten");
     assert!(String::from_utf8_lossy(&out.stderr).contains("up to date"), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = host.seen().unwrap();
+    assert_ne!(again.token, seen.token, "a new token");
+    cl.assert_cni_token(&again.token).await;
 }
 
-/// Starts the watcher, rotates the token, then changes the CA, each time waiting for the kubeconfig to follow,
-/// then stops it with SIGTERM.
-fn watch_follows_rotation(layout: Layout) {
-    let (ca1, ca2) = (ca_pem("ca-one"), ca_pem("ca-two"));
-    let mut host = Host::new(layout, "token-one", &ca1);
-    let mut running = host.spawn(&["--server", SERVER, "--watch-interval", "200ms"]);
-    let log = || host.log();
-    let timeout = Duration::from_secs(10);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_fails_without_writing_when_no_token_can_be_minted() {
+    let cl = Cluster::new("install-nomint").await;
+    let host = Host::new(Layout::Plain, &cl.pod_token(None).await, cl.cluster.ca_pem(), &cl);
+    // the Role lets the pod mint for hereabouts-cni only
+    let out = host.run_once(&["--server", cl.cluster.server(), "--cni-service-account", "hereabouts"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "install-cni succeeded:\n{stderr}");
+    let named = format!("TokenRequest for serviceaccount {}/hereabouts", cl.ns);
+    assert!(stderr.contains(&named) && stderr.contains("forbidden"), "the message names the request:\n{stderr}");
+    assert!(!host.binary().exists() && !host.kubeconfig().exists() && !host.flat_file().exists(), "nothing written");
+}
 
-    // The flat file is written last, after the kubeconfig it names.
-    wait_for(timeout, "the flat file", log, || host.flat_file().is_file().then_some(()));
-    let seen = read_kubeconfig(&host.kubeconfig()).expect("the kubeconfig is written before the flat file");
-    assert_eq!((seen.token.as_str(), seen.ca.as_str(), seen.server.as_str()), ("token-one", ca1.as_str(), SERVER));
+/// Starts the watcher with a pod token bound to pod `p1`, rotates that token (to one bound to `p2`), kills the
+/// first (deletes `p1`), then changes the CA to a bundle: each time the kubeconfig follows with a new CNI token,
+/// the last minted with the rotated token (the first is dead by then). Then stops it with SIGTERM.
+async fn watch_follows_rotation(layout: Layout) {
+    let cl = Cluster::new(if layout == Layout::Plain { "install-plain" } else { "install-projected" }).await;
+    let (p1, p2) = (cl.pod("ds-pod-1").await, cl.pod("ds-pod-2").await);
+    let first = cl.pod_token(Some(&p1)).await;
+    let ca = cl.cluster.ca_pem().to_string();
+    let mut host = Host::new(layout, &first, &ca, &cl);
+    let mut running = host.spawn(&["--watch-interval", "200ms"]);
+    let timeout = Duration::from_secs(20);
+
+    wait::until(timeout, "the flat file", || async { host.flat_file().is_file().then_some(()) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", host.log()));
+    let t1 = host.seen().expect("the kubeconfig is written before the flat file");
+    assert_eq!((t1.ca.as_str(), t1.server.as_str()), (ca.as_str(), cl.cluster.server()));
+    cl.assert_cni_token(&t1.token).await;
     assert!(running.is_running(), "install-cni exited instead of watching; log:\n{}", host.log());
 
-    host.write_sa("token-two\n", &ca1);
-    let log = || host.log();
-    wait_for(timeout, "the kubeconfig to hold the rotated token", log, || {
-        read_kubeconfig(&host.kubeconfig()).filter(|s| s.token == "token-two")
-    });
+    let second = cl.pod_token(Some(&p2)).await;
+    host.write_sa(&format!("{second}\n"), &ca);
+    let t2 = host.wait_kubeconfig(timeout, "a token minted after the rotation", |s| s.token != t1.token).await;
+    cl.assert_cni_token(&t2.token).await;
     assert_eq!(mode(&host.kubeconfig()), 0o600, "still 0600 after the rewrite");
 
-    host.write_sa("token-two", &ca2);
-    let log = || host.log();
-    let seen = wait_for(timeout, "the kubeconfig to hold the new CA", log, || {
-        read_kubeconfig(&host.kubeconfig()).filter(|s| s.ca == ca2)
-    });
-    assert_eq!((seen.token.as_str(), seen.namespace.as_str()), ("token-two", NAMESPACE));
+    cl.delete_pod("ds-pod-1").await;
+    wait::until(Duration::from_secs(60), "the first pod token to be rejected", || async {
+        matches!(cl.whoami(&first).await, Err(kube::Error::Api(s)) if s.code == 401).then_some(())
+    })
+    .await
+    .unwrap();
+    let bundle = format!("{ca}{}", other_ca_pem("another-ca"));
+    host.write_sa(&second, &bundle);
+    let t3 =
+        host.wait_kubeconfig(timeout, "the new CA and a new token", |s| s.ca == bundle && s.token != t2.token).await;
+    cl.assert_cni_token(&t3.token).await;
     assert_eq!(mode(&host.kubeconfig()), 0o600);
 
-    sigterm(running.pid());
-    let status = running.wait_timeout(Duration::from_secs(5));
-    let status = status.unwrap_or_else(|| panic!("install-cni still running 5s after SIGTERM; log:\n{}", host.log()));
+    let status = running.stop(&host);
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM; log:\n{}", host.log());
     let log = host.log();
-    assert!(log.contains("token changed") && log.contains("CA changed") && log.contains("SIGTERM"), "{log}");
+    assert!(log.contains("token_rotated=true") && log.contains("ca_changed=true") && log.contains("SIGTERM"), "{log}");
+    assert!(!log.contains("cannot mint"), "every mint succeeded: {log}");
 }
 
-#[test]
-fn watch_rewrites_the_kubeconfig_when_files_are_renamed_over_and_exits_0_on_sigterm() {
-    watch_follows_rotation(Layout::Plain);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_token_and_ca_files_renamed_over_and_exits_0_on_sigterm() {
+    watch_follows_rotation(Layout::Plain).await;
 }
 
-#[test]
-fn watch_rewrites_the_kubeconfig_when_the_kubelet_swaps_the_data_symlink() {
-    watch_follows_rotation(Layout::Projected);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_the_kubelet_swapping_the_data_symlink() {
+    watch_follows_rotation(Layout::Projected).await;
+}
+
+/// The DaemonSet pod goes away (a rolling update, an uninstall): its own token, which it authenticated with, is
+/// rejected seconds later, but the host's kubeconfig holds a `hereabouts-cni` token bound to no pod, and the CNI
+/// plugin's ADD, CHECK and DEL keep working with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_token_outlives_the_daemonset_pod() {
+    let cl = Cluster::new("install-podgone").await;
+    let pod = cl.pod("hereabouts-x7k2p").await;
+    let pod_token = cl.pod_token(Some(&pod)).await;
+    let me = cl.whoami(&pod_token).await.expect("the pod-bound token works while the pod exists");
+    let extra = me.extra.unwrap_or_default();
+    assert_eq!(extra.get("authentication.kubernetes.io/pod-name"), Some(&vec!["hereabouts-x7k2p".to_string()]));
+
+    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
+    let mut running = host.spawn(&[]);
+    let seen = host.wait_kubeconfig(Duration::from_secs(20), "the kubeconfig", |_| true).await;
+    // the pod's containers stop with it
+    assert_eq!(running.stop(&host).code(), Some(0), "{}", host.log());
+    cl.assert_cni_token(&seen.token).await;
+    let exp =
+        deploy::claims(&seen.token)["exp"].as_i64().unwrap() - deploy::claims(&seen.token)["iat"].as_i64().unwrap();
+    assert_eq!(exp, 24 * 3600, "the default lifetime is 24h");
+
+    let t0 = Instant::now();
+    cl.delete_pod("hereabouts-x7k2p").await;
+    wait::until(Duration::from_secs(60), "the pod-bound token to be rejected", || async {
+        matches!(cl.whoami(&pod_token).await, Err(kube::Error::Api(s)) if s.code == 401).then_some(())
+    })
+    .await
+    .unwrap();
+    eprintln!("install-cni: the pod-bound token got 401 {:.1} s after its pod was deleted", t0.elapsed().as_secs_f64());
+
+    let config = cl.netconf(&host.kubeconfig(), "198.18.60.0/24");
+    let add = Invocation::new("ADD", &config, &cl.ns, "web", "c1").run().await;
+    assert_eq!(add.ips(), ["198.18.60.1".parse::<std::net::IpAddr>().unwrap()], "{}", add.stderr);
+    let check = Invocation::new("CHECK", &config, &cl.ns, "web", "c1").run().await;
+    assert!(check.success, "CHECK: {}\n{}", check.stdout, check.stderr);
+    let del = Invocation::new("DEL", &config, &cl.ns, "web", "c1").run().await;
+    assert!(del.success, "DEL: {}\n{}", del.stdout, del.stderr);
+    // a DEL succeeds even when it cannot release: look at what is left
+    let pools: Vec<hereabouts_ipam::crd::IpPool> =
+        Api::namespaced(cl.admin.clone(), &cl.ns).list(&Default::default()).await.unwrap().items;
+    assert_eq!(pools.iter().map(|p| p.spec.allocations.len()).sum::<usize>(), 0, "DEL released: {}", del.stderr);
+    let reservations: Vec<hereabouts_ipam::crd::OverlappingRangeIpReservation> =
+        Api::namespaced(cl.admin.clone(), &cl.ns).list(&Default::default()).await.unwrap().items;
+    assert!(reservations.is_empty(), "DEL released the reservation: {}", del.stderr);
+}
+
+/// With a 10-minute token renewed after 0.5 % of its life (3 s), the kubeconfig gets a new token long before the
+/// old one expires. When minting then fails (the right to mint taken away), the kubeconfig keeps its last token,
+/// which keeps working; the failure is logged once; once the right is back, a new token is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_renewed_before_expiry_and_a_failed_mint_keeps_the_last_one() {
+    let cl = Cluster::new("install-refresh").await;
+    let host = Host::new(Layout::Plain, &cl.pod_token(None).await, cl.cluster.ca_pem(), &cl);
+    let mut running = host.spawn(&[
+        "--watch-interval",
+        "200ms",
+        "--cni-token-lifetime",
+        "10m",
+        "--cni-token-refresh-fraction",
+        "0.005",
+    ]);
+    let t1 = host.wait_kubeconfig(Duration::from_secs(20), "the kubeconfig", |_| true).await;
+    let c1 = deploy::claims(&t1.token);
+    assert_eq!(c1["exp"].as_i64().unwrap() - c1["iat"].as_i64().unwrap(), 600, "the lifetime asked for");
+    let t2 = host.wait_kubeconfig(Duration::from_secs(20), "a renewed token", |s| s.token != t1.token).await;
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    assert!(c1["exp"].as_i64().unwrap() > now + 500, "renewed with most of the old token's life left");
+    cl.assert_cni_token(&t2.token).await;
+
+    // no more minting: the pod's Role without create on serviceaccounts/token
+    let rules = deploy::role(deploy::NAME).rules.unwrap();
+    deploy::apply_role(
+        &cl.admin,
+        &cl.ns,
+        deploy::NAME,
+        deploy::without(&rules, "serviceaccounts/token", "create"),
+        &cl.ns,
+    )
+    .await;
+    // a mint already under way may still land: take what the kubeconfig holds once a failure is logged
+    wait::until(Duration::from_secs(20), "a failed mint", || async {
+        host.log().contains("cannot mint").then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; log:\n{}", host.log()));
+    let kept = host.seen().unwrap();
+    let bytes = fs::read(host.kubeconfig()).unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(fs::read(host.kubeconfig()).unwrap(), bytes, "the kubeconfig is kept as it was");
+    let log = host.log();
+    assert_eq!(log.matches("cannot mint").count(), 1, "one failure, logged once:\n{log}");
+    assert!(log.contains("forbidden"), "{log}");
+    let config = cl.netconf(&host.kubeconfig(), "198.18.61.0/24");
+    let add = Invocation::new("ADD", &config, &cl.ns, "web", "c1").run().await;
+    assert_eq!(add.ips().len(), 1, "the kept token works: {}", add.stderr);
+
+    deploy::apply_role(&cl.admin, &cl.ns, deploy::NAME, rules, &cl.ns).await;
+    let t3 = host
+        .wait_kubeconfig(Duration::from_secs(90), "a token after the right is back", |s| s.token != kept.token)
+        .await;
+    cl.assert_cni_token(&t3.token).await;
+    let log = host.log();
+    let again =
+        log.lines().find(|l| l.contains("minted the CNI plugin's token again")).unwrap_or_else(|| panic!("{log}"));
+    let attempts: u32 =
+        again.split("failed_attempts=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(attempts >= 3, "it kept trying, with backoff: {again}");
+    assert!(running.is_running());
 }
 
 #[test]
 fn a_missing_token_file_fails_naming_it_and_writes_no_kubeconfig() {
-    let host = Host::new(Layout::Plain, "token", &ca_pem("ca"));
-    fs::remove_file(host.sa("token")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host {
+        dir,
+        layout: Layout::Plain,
+        generation: 0,
+        namespace: "pools".into(),
+        server: "https://192.0.2.10:6443".into(),
+    };
+    fs::create_dir(host.path("sa")).unwrap();
+    fs::write(host.sa("ca.crt"), other_ca_pem("ca")).unwrap();
+    fs::write(host.sa("namespace"), "pools").unwrap();
     let token = host.sa("token");
 
-    let out = host.run_once(&["--server", SERVER], &[]);
+    let out = host.run_once(&["--server", "https://192.0.2.10:6443"], &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "install-cni succeeded without a token:\n{stderr}");
     assert!(stderr.contains(&format!("read token file {}", token.display())), "the message names the file:\n{stderr}");
-    assert!(!host.kubeconfig().exists(), "a kubeconfig was written");
-    assert!(!host.flat_file().exists(), "a flat file was written");
+    assert!(!host.kubeconfig().exists() && !host.flat_file().exists() && !host.binary().exists(), "nothing written");
 
     // Watch mode fails the same way, at once, instead of waiting for the token to appear.
-    let mut running = host.spawn(&["--server", SERVER]);
+    let mut running = host.spawn(&[]);
     let status = running.wait_timeout(Duration::from_secs(5)).expect("install-cni exits without a token");
     assert!(!status.success());
     assert!(host.log().contains(token.to_str().unwrap()), "{}", host.log());
@@ -417,7 +598,7 @@ fn help_names_every_flag_and_its_environment_variable() {
     let out = Command::new(workspace_bin("hereabouts-reconciler")).args(["install-cni", "--help"]).output().unwrap();
     assert_success(&out);
     let help = String::from_utf8_lossy(&out.stdout);
-    for (flag, env) in [
+    let flags = BTreeMap::from([
         ("--source-binary", "HEREABOUTS_SOURCE_BINARY"),
         ("--cni-bin-dir", "HEREABOUTS_CNI_BIN_DIR"),
         ("--cni-conf-dir", "HEREABOUTS_CNI_CONF_DIR"),
@@ -431,8 +612,12 @@ fn help_names_every_flag_and_its_environment_variable() {
         ("--log-file", "HEREABOUTS_CNI_LOG_FILE"),
         ("--reconciler-cron-expression", "HEREABOUTS_RECONCILER_CRON_EXPRESSION"),
         ("--watch-interval", "HEREABOUTS_WATCH_INTERVAL"),
+        ("--cni-service-account", "HEREABOUTS_CNI_SERVICE_ACCOUNT"),
+        ("--cni-token-lifetime", "HEREABOUTS_CNI_TOKEN_LIFETIME"),
+        ("--cni-token-refresh-fraction", "HEREABOUTS_CNI_TOKEN_REFRESH_FRACTION"),
         ("--once", "HEREABOUTS_INSTALL_ONCE"),
-    ] {
+    ]);
+    for (flag, env) in flags {
         assert!(help.contains(flag) && help.contains(env), "{flag} / {env} missing from:\n{help}");
     }
 }

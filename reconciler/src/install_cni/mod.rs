@@ -2,21 +2,26 @@
 //!
 //! It writes, each file atomically (see [`files`]):
 //! - `<cni-bin-dir>/hereabouts`, mode 0755: a copy of `--source-binary`, skipped when the bytes are the same;
-//! - `<cni-conf-dir>/hereabouts.d/hereabouts.kubeconfig`, mode 0600: the API server, the CA embedded, the
-//!   service-account token, and a context whose namespace is where the pools live;
+//! - `<cni-conf-dir>/hereabouts.d/hereabouts.kubeconfig`, mode 0600: the API server, the CA embedded, a token of
+//!   ServiceAccount `--cni-service-account` minted with the TokenRequest API (see [`token`]), and a context whose
+//!   namespace is where the pools live;
 //! - `<cni-conf-dir>/hereabouts.d/hereabouts.conf`, mode 0644: the flat file (Whereabouts' format), naming the
 //!   kubeconfig by its path on the host (`--host-cni-conf-dir`), since the plugin runs on the host.
 //!
-//! Then, unless `--once`, it polls the token and CA files every `--watch-interval` and rewrites the kubeconfig
-//! when either's content changes, until SIGTERM or SIGINT. The kubelet rotates a projected token by swapping a
-//! `..data` symlink in the volume, which file-level inotify does not follow; comparing the content of two small
-//! files every few seconds is cheap and cannot miss a change. A file of the three that someone removed is put back
-//! on the next poll.
+//! This pod's own token (`--token-file`) only authenticates the TokenRequest; it is never written to the host:
+//! it is bound to this pod and stops working seconds after the pod is deleted, and its ServiceAccount has rights
+//! the plugin must not have. The minted token is bound to nothing and carries only the plugin's rights.
+//!
+//! Then, unless `--once`, it polls the token and CA files every `--watch-interval` (see [`watch`]) and mints a new
+//! token when `--cni-token-refresh-fraction` of the last one's lifetime has passed, when the CA changed, or when
+//! its own token rotated (the kubelet rotates it hourly; after a signing-key rotation only new tokens verify).
 
 mod files;
 mod render;
 #[cfg(test)]
 mod tests;
+mod token;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +30,6 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use hereabouts_ipam::config::{DEFAULT_FLAT_FILE_PATHS, LogLevel};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
 use render::Credentials;
@@ -66,7 +70,8 @@ pub struct Args {
     )]
     pub host_cni_conf_dir: String,
 
-    /// The service-account token to embed in the kubeconfig (the projected one); watched for rotation.
+    /// This pod's own service-account token (the projected one): it authenticates the TokenRequests and is never
+    /// written to the host. Re-read before each request; a rotation triggers a new CNI token.
     #[arg(
         long,
         env = "HEREABOUTS_TOKEN_FILE",
@@ -75,7 +80,8 @@ pub struct Args {
     )]
     pub token_file: PathBuf,
 
-    /// The API server's CA (PEM), embedded in the kubeconfig as `certificate-authority-data`; watched for change.
+    /// The API server's CA (PEM): verifies the API server for the TokenRequests, and is embedded in the kubeconfig
+    /// as `certificate-authority-data`; a change is written at once and triggers a new CNI token.
     #[arg(
         long,
         env = "HEREABOUTS_CA_FILE",
@@ -127,7 +133,8 @@ pub struct Args {
     )]
     pub reconciler_cron_expression: Option<String>,
 
-    /// How often the token and CA files are compared with what the kubeconfig holds: `200ms`, `2s`, `1m`.
+    /// How often the token and CA files are read and compared with the last ones, removed files are put back, and
+    /// a due or failed TokenRequest is tried: `200ms`, `2s`, `1m`.
     #[arg(
         long,
         env = "HEREABOUTS_WATCH_INTERVAL",
@@ -137,66 +144,73 @@ pub struct Args {
     )]
     pub watch_interval: Duration,
 
-    /// Write everything and exit, instead of watching the token and CA until SIGTERM or SIGINT.
+    /// The ServiceAccount whose token the kubeconfig gets, minted with the TokenRequest API in the kubeconfig's
+    /// namespace. This pod's ServiceAccount needs `create` on its `serviceaccounts/token`, nothing more of it.
+    #[arg(
+        long,
+        env = "HEREABOUTS_CNI_SERVICE_ACCOUNT",
+        value_name = "NAME",
+        default_value = "hereabouts-cni",
+        value_parser = render::parse_service_account
+    )]
+    pub cni_service_account: String,
+
+    /// The validity each CNI token is asked for (`expirationSeconds`), from 10m (the API server's minimum) to
+    /// 168h. The API server may grant less (`--service-account-max-token-expiration`); its answer counts. 24h
+    /// bounds what a token taken from a host is worth to a day, and at the default refresh fraction leaves the
+    /// node 12h of working ADD and DEL when no install-cni can renew it (a stuck rollout, an uninstall).
+    #[arg(
+        long,
+        env = "HEREABOUTS_CNI_TOKEN_LIFETIME",
+        value_name = "DURATION",
+        default_value = "24h",
+        value_parser = render::parse_lifetime
+    )]
+    pub cni_token_lifetime: Duration,
+
+    /// The fraction of a CNI token's granted lifetime after which a new one is minted, from 0.001 to 0.9.
+    #[arg(
+        long,
+        env = "HEREABOUTS_CNI_TOKEN_REFRESH_FRACTION",
+        value_name = "FRACTION",
+        default_value = "0.5",
+        value_parser = render::parse_fraction
+    )]
+    pub cni_token_refresh_fraction: f64,
+
+    /// Mint one token, write everything and exit, instead of keeping the token fresh until SIGTERM or SIGINT.
     #[arg(long, env = "HEREABOUTS_INSTALL_ONCE", value_parser = clap::builder::FalseyValueParser::new())]
     pub once: bool,
 }
 
-/// Runs `install-cni`: installs, then (unless `--once`) watches until SIGTERM or SIGINT and returns `Ok`.
+/// Runs `install-cni`: mints the CNI token and installs, then (unless `--once`) keeps the token fresh until
+/// SIGTERM or SIGINT and returns `Ok`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let once = args.once;
     let interval = args.watch_interval;
     // Before the first write, so that a SIGTERM arriving meanwhile ends the process cleanly after it.
     let stop = if once { None } else { Some(Stop::new()?) };
     let installer = Arc::new(blocking(move || Installer::new(args)).await?);
-    let creds = {
+    // Unreadable credentials are a deployment mistake: fail at once, before anything is written.
+    let pod = {
         let installer = installer.clone();
-        blocking(move || installer.install()).await?
+        blocking(move || installer.read_credentials()).await?
     };
-    let Some(stop) = stop else { return Ok(()) };
+    let Some(mut stop) = stop else {
+        let minted = installer.minter.mint(&pod).await.context("mint the CNI plugin's token")?;
+        let creds = Credentials { token: minted.token, ca: pod.ca };
+        return blocking(move || installer.install(Some(&creds))).await;
+    };
+    let first = tokio::select! {
+        minted = installer.minter.mint(&pod) => minted,
+        name = stop.recv() => {
+            info!(signal = name, "stopping");
+            return Ok(());
+        }
+    };
     info!(interval = ?interval, token = %installer.token_file.display(), ca = %installer.ca_file.display(),
-        "watching the token and CA for changes");
-    watch(installer, creds, interval, stop).await
-}
-
-/// Polls every `interval`, rewriting the kubeconfig when the credentials differ from `last`, until a signal.
-async fn watch(
-    installer: Arc<Installer>,
-    mut last: Credentials,
-    interval: Duration,
-    mut stop: Stop,
-) -> anyhow::Result<()> {
-    let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // The last failure, so that a failure that persists is logged once, not every poll.
-    let mut failing: Option<String> = None;
-    loop {
-        tokio::select! {
-            name = stop.recv() => {
-                info!(signal = name, "stopping");
-                return Ok(());
-            }
-            _ = ticker.tick() => {}
-        }
-        let (i, prev) = (installer.clone(), last.clone());
-        match blocking(move || i.refresh(&prev)).await {
-            Ok(new) => {
-                if let Some(new) = new {
-                    last = new;
-                }
-                if failing.take().is_some() {
-                    info!("the kubeconfig is up to date again");
-                }
-            }
-            Err(e) => {
-                let msg = format!("{e:#}");
-                if failing.as_deref() != Some(msg.as_str()) {
-                    warn!(error = %msg, "cannot refresh the kubeconfig; retrying every {interval:?}");
-                    failing = Some(msg);
-                }
-            }
-        }
-    }
+        "watching the token and CA files");
+    watch::watch(installer, pod, first, interval, stop).await
 }
 
 /// Runs blocking file work off the async threads.
@@ -244,6 +258,7 @@ struct Installer {
     server: String,
     namespace: String,
     flat_file_contents: Vec<u8>,
+    minter: token::Minter,
 }
 
 impl Installer {
@@ -299,6 +314,13 @@ impl Installer {
             log_file: args.log_file.as_deref(),
             reconciler_cron_expression: args.reconciler_cron_expression.as_deref(),
         });
+        let minter = token::Minter {
+            server: server.clone(),
+            namespace: namespace.clone(),
+            service_account: args.cni_service_account,
+            lifetime: args.cni_token_lifetime,
+            refresh_fraction: args.cni_token_refresh_fraction,
+        };
         Ok(Self {
             source_binary: args.source_binary,
             binary: args.cni_bin_dir.join(BINARY_NAME),
@@ -310,10 +332,11 @@ impl Installer {
             server,
             namespace,
             flat_file_contents,
+            minter,
         })
     }
 
-    /// The token (trimmed) and the CA, as they are now.
+    /// This pod's token (trimmed) and the CA, as they are now.
     fn read_credentials(&self) -> anyhow::Result<Credentials> {
         let token = std::fs::read_to_string(&self.token_file)
             .with_context(|| format!("read token file {}", self.token_file.display()))?;
@@ -325,16 +348,17 @@ impl Installer {
         if ca.iter().all(u8::is_ascii_whitespace) {
             bail!("CA file {} is empty", self.ca_file.display());
         }
+        if !render::looks_like_pem(&ca) {
+            warn!(path = %self.ca_file.display(), "the CA file holds no PEM certificate");
+        }
         Ok(Credentials { token: token.to_string(), ca })
     }
 
-    /// Writes all three files (each only if it differs), binary first and the flat file last, so that the flat
-    /// file never names a kubeconfig that is not there. Reads the credentials before writing anything.
-    fn install(&self) -> anyhow::Result<Credentials> {
-        let creds = self.read_credentials()?;
-        if !render::looks_like_pem(&creds.ca) {
-            warn!(path = %self.ca_file.display(), "the CA file holds no PEM certificate");
-        }
+    /// Writes the binary, then the kubeconfig holding `cni` (the CNI plugin's token and the CA), then the flat
+    /// file, each only if it differs, so that the flat file never names a kubeconfig that is not there. Without
+    /// `cni` (no token could be minted yet) the kubeconfig an earlier run left stays as it is, and the flat file
+    /// is written only if there is one: its token is bound to no pod and may well still be valid.
+    fn install(&self, cni: Option<&Credentials>) -> anyhow::Result<()> {
         for path in [&self.binary, &self.kubeconfig, &self.flat_file] {
             files::sweep_stale_temps(path);
         }
@@ -343,9 +367,27 @@ impl Installer {
         }
         files::create_dir(&self.conf_dir)?;
         self.install_binary()?;
-        self.write_kubeconfig(&creds, "installed")?;
-        self.write_flat_file()?;
-        Ok(creds)
+        match cni {
+            Some(cni) => self.write_kubeconfig(cni, "installed")?,
+            None if files::exists(&self.kubeconfig)? => {
+                warn!(path = %self.kubeconfig.display(), "no new token yet: the kubeconfig of an earlier run stays");
+            }
+            None => {
+                warn!(path = %self.kubeconfig.display(), "no token yet: no kubeconfig, and no flat file naming it");
+                return Ok(());
+            }
+        }
+        self.write_flat_file()
+    }
+
+    /// Writes the kubeconfig holding a newly minted token, and the flat file if it is missing.
+    fn store(&self, cni: &Credentials) -> anyhow::Result<()> {
+        files::create_dir(&self.conf_dir)?;
+        self.write_kubeconfig(cni, "new token")?;
+        if !files::exists(&self.flat_file)? {
+            self.write_flat_file()?;
+        }
+        Ok(())
     }
 
     fn install_binary(&self) -> anyhow::Result<()> {
@@ -377,14 +419,11 @@ impl Installer {
         Ok(())
     }
 
-    /// One poll: rewrites the kubeconfig if the token or the CA differ from `last` (returning the new ones), and
-    /// puts back any of the three files that was removed.
-    fn refresh(&self, last: &Credentials) -> anyhow::Result<Option<Credentials>> {
-        let creds = self.read_credentials()?;
-        let changed: Vec<&str> = [("token", creds.token != last.token), ("CA", creds.ca != last.ca)]
-            .into_iter()
-            .filter_map(|(what, changed)| changed.then_some(what))
-            .collect();
+    /// One poll: reads this pod's credentials and puts back any of the three files that was removed. `cni` is
+    /// what the kubeconfig holds, if this process wrote it; when the CA differs from its CA, the kubeconfig is
+    /// rewritten with the new CA at once (the token does not depend on it) and `cni` follows.
+    fn poll(&self, cni: &mut Option<Credentials>) -> anyhow::Result<Credentials> {
+        let pod = self.read_credentials()?;
         if !files::exists(&self.binary)? {
             warn!(path = %self.binary.display(), "the CNI binary was removed; installing it again");
             if let Some(dir) = self.binary.parent() {
@@ -392,17 +431,19 @@ impl Installer {
             }
             self.install_binary()?;
         }
-        let rewrite = !changed.is_empty() || !files::exists(&self.kubeconfig)?;
-        if rewrite {
-            files::create_dir(&self.conf_dir)?;
-            let why =
-                if changed.is_empty() { "it was removed".to_string() } else { changed.join(" and ") + " changed" };
-            self.write_kubeconfig(&creds, &why)?;
+        if let Some(cni) = cni.as_mut() {
+            let ca_changed = cni.ca != pod.ca;
+            if ca_changed || !files::exists(&self.kubeconfig)? {
+                files::create_dir(&self.conf_dir)?;
+                let candidate = Credentials { token: cni.token.clone(), ca: pod.ca.clone() };
+                self.write_kubeconfig(&candidate, if ca_changed { "CA changed" } else { "it was removed" })?;
+                *cni = candidate;
+            }
         }
-        if !files::exists(&self.flat_file)? {
-            warn!(path = %self.flat_file.display(), "the flat file was removed; writing it again");
+        if !files::exists(&self.flat_file)? && files::exists(&self.kubeconfig)? {
+            warn!(path = %self.flat_file.display(), "the flat file is missing; writing it");
             self.write_flat_file()?;
         }
-        Ok(if changed.is_empty() { None } else { Some(creds) })
+        Ok(pod)
     }
 }

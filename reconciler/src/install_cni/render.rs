@@ -13,10 +13,11 @@ pub(super) const CLUSTER: &str = "local";
 pub(super) const USER: &str = "hereabouts";
 pub(super) const CONTEXT: &str = "hereabouts";
 
-/// The service-account credentials the kubeconfig embeds, as read from the projected files.
+/// A bearer token and the CA that verifies the API server: this pod's own (read from its projected files, used
+/// to mint), or the CNI plugin's (the minted token, embedded in the host's kubeconfig).
 #[derive(Clone, PartialEq, Eq)]
 pub(super) struct Credentials {
-    /// The token file's content, trimmed.
+    /// The token, trimmed.
     pub token: String,
     /// The CA file's content, as it is (PEM).
     pub ca: Vec<u8>,
@@ -114,13 +115,12 @@ pub(super) fn check_namespace(s: &str) -> Result<(), String> {
     }
 }
 
-/// `--watch-interval`: a number with a unit, `ms`, `s`, `m` or `h` (`200ms`, `2s`, `1.5s`); a bare number is
-/// seconds. Between 10ms and 1h.
-pub(super) fn parse_interval(s: &str) -> Result<Duration, String> {
+/// A number with a unit, `ms`, `s`, `m` or `h` (`200ms`, `2s`, `1.5s`, `24h`); a bare number is seconds.
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (number, unit) = s.split_at(split);
-    let bad = || format!("{s:?}: expected a duration such as 200ms, 2s or 1m");
+    let bad = || format!("{s:?}: expected a duration such as 200ms, 2s, 1m or 24h");
     let number: f64 = number.parse().map_err(|_| bad())?;
     let scale = match unit.trim() {
         "ms" => 0.001,
@@ -129,11 +129,55 @@ pub(super) fn parse_interval(s: &str) -> Result<Duration, String> {
         "h" => 3600.0,
         _ => return Err(bad()),
     };
-    let d = Duration::try_from_secs_f64(number * scale).map_err(|_| bad())?;
+    Duration::try_from_secs_f64(number * scale).map_err(|_| bad())
+}
+
+/// `--watch-interval`: a duration between 10ms and 1h.
+pub(super) fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
     if d < Duration::from_millis(10) || d > Duration::from_secs(3600) {
-        return Err(format!("{s:?}: must be between 10ms and 1h"));
+        return Err(format!("{:?}: must be between 10ms and 1h", s.trim()));
     }
     Ok(d)
+}
+
+/// The shortest token the API server issues: it refuses a TokenRequest of `expirationSeconds` below 600.
+pub(super) const MIN_TOKEN_LIFETIME: Duration = Duration::from_secs(600);
+/// The longest CNI token install-cni asks for: a token on a host should not outlive a week of neglect.
+pub(super) const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `--cni-token-lifetime`: whole seconds between [`MIN_TOKEN_LIFETIME`] and [`MAX_TOKEN_LIFETIME`].
+pub(super) fn parse_lifetime(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_TOKEN_LIFETIME || d > MAX_TOKEN_LIFETIME {
+        return Err(format!("{:?}: must be between 10m (the API server refuses shorter tokens) and 168h", s.trim()));
+    }
+    Ok(Duration::from_secs(d.as_secs()))
+}
+
+/// `--cni-token-refresh-fraction`: between 0.001 and 0.9 of the granted lifetime.
+pub(super) fn parse_fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s.trim().parse().map_err(|_| format!("{s:?}: expected a fraction such as 0.5"))?;
+    if !(0.001..=0.9).contains(&f) {
+        return Err(format!("{s:?}: must be between 0.001 and 0.9"));
+    }
+    Ok(f)
+}
+
+/// `--cni-service-account`: a ServiceAccount name (a DNS-1123 subdomain).
+pub(super) fn parse_service_account(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if s.len() <= 253 && s.split('.').all(label_ok) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a ServiceAccount name (lower-case letters, digits, '-' and '.')"))
+    }
 }
 
 /// `--log-level`: one of the plugin's levels (the values the flat file's `log_level` accepts).

@@ -10,6 +10,7 @@ use hereabouts_ipam::config::{IGNORED_KEYS, IPAM_KEYS, Input, LogLevel, load_wit
 use serde_json::{Value, json};
 
 use super::render::{self, Credentials};
+use super::token::{Minted, refresh_after};
 use super::{Args, Installer, files};
 
 /// A directory removed on drop (the reconciler crate has no `tempfile`).
@@ -160,6 +161,51 @@ fn flag_values_are_checked() {
     }
     assert!(render::check_server("https://10.0.0.1:443").is_ok());
     assert!(render::check_server("10.0.0.1:443").is_err());
+
+    assert_eq!(render::parse_lifetime("24h").unwrap(), Duration::from_secs(86_400));
+    assert_eq!(render::parse_lifetime("10m").unwrap(), Duration::from_secs(600));
+    assert_eq!(render::parse_lifetime("600.7").unwrap(), Duration::from_secs(600), "whole seconds");
+    for bad in ["599s", "9m", "169h", "1d", ""] {
+        assert!(render::parse_lifetime(bad).is_err(), "{bad:?} accepted");
+    }
+    assert!(render::parse_lifetime("5m").unwrap_err().contains("refuses shorter"));
+    assert_eq!(render::parse_fraction("0.5").unwrap(), 0.5);
+    assert_eq!(render::parse_fraction("0.001").unwrap(), 0.001);
+    for bad in ["0", "1", "0.95", "-0.5", "half", "NaN"] {
+        assert!(render::parse_fraction(bad).is_err(), "{bad:?} accepted");
+    }
+    assert_eq!(render::parse_service_account("hereabouts-cni").unwrap(), "hereabouts-cni");
+    assert!(render::parse_service_account("cni.v2").is_ok());
+    for bad in ["", "Hereabouts", "-cni", "cni-", "a..b", "a_b"] {
+        assert!(render::parse_service_account(bad).is_err(), "{bad:?} accepted");
+    }
+}
+
+#[test]
+fn refresh_comes_after_the_fraction_of_the_granted_lifetime() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    let sent = Timestamp::from_second(1_800_000_000).unwrap();
+    let day = sent + SignedDuration::from_hours(24);
+    assert_eq!(refresh_after(sent, day, 0.5), Duration::from_secs(12 * 3600));
+    assert_eq!(refresh_after(sent, day, 0.25), Duration::from_secs(6 * 3600));
+    // the API server granted less than asked (--service-account-max-token-expiration): its expiry counts
+    let hour = sent + SignedDuration::from_hours(1);
+    assert_eq!(refresh_after(sent, hour, 0.5), Duration::from_secs(1800));
+    // never sooner than a second, even for an expiry already past by this node's clock
+    assert_eq!(refresh_after(sent, sent - SignedDuration::from_secs(5), 0.5), Duration::from_secs(1));
+    let ten_minutes = sent + SignedDuration::from_mins(10);
+    assert_eq!(refresh_after(sent, ten_minutes, 0.005), Duration::from_secs(3));
+}
+
+#[test]
+fn minted_debug_hides_the_token() {
+    let minted = Minted {
+        token: "s3cr3t".into(),
+        expires: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        refresh_after: Duration::from_secs(1),
+    };
+    let shown = format!("{minted:?}");
+    assert!(!shown.contains("s3cr3t"), "{shown}");
 }
 
 #[test]
@@ -174,7 +220,14 @@ fn defaults_and_flags() {
     assert_eq!(args.namespace_file, Path::new("/var/run/secrets/kubernetes.io/serviceaccount/namespace"));
     assert_eq!(args.watch_interval, Duration::from_secs(2));
     assert_eq!(args.log_level, LogLevel::Info);
+    assert_eq!(args.cni_service_account, "hereabouts-cni");
+    assert_eq!(args.cni_token_lifetime, Duration::from_secs(24 * 3600));
+    assert_eq!(args.cni_token_refresh_fraction, 0.5);
     assert!(!args.once);
+    let args = parse_args(&["--cni-token-lifetime", "10m", "--cni-token-refresh-fraction", "0.005"]).unwrap();
+    assert_eq!((args.cni_token_lifetime, args.cni_token_refresh_fraction), (Duration::from_secs(600), 0.005));
+    assert!(parse_args(&["--cni-token-lifetime", "1m"]).is_err());
+    assert!(parse_args(&["--cni-service-account", "Not_A_Name"]).is_err());
     assert!(parse_args(&["--once", "--watch-interval", "200ms"]).unwrap().once);
     assert!(parse_args(&["--watch-interval", "soon"]).is_err());
     assert!(parse_args(&["--host-cni-conf-dir", "etc/cni"]).is_err());
@@ -211,48 +264,95 @@ fn installer(dir: &TempDir, extra: &[&str]) -> Installer {
 }
 
 #[test]
-fn install_then_refresh_on_token_change_and_restore_removed_files() {
+fn install_then_poll_follows_the_ca_and_restores_removed_files() {
     let dir = TempDir::new();
     let inst = installer(&dir, &[]);
     assert_eq!(inst.server, "https://[fd00:96::1]:443");
     assert_eq!(inst.namespace, "pools-ns");
-    let last = inst.install().unwrap();
-    assert_eq!(last.token, "tok-1");
+    assert_eq!(inst.minter.namespace, "pools-ns", "the CNI token is minted where the pools live");
+    assert_eq!(inst.minter.service_account, "hereabouts-cni");
+    let pod = inst.read_credentials().unwrap();
+    assert_eq!(pod.token, "tok-1");
+    let cni = Credentials { token: "cni-1".into(), ca: pod.ca.clone() };
+    inst.install(Some(&cni)).unwrap();
     let conf = dir.join("net.d/hereabouts.d");
     assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig"], "no temp file is left");
     assert_eq!(mode(&conf.join("hereabouts.kubeconfig")), 0o600);
     assert_eq!(mode(&conf.join("hereabouts.conf")), 0o644);
     assert_eq!(mode(&dir.join("bin/hereabouts")), 0o755);
     assert_eq!(fs::read(dir.join("bin/hereabouts")).unwrap(), fs::read(dir.join("source")).unwrap());
-
-    assert!(inst.refresh(&last).unwrap().is_none(), "nothing changed");
-
-    fs::write(dir.join("token"), "tok-2").unwrap();
-    let next = inst.refresh(&last).unwrap().expect("the token changed");
-    assert_eq!(next.token, "tok-2");
     let kc = fs::read_to_string(conf.join("hereabouts.kubeconfig")).unwrap();
-    assert!(kc.contains("\"tok-2\"") && !kc.contains("tok-1"), "{kc}");
+    assert!(kc.contains("\"cni-1\"") && !kc.contains("tok-1"), "the pod's own token never reaches the host: {kc}");
+
+    let mut written = Some(cni.clone());
+    let ino = fs::metadata(conf.join("hereabouts.kubeconfig")).unwrap().ino();
+    assert_eq!(inst.poll(&mut written).unwrap(), pod, "nothing changed");
+    assert_eq!(fs::metadata(conf.join("hereabouts.kubeconfig")).unwrap().ino(), ino, "not rewritten");
+
+    // a rotated pod token is only read (the caller mints with it); the kubeconfig keeps the CNI token
+    fs::write(dir.join("token"), "tok-2").unwrap();
+    assert_eq!(inst.poll(&mut written).unwrap().token, "tok-2");
+    assert_eq!(fs::metadata(conf.join("hereabouts.kubeconfig")).unwrap().ino(), ino, "not rewritten");
+
+    // a new CA is written at once, with the token the kubeconfig holds
+    let ca2 = b"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n".to_vec();
+    fs::write(dir.join("ca.crt"), &ca2).unwrap();
+    assert_eq!(inst.poll(&mut written).unwrap().ca, ca2);
+    assert_eq!(written, Some(Credentials { token: "cni-1".into(), ca: ca2.clone() }));
+    let kc = fs::read_to_string(conf.join("hereabouts.kubeconfig")).unwrap();
+    let embedded = base64::engine::general_purpose::STANDARD.encode(&ca2);
+    assert!(kc.contains(&embedded) && kc.contains("\"cni-1\""), "{kc}");
     assert_eq!(mode(&conf.join("hereabouts.kubeconfig")), 0o600);
 
     fs::remove_file(conf.join("hereabouts.kubeconfig")).unwrap();
     fs::remove_file(conf.join("hereabouts.conf")).unwrap();
     fs::remove_file(dir.join("bin/hereabouts")).unwrap();
-    assert!(inst.refresh(&next).unwrap().is_none());
+    inst.poll(&mut written).unwrap();
     assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig"]);
     assert!(dir.join("bin/hereabouts").is_file());
+    assert!(fs::read_to_string(conf.join("hereabouts.kubeconfig")).unwrap().contains("\"cni-1\""));
 }
 
 #[test]
-fn install_reads_credentials_before_writing_anything() {
+fn without_a_token_an_earlier_kubeconfig_stays_and_none_is_made_up() {
+    let dir = TempDir::new();
+    let inst = installer(&dir, &[]);
+    let conf = dir.join("net.d/hereabouts.d");
+    // first start, no token: the binary, and no flat file naming a kubeconfig that is not there
+    inst.install(None).unwrap();
+    assert!(dir.join("bin/hereabouts").is_file());
+    assert!(names(&conf).is_empty(), "{:?}", names(&conf));
+    let mut written = None;
+    inst.poll(&mut written).unwrap();
+    assert!(names(&conf).is_empty(), "a poll does not make up a kubeconfig either");
+
+    // a restart with a kubeconfig of an earlier run: it stays, and the flat file names it
+    let earlier = Credentials { token: "cni-earlier".into(), ca: creds("").ca };
+    inst.install(Some(&earlier)).unwrap();
+    fs::remove_file(conf.join("hereabouts.conf")).unwrap();
+    let before = fs::read(conf.join("hereabouts.kubeconfig")).unwrap();
+    inst.install(None).unwrap();
+    assert_eq!(fs::read(conf.join("hereabouts.kubeconfig")).unwrap(), before);
+    assert!(conf.join("hereabouts.conf").is_file());
+
+    inst.store(&Credentials { token: "cni-new".into(), ca: creds("").ca }).unwrap();
+    assert!(fs::read_to_string(conf.join("hereabouts.kubeconfig")).unwrap().contains("\"cni-new\""));
+}
+
+#[test]
+fn unreadable_credentials_are_named() {
     let dir = TempDir::new();
     let inst = installer(&dir, &[]);
     fs::write(dir.join("token"), " \n").unwrap();
-    let err = format!("{:#}", inst.install().unwrap_err());
+    let err = format!("{:#}", inst.read_credentials().unwrap_err());
     assert!(err.contains("token file") && err.contains(dir.join("token").to_str().unwrap()), "{err}");
-    assert!(!dir.join("net.d").exists() && !dir.join("bin").exists());
     fs::remove_file(dir.join("token")).unwrap();
-    let err = format!("{:#}", inst.install().unwrap_err());
+    let err = format!("{:#}", inst.read_credentials().unwrap_err());
     assert!(err.contains("read token file"), "{err}");
+    fs::write(dir.join("token"), "tok").unwrap();
+    fs::write(dir.join("ca.crt"), "\n").unwrap();
+    let err = format!("{:#}", inst.read_credentials().unwrap_err());
+    assert!(err.contains("CA file") && err.contains("empty"), "{err}");
 }
 
 #[test]

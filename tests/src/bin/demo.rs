@@ -99,7 +99,8 @@ async fn run(step: &mut Step, logs: &std::path::Path) -> anyhow::Result<()> {
 
     step.say("applying the ServiceAccount's ClusterRole and binding from deploy/daemonset.yaml");
     deploy::apply_rbac(admin.clone()).await;
-    let kubeconfig = cluster.kubeconfig(Identity::Restricted, &ns);
+    deploy::create_lease(&admin, &ns).await;
+    let kubeconfig = cluster.kubeconfig(Identity::Cni, &ns);
 
     let runtime = CniRuntime::new()?;
     let plugin = json!({
