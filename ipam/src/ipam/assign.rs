@@ -304,10 +304,14 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             .map_err(|e| IpamError::from_retry(&format!("pool {}: add allocation {offset}", self.pool), e));
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            // refused before it was applied: nothing to undo
+            // refused, so never applied: nothing of it to undo (the roll-back then gives its reservation back)
             Err(IpamError::Store(e)) if e.failure == crate::store::Failure::TooLarge => {
                 journal.forget_allocation(&self.pool, offset);
                 return Err(IpamError::PoolTooLarge { pool: self.pool.clone(), message: e.message.clone() });
+            }
+            Err(IpamError::Store(e)) if matches!(e.failure, crate::store::Failure::Refused(_)) => {
+                journal.forget_allocation(&self.pool, offset);
+                return Err(IpamError::Store(e));
             }
             Err(e) => return Err(e),
         };
