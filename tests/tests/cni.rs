@@ -400,6 +400,11 @@ async fn malformed_input_gets_its_code_and_writes_nothing() {
             args: Some(format!("{pod_args};IP=203.0.113.9")),
             ..bad("requested IP outside every range", good.clone(), 7, "203.0.113.9")
         },
+        BadCase {
+            args: Some(format!("{pod_args};IP=198.18.22.9,198.18.22.10")),
+            ..bad("two requested IPs in one range", good.clone(), 7, "198.18.22.10 and 198.18.22.9")
+        },
+        bad("timeout_seconds over the cap", with("timeout_seconds", json!(181)), 7, "timeout_seconds"),
         BadCase { command: Some("ATTACH"), ..bad("unknown CNI_COMMAND", good.clone(), 4, "ATTACH") },
         BadCase { container_id: Some(""), ..bad("no CNI_CONTAINERID", good.clone(), 4, "CNI_CONTAINERID") },
     ];
@@ -427,4 +432,66 @@ async fn malformed_input_gets_its_code_and_writes_nothing() {
         assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
         assert_eq!(fx.object_count().await, (0, 0), "{what}: no object may be created");
     }
+}
+
+/// Defect 3: after an address was found held through an overlapping range, the default strategy turned into a
+/// whole-range random pick. Sequential ADDs alternating between two overlapping ranges get the next lowest.
+#[tokio::test]
+async fn sequential_adds_on_overlapping_ranges_get_the_next_lowest() {
+    let fx = CniFixture::new("cni-lowest").await;
+    let wide = fx.netconf("1.0.0", "wide", json!({"range": "198.18.23.0/24"}));
+    let narrow = fx.netconf("1.0.0", "narrow", json!({"range": "198.18.23.0/28"}));
+    let mut got = Vec::new();
+    for i in 0..8 {
+        let config = if i % 2 == 0 { &wide } else { &narrow };
+        got.push(fx.add(config, &format!("pod-{i}"), &format!("c{i}")).await.ips()[0]);
+    }
+    let expected: Vec<IpAddr> = (1..=8).map(|o| ip(&format!("198.18.23.{o}"))).collect();
+    assert_eq!(got, expected);
+}
+
+/// Defect 5: DEL was as strict as ADD, so a config Whereabouts accepted (which Multus replays to DEL as it
+/// cached it) failed the DEL and left the pod stuck terminating. Each of these succeeds and releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn del_with_each_config_whereabouts_accepted_succeeds_and_releases() {
+    let fx = CniFixture::new("cni-lenient-del").await;
+    let good = fx.netconf("1.0.0", "lenient", json!({"range": "198.18.24.0/24"}));
+    let variant = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut c = good.clone();
+        f(&mut c);
+        c
+    };
+    let cases: Vec<(&str, serde_json::Value)> = vec![
+        ("camelCase keys", variant(&|c| c["ipam"]["rangeStart"] = json!("198.18.24.50"))),
+        ("cniVersion 0.1.0", variant(&|c| c["cniVersion"] = json!("0.1.0"))),
+        ("cniVersion 0.2.0", variant(&|c| c["cniVersion"] = json!("0.2.0"))),
+        ("no cniVersion", variant(&|c| drop(c.as_object_mut().unwrap().remove("cniVersion")))),
+        ("runtimeConfig ips outside the range", variant(&|c| c["runtimeConfig"] = json!({"ips": ["203.0.113.7/24"]}))),
+        ("range_start outside the range", variant(&|c| c["ipam"]["range_start"] = json!("198.18.99.1"))),
+        ("an unparsable exclude", variant(&|c| c["ipam"]["exclude"] = json!(["198.18.24.0/99"]))),
+        ("legacy etcd keys", variant(&|c| c["ipam"]["etcd_host"] = json!("127.0.0.1:2379"))),
+    ];
+    for (i, (what, config)) in cases.iter().enumerate() {
+        let (pod, cid) = (format!("pod-{i}"), format!("c{i}"));
+        let added = fx.add(&good, &pod, &cid).await.ips();
+        let mut del = fx.invocation("DEL", config, &pod, &cid);
+        del.args = format!("K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};COLOUR=blue", fx.ns);
+        let out = del.run().await;
+        assert!(out.success, "{what}: DEL failed: {}\n{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("passed over"), "{what}: the problem is logged: {}", out.stderr);
+        let holders = hereabouts_tests::objects::pool_holders(&fx.admin, &fx.ns, "198.18.24.0-24").await;
+        assert!(!holders.contains(&format!("{}/{pod}", fx.ns)), "{what}: {added:?} not released");
+    }
+    assert!(fx.reservations().await.is_empty(), "every reservation released too");
+
+    // With the kubeconfig gone (an uninstalled node), DEL cannot act: it succeeds, and the reconciler will.
+    fx.add(&good, "orphan", "c-orphan").await.result();
+    let gone = variant(&|c| c["ipam"]["kubernetes"] = json!({"kubeconfig": "/nonexistent/kubeconfig"}));
+    let out = fx.del(&gone, "orphan", "c-orphan").await;
+    assert!(out.success, "{}", out.stdout);
+    assert!(out.stderr.contains("the reconciler will"), "{}", out.stderr);
+    // and a DEL of garbage succeeds without touching anything
+    let out = fx.invocation("DEL", &good, "orphan", "c-orphan").run_raw(b"{not json").await;
+    assert!(out.success, "{}", out.stdout);
+    assert_eq!(fx.pool("198.18.24.0-24").await.spec.allocations.len(), 1);
 }

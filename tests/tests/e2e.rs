@@ -50,7 +50,7 @@ impl E2e {
         let admin = cluster.admin().await;
         RBAC.get_or_init(|| async { deploy::apply_rbac(admin.clone()).await }).await;
         let ns = cluster.namespace(prefix).await;
-        let kubeconfig = cluster.kubeconfig(Identity::Restricted, &ns);
+        let kubeconfig = cluster.kubeconfig(Identity::Cni, &ns);
         let names: Vec<String> = (0..nodes).map(|i| format!("{ns}-node{i}")).collect();
         let fabric = Fabric::new(&names, Some(api_port(cluster))).unwrap();
         let runtime = CniRuntime::new().unwrap();

@@ -251,9 +251,9 @@ async fn a_watch_streams_through_and_ends_with_the_proxy() {
     assert!(s.via.get(POOL).await.is_err(), "the stopped proxy still answers");
 }
 
-/// A network config whose IPAM reaches the API server through `proxy`, as the restricted identity of `fx`.
+/// A network config whose IPAM reaches the API server through `proxy`, as the CNI identity of `fx`.
 fn proxied_netconf(fx: &CniFixture, proxy: &FaultProxy, range: &str) -> serde_json::Value {
-    let kubeconfig = proxy.kubeconfig(fx.cluster, Identity::Restricted, &fx.ns);
+    let kubeconfig = proxy.kubeconfig(fx.cluster, Identity::Cni, &fx.ns);
     plugin::netconf("1.0.0", "proxied", &kubeconfig, json!({"range": range}))
 }
 

@@ -3,98 +3,14 @@
 //! pod holds.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hereabouts_ipam::crd::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
-use hereabouts_tests::plugin::{Invocation, netconf};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
-use hereabouts_tests::{Identity, TestCluster, deploy, wait};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube::Client;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
-use tokio::sync::OnceCell;
+use hereabouts_tests::{Identity, wait};
+use kube::api::{Api, PostParams};
 
-static RBAC: OnceCell<()> = OnceCell::const_new();
-
-/// The namespace, an admin client, and a network config whose CNI identity is admin (so the restricted identity
-/// holds only what the deploy ClusterRole grants).
-struct Fx {
-    cluster: &'static TestCluster,
-    ns: String,
-    admin: Client,
-    config: Value,
-}
-
-impl Fx {
-    async fn new(prefix: &str, range: &str) -> Self {
-        let cluster = TestCluster::get();
-        let admin = cluster.admin().await;
-        RBAC.get_or_init(|| async { deploy::apply_rbac(admin.clone()).await }).await;
-        let ns = cluster.namespace(prefix).await;
-        let kubeconfig = cluster.kubeconfig(Identity::Admin, &ns);
-        let config = netconf("1.0.0", prefix, &kubeconfig, json!({"range": range}));
-        Self { cluster, ns, admin, config }
-    }
-
-    async fn pod(&self, name: &str, node: &str) -> Pod {
-        let pod = Pod {
-            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(self.ns.clone()), ..Default::default() },
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap()
-    }
-
-    /// CNI ADD for `pod` as the runtime on `node` would run it (with the pod's UID in CNI_ARGS).
-    async fn add(&self, pod: &Pod, node: &str, container_id: &str) -> std::net::IpAddr {
-        let name = pod.metadata.name.as_deref().unwrap();
-        let mut inv = Invocation::new("ADD", &self.config, &self.ns, name, container_id).with_env("NODENAME", node);
-        inv.args.push_str(&format!(";K8S_POD_UID={}", pod.metadata.uid.as_deref().unwrap()));
-        inv.run().await.ips()[0]
-    }
-
-    /// Deletes `name` at once (no kubelet would ever confirm a graceful delete here): a force delete, no CNI DEL.
-    async fn delete(&self, name: &str) {
-        let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
-    }
-
-    async fn set_phase(&self, name: &str, phase: &str) {
-        let patch = Patch::Merge(json!({"status": {"phase": phase}}));
-        Api::<Pod>::namespaced(self.admin.clone(), &self.ns)
-            .patch_status(name, &PatchParams::default(), &patch)
-            .await
-            .unwrap();
-    }
-
-    async fn holders(&self, pool: &str) -> BTreeSet<String> {
-        hereabouts_tests::objects::pool_holders(&self.admin, &self.ns, pool).await
-    }
-
-    async fn reservations(&self) -> BTreeSet<String> {
-        hereabouts_tests::objects::reservation_holders(&self.admin, &self.ns).await
-    }
-
-    fn podref(&self, name: &str) -> String {
-        format!("{}/{name}", self.ns)
-    }
-
-    /// Waits until `podref` holds nothing in `pool`; returns how long that took.
-    async fn wait_released(&self, pool: &str, podref: &str, within: Duration) -> Duration {
-        let t0 = Instant::now();
-        wait::until(within, &format!("{podref} to be released from {pool}"), || async {
-            (!self.holders(pool).await.contains(podref) && !self.reservations().await.contains(podref)).then_some(())
-        })
-        .await
-        .unwrap();
-        t0.elapsed()
-    }
-}
+use hereabouts_tests::reconciler::PodFixture as Fx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_and_finished_pods_are_released_and_live_ones_kept() {
@@ -121,7 +37,8 @@ async fn deleted_and_finished_pods_are_released_and_live_ones_kept() {
     fx.set_phase("done", "Succeeded").await;
     fx.wait_released(pool, &fx.podref("done"), Duration::from_secs(5)).await;
 
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // two more passes of the node loop over this node: nothing live may go
+    reconciler.wait_for_more("hereabouts_node_resyncs_total", 2.0).await;
     assert_eq!(fx.holders(pool).await, BTreeSet::from([fx.podref("live")]), "the live pod keeps its address");
     assert!(reconciler.metric("hereabouts_released_total").await >= 2.0, "{}", reconciler.logs());
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.admin.clone(), &fx.ns)
@@ -202,8 +119,8 @@ async fn cron_frees_orphans_of_a_dead_node_and_nothing_live() {
     })
     .await
     .unwrap();
-    // a few more ticks: nothing live may go
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // two more cluster reconciles: nothing live may go
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await;
     assert_eq!(
         fx.holders(pool).await,
         BTreeSet::from([fx.podref("pending"), fx.podref("web-0")]),

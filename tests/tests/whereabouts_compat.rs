@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::plugin::Invocation;
-use hereabouts_tests::{Identity, TestCluster, testenv};
+use hereabouts_tests::{TestCluster, testenv};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
@@ -23,24 +23,8 @@ async fn under_whereabouts_schema() {
         .await;
 }
 
-/// An invocation of the upstream Whereabouts binary with the same config (ipam type swapped).
 fn whereabouts(fx: &CniFixture, command: &'static str, config: &serde_json::Value, pod: &str, cid: &str) -> Invocation {
-    let mut config = config.clone();
-    config["ipam"]["type"] = json!("whereabouts");
-    // Whereabouts takes a Lease per pool, which the CNI role does not grant; give it admin, as its own docs do.
-    let kubeconfig = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
-    config["ipam"]["kubernetes"]["kubeconfig"] = json!(kubeconfig);
-    // Whereabouts refuses to run without a flat file; point it at one of our own rather than the host's.
-    let flat = fx.cluster.dir().join(format!("whereabouts-{}.conf", fx.ns));
-    std::fs::write(&flat, json!({"datastore": "kubernetes", "kubernetes": {"kubeconfig": kubeconfig}}).to_string())
-        .unwrap();
-    config["ipam"]["configuration_path"] = json!(flat);
-    for key in ["log_level", "timeout_seconds"] {
-        config["ipam"].as_object_mut().unwrap().remove(key);
-    }
-    let mut inv = fx.invocation(command, &config, pod, cid);
-    inv.program = Some(testenv::tool("whereabouts"));
-    inv
+    hereabouts_tests::plugin::whereabouts(fx.cluster, &fx.ns, command, config, pod, cid)
 }
 
 #[tokio::test]
@@ -113,4 +97,28 @@ async fn concurrent_adds_of_both_never_share_an_address() {
         assert!(distinct.contains(&ip) || failed_whereabouts.contains(&entry.podref), "{key}: {entry:?}");
     }
     eprintln!("compat: {} of 12 Whereabouts ADDs succeeded alongside 12 of hereabouts", ips.len() - 12);
+}
+
+/// Defect 3's second half: a /64 with `random` picked offsets of 2^63 and more, which Whereabouts cannot read and
+/// drops on its next write of the pool, freeing the address under the pod that holds it. Offsets stay below.
+#[tokio::test]
+async fn a_random_ipv6_range_survives_a_whereabouts_add_into_the_same_pool() {
+    under_whereabouts_schema().await;
+    let fx = CniFixture::new("compat-v6").await;
+    let ours = fx.netconf("1.0.0", "v6", json!({"range": "2001:db8:6::/64", "allocation_strategy": "random"}));
+    let mut held = BTreeSet::new();
+    for i in 0..12 {
+        held.insert(fx.add(&ours, &format!("h{i}"), &format!("hc{i}")).await.ips()[0]);
+    }
+    let wb = whereabouts(&fx, "ADD", &ours, "w", "wc").run().await;
+    assert!(wb.success, "Whereabouts ADD: {} {}", wb.stdout, wb.stderr);
+    let pool = fx.pool("2001-db8-6---64").await;
+    let keys: Vec<u128> = pool.spec.allocations.keys().map(|k| k.parse().unwrap()).collect();
+    assert!(keys.iter().all(|&k| k <= i64::MAX as u128), "every offset readable by Whereabouts: {keys:?}");
+    let owners: BTreeSet<String> = pool.spec.allocations.values().map(|a| a.podref.clone()).collect();
+    for i in 0..12 {
+        assert!(owners.contains(&format!("{}/h{i}", fx.ns)), "h{i} lost its entry: {owners:?}");
+    }
+    assert_eq!(pool.spec.allocations.len(), 13);
+    assert_eq!(held.len(), 12);
 }
