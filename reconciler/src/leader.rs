@@ -61,7 +61,7 @@ pub async fn run(api: Api<Lease>, name: String, identity: String, leadership: Le
                 held
             }
             Err(e) => {
-                let message = describe(&e);
+                let message = crate::error_chain(&e);
                 if failing.as_deref() != Some(message.as_str()) {
                     tracing::warn!(lease = %name, error = %message, "cannot hold the lease; retrying every {RENEW_EVERY:?}");
                     failing = Some(message);
@@ -100,18 +100,6 @@ fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
     let Some(MicroTime(renewed)) = spec.renew_time else { return true };
     let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
     renewed + duration < now
-}
-
-/// The error and its sources, on one line.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        line.push_str(": ");
-        line.push_str(&e.to_string());
-        source = e.source();
-    }
-    line
 }
 
 async fn try_hold(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, HoldError> {

@@ -12,3 +12,15 @@ pub mod release;
 pub mod run;
 pub mod schedule;
 pub mod sweep;
+
+/// An error and its sources, on one line: for logs that are written once per distinct failure.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        source = e.source();
+    }
+    line
+}

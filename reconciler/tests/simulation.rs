@@ -47,7 +47,7 @@ const NETWORKS: [&str; 3] = [
 ];
 
 fn cases() -> u32 {
-    std::env::var("HEREABOUTS_SIM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
+    std::env::var("HEREABOUTS_SIM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
 }
 
 /// How one pod's life goes.

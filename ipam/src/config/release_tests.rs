@@ -13,28 +13,7 @@ pub(super) const KUBECONFIG: &str = "/etc/cni/net.d/whereabouts.d/whereabouts.ku
 pub(super) const POD_ARGS: &str =
     "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=pod-0;K8S_POD_INFRA_CONTAINER_ID=c1";
 
-pub(super) fn netconf_with(top: Value, ipam: Value) -> Vec<u8> {
-    let mut conf = json!({"cniVersion": "1.0.0", "name": "net1", "type": "macvlan", "master": "eth0"});
-    merge_into(&mut conf, top);
-    conf["ipam"] = ipam;
-    serde_json::to_vec(&conf).unwrap()
-}
-
-pub(super) fn netconf(ipam: Value) -> Vec<u8> {
-    netconf_with(json!({}), ipam)
-}
-
-/// `patch`'s keys replace `base`'s; a `null` removes the key.
-fn merge_into(base: &mut Value, patch: Value) {
-    let (Value::Object(base), Value::Object(patch)) = (base, patch) else { panic!("objects only") };
-    for (k, v) in patch {
-        if v.is_null() {
-            base.remove(&k);
-        } else {
-            base.insert(k, v);
-        }
-    }
-}
+pub(super) use super::tests::{merge_into, netconf, netconf_with};
 
 /// A named network with one range.
 pub(super) fn ranged(patch: Value) -> Value {

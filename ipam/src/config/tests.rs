@@ -11,19 +11,19 @@ use super::*;
 
 const KUBECONFIG: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
 
-fn netconf_with(top: Value, ipam: Value) -> Vec<u8> {
+pub(super) fn netconf_with(top: Value, ipam: Value) -> Vec<u8> {
     let mut conf = json!({"cniVersion": "1.0.0", "name": "net1", "type": "macvlan", "master": "eth0"});
     merge_into(&mut conf, top);
     conf["ipam"] = ipam;
     serde_json::to_vec(&conf).unwrap()
 }
 
-fn netconf(ipam: Value) -> Vec<u8> {
+pub(super) fn netconf(ipam: Value) -> Vec<u8> {
     netconf_with(json!({}), ipam)
 }
 
 /// `patch`'s keys replace `base`'s; a `null` removes the key.
-fn merge_into(base: &mut Value, patch: Value) {
+pub(super) fn merge_into(base: &mut Value, patch: Value) {
     let (Value::Object(base), Value::Object(patch)) = (base, patch) else { panic!("objects only") };
     for (k, v) in patch {
         if v.is_null() {

@@ -65,7 +65,7 @@ impl State {
         self.failed += 1;
         let delay = self.backoff.next().unwrap_or(Duration::from_secs(30));
         self.due = Instant::now() + delay;
-        let message = describe(error);
+        let message = crate::error_chain(error);
         if self.mint_failure.as_deref() != Some(message.as_str()) {
             warn!(error = %message, kept = self.cni.is_some(),
                 "cannot mint the CNI plugin's token; the kubeconfig keeps its last token; retrying with backoff");
@@ -95,18 +95,6 @@ impl State {
             self.file_failure = Some(message);
         }
     }
-}
-
-/// The error and its sources, on one line.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        line.push_str(": ");
-        line.push_str(&e.to_string());
-        source = e.source();
-    }
-    line
 }
 
 /// Writes what `first` (the start-up mint) gave, then polls every `interval` and mints when due, until a signal.
