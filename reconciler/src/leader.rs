@@ -14,6 +14,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, PostParams};
+use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
 /// How long a Lease stays valid without renewal, and how often the holder renews it.
@@ -49,8 +50,15 @@ enum HoldError {
 
 /// Keeps trying to take, then keep, the Lease `name` in `api`'s namespace as `identity`, until `shutdown`; then
 /// gives it up so another instance need not wait for it to expire. A failure is logged when it first happens
-/// (or changes), not on every try.
-pub async fn run(api: Api<Lease>, name: String, identity: String, leadership: Leadership, shutdown: CancellationToken) {
+/// (or changes), not on every try; `failures` counts every one.
+pub async fn run(
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    leadership: Leadership,
+    failures: Counter,
+    shutdown: CancellationToken,
+) {
     let mut failing: Option<String> = None;
     loop {
         let held = match try_hold(&api, &name, &identity).await {
@@ -61,6 +69,7 @@ pub async fn run(api: Api<Lease>, name: String, identity: String, leadership: Le
                 held
             }
             Err(e) => {
+                failures.inc();
                 let message = crate::error_chain(&e);
                 if failing.as_deref() != Some(message.as_str()) {
                     tracing::warn!(lease = %name, error = %message, "cannot hold the lease; retrying every {RENEW_EVERY:?}");

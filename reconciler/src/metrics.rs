@@ -46,6 +46,9 @@ pub struct Metrics {
     /// Cluster reconcile runs, and how long they took.
     pub reconcile_runs: Counter,
     pub reconcile_duration: Histogram,
+    /// Failed attempts to take or renew the Lease: a reconciler that cannot lead says so once in its log, and
+    /// here on every try.
+    pub lease_failures: Counter,
 }
 
 impl Metrics {
@@ -65,6 +68,7 @@ impl Metrics {
             release_failures: Counter::default(),
             reconcile_runs: Counter::default(),
             reconcile_duration: Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
+            lease_failures: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("pool_size", "Usable addresses of the pool", m.pool_size.clone());
@@ -100,6 +104,7 @@ impl Metrics {
             "Duration of cluster reconcile runs",
             m.reconcile_duration.clone(),
         );
+        registry.register("lease_failures", "Failed attempts to take or renew the Lease", m.lease_failures.clone());
         Self { registry, ..m }
     }
 

@@ -194,7 +194,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     tasks.spawn(node_loop.run(Api::all(client.clone()), shutdown.clone()));
     let leases = Api::<Lease>::namespaced(client.clone(), &args.namespace);
-    tasks.spawn(leader::run(leases, args.lease_name.clone(), identity, leadership.clone(), shutdown.clone()));
+    let lease_failures = health.metrics.lease_failures.clone();
+    tasks.spawn(leader::run(
+        leases,
+        args.lease_name.clone(),
+        identity,
+        leadership.clone(),
+        lease_failures,
+        shutdown.clone(),
+    ));
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));
     tasks.spawn(crate::schedule::watch_source(source, schedule_tx, args.reload_interval, shutdown.clone()));
 

@@ -619,8 +619,7 @@ async fn a_missing_lease_is_reported_once_and_waited_for() {
     let reconciler = fx.launch(OFTEN);
     reconciler.wait_ready().await;
     wait_refusal(&reconciler, "may not create it").await;
-    // three more tries at least (one every 3 s)
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    reconciler.wait_for_more("hereabouts_lease_failures_total", 3.0).await;
     let logs = reconciler.logs();
     assert_eq!(logs.matches("may not create it").count(), 1, "said once:\n{logs}");
     assert!(logs.contains("apply the Lease of deploy/daemonset.yaml"), "{logs}");

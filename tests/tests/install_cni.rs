@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use hereabouts_ipam::config::{Input, LogLevel, load_with_paths};
+use hereabouts_tests::faultproxy::{FaultProxy, Verb};
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::{TestCluster, deploy, wait};
 use k8s_openapi::api::authentication::v1::UserInfo;
@@ -506,7 +507,10 @@ async fn the_host_token_outlives_the_daemonset_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_is_renewed_before_expiry_and_a_failed_mint_keeps_the_last_one() {
     let cl = Cluster::new("install-refresh").await;
-    let host = Host::new(Layout::Plain, &cl.pod_token(None).await, cl.cluster.ca_pem(), &cl);
+    // through a proxy that counts its TokenRequests
+    let proxy = FaultProxy::start(cl.cluster).await;
+    let mut host = Host::new(Layout::Plain, &cl.pod_token(None).await, cl.cluster.ca_pem(), &cl);
+    host.server = proxy.server();
     let mut running = host.spawn(&[
         "--watch-interval",
         "200ms",
@@ -541,7 +545,13 @@ async fn the_token_is_renewed_before_expiry_and_a_failed_mint_keeps_the_last_one
     .unwrap_or_else(|e| panic!("{e}; log:\n{}", host.log()));
     let kept = host.seen().unwrap();
     let bytes = fs::read(host.kubeconfig()).unwrap();
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // the retries counted at the proxy, not a sleep
+    let refused =
+        || proxy.seen().iter().filter(|r| r.is(Verb::Create, "serviceaccounts/token") && r.status == Some(403)).count();
+    let before = refused();
+    wait::until(Duration::from_secs(60), "3 more refused mints", || async { (refused() >= before + 3).then_some(()) })
+        .await
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", host.log()));
     assert_eq!(fs::read(host.kubeconfig()).unwrap(), bytes, "the kubeconfig is kept as it was");
     let log = host.log();
     assert_eq!(log.matches("cannot mint").count(), 1, "one failure, logged once:\n{log}");
