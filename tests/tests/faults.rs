@@ -205,3 +205,78 @@ async fn resets_and_server_errors_everywhere_still_give_distinct_reserved_addres
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
+
+/// Defect 11: a reservation that already existed for the same pod and interface was adopted as it was (old
+/// container id, old resourceVersion), so the earlier sandbox's guarded delete still passed: the loser of two
+/// concurrent ADDs of one pod, rolling back, removed the claim under the entry the other sandbox holds, and an
+/// overlapping range handed the address out again. Forced here by holding one sandbox's pool patch while the other
+/// ADDs; then a dozen unforced races. Every pair ends with one entry and its reservation, both of one sandbox, and
+/// the other sandbox's DEL frees neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sandbox_of_a_pod_owns_the_claim_the_first_can_no_longer_delete() {
+    let fx = Fx::new("fault-two-sandboxes").await;
+    let wide = fx.direct("wide", json!({"range": "198.18.74.0/24"}));
+    let narrow = fx.direct("narrow", json!({"range": "198.18.74.0/27"}));
+
+    // in sequence: the runtime retries the sandbox, then tears the old one down
+    let first = fx.fx.add(&wide, "pod-s", "s-1").await.ips();
+    assert_eq!(fx.fx.add(&wide, "pod-s", "s-2").await.ips(), first);
+    assert!(fx.fx.del(&wide, "pod-s", "s-1").await.success);
+
+    // forced: sandbox x has its reservation and its pool patch in flight when sandbox y of the same pod ADDs
+    let held = fx.through_proxy("wide", json!({"range": "198.18.74.0/24"}));
+    fx.proxy.add_rule(Rule::nth(Verb::Patch, "ippools", 1, Action::Hold));
+    let x = fx.fx.invocation("ADD", &held, "pod-h", "pod-h-x").start().await;
+    fx.proxy.wait_held(1).await;
+    let y = fx.fx.add(&wide, "pod-h", "pod-h-y").await;
+    assert!(y.success, "{}", y.stderr);
+    assert_eq!(fx.proxy.release_held(), 1);
+    let x = x.wait().await;
+    assert!(x.success, "{}", x.stderr);
+    assert_eq!(x.ips(), y.ips(), "one attachment, one address");
+    assert!(fx.fired(Verb::Patch, "ippools", &Action::Hold), "{:?}", fx.proxy.seen());
+
+    // unforced: a dozen pods, each ADDed from two sandboxes at once
+    let mut trials: Vec<String> = (0..12).map(|i| format!("pod-{i}")).collect();
+    let mut racing = Vec::new();
+    for pod in &trials {
+        for sandbox in ["x", "y"] {
+            let add = fx.fx.invocation("ADD", &wide, pod, &format!("{pod}-{sandbox}"));
+            racing.push(tokio::spawn(async move { add.run().await }));
+        }
+    }
+    for add in racing {
+        add.await.unwrap();
+    }
+    trials.push("pod-h".into());
+    let pool = fx.fx.pool("198.18.74.0-24").await;
+    let mut kept = vec![("pod-s".to_string(), "s-2".to_string())];
+    for pod in &trials {
+        let holder = pool.spec.allocations.values().find(|a| a.podref == fx.podref(pod));
+        let holder = holder.unwrap_or_else(|| panic!("{pod} holds no entry: {:?}", pool.spec.allocations));
+        let other = if holder.id.ends_with("-x") { format!("{pod}-y") } else { format!("{pod}-x") };
+        let del = fx.fx.del(&wide, pod, &other).await;
+        assert!(del.success, "{}", del.stdout);
+        kept.push((pod.clone(), holder.id.clone()));
+    }
+
+    let pool = fx.fx.pool("198.18.74.0-24").await;
+    let reservations = fx.reservations().await;
+    assert_eq!(pool.spec.allocations.len(), kept.len(), "one entry per pod: {:?}", pool.spec.allocations);
+    for (pod, sandbox) in &kept {
+        let (offset, entry) = pool.spec.allocations.iter().find(|(_, a)| a.podref == fx.podref(pod)).unwrap();
+        assert_eq!(&entry.id, sandbox, "{pod}: the entry is the kept sandbox's");
+        let base = u32::from(std::net::Ipv4Addr::new(198, 18, 74, 0));
+        let address = std::net::Ipv4Addr::from(base + offset.parse::<u32>().unwrap()).to_string();
+        assert!(
+            reservations.contains(&(address.clone(), fx.podref(pod), sandbox.clone())),
+            "{pod}: {address} is reserved for {sandbox}: {reservations:?}"
+        );
+    }
+    // the narrow range can only take what no pod holds
+    let held: BTreeSet<String> = reservations.iter().map(|(name, _, _)| name.clone()).collect();
+    for i in 0..4 {
+        let got = fx.fx.add(&narrow, &format!("other-{i}"), &format!("o-{i}")).await.ips();
+        assert!(!held.contains(&got[0].to_string()), "{} handed to two pods", got[0]);
+    }
+}
