@@ -779,6 +779,13 @@ fn api_counters(metrics: &str) -> BTreeMap<String, f64> {
                 }
                 format!("respbytes {} {r}", label("verb").unwrap_or_default())
             }
+            "apiserver_request_duration_seconds_sum" => {
+                let (g, r) = (label("group").unwrap_or_default(), label("resource").unwrap_or_default());
+                if !ours(&g, &r) {
+                    continue;
+                }
+                format!("srvsec {} {r}", label("verb").unwrap_or_default())
+            }
             "apiserver_request_body_size_bytes_sum" => {
                 let (g, r) = (label("group").unwrap_or_default(), label("resource").unwrap_or_default());
                 if !ours(&g, &r) {
@@ -1125,6 +1132,20 @@ impl Report {
                     |s: &Summary| s.per_op.iter().filter(|(k, _)| k.starts_with(prefix)).fold(0.0, |a, (_, v)| a + v);
                 t.num(label, g(&h), g(&w), 0);
             }
+            // the API server's own time: where a plugin's requests wait on each other
+            let g =
+                |s: &Summary| s.per_op.iter().filter(|(k, _)| k.starts_with("srvsec ")).fold(0.0, |a, (_, v)| a + v);
+            t.num("API server time per op, ms", 1000.0 * g(&h), 1000.0 * g(&w), 0);
+            let each = |s: &Summary, key: &str| {
+                let n = s.per_op.get(&format!("req {key}")).copied().unwrap_or(0.0);
+                (n > 0.0).then(|| 1000.0 * s.per_op.get(&format!("srvsec {key}")).copied().unwrap_or(0.0) / n)
+            };
+            t.num(
+                "  per PATCH ippools, ms",
+                each(&h, "PATCH ippools").unwrap_or(0.0),
+                each(&w, "PATCH ippools").unwrap_or(0.0),
+                0,
+            );
             t.text(
                 "held twice: results / pool objects",
                 format!("{} / {}", h.dup_results, h.pool_conflicts),
