@@ -62,8 +62,6 @@ struct RangeAdd<'a, S> {
     requested: Option<IpAddr>,
     /// Offsets of addresses earlier ranges of this ADD gave.
     given: BTreeSet<u128>,
-    /// When this ADD started: a claim made since is a concurrent writer's.
-    started: k8s_openapi::jiff::Timestamp,
     /// The entry this sandbox writes.
     entry: IpAllocation,
 }
@@ -80,10 +78,8 @@ enum Kept {
 /// What claiming a free offset came to.
 enum Claimed {
     Done(IpAddr),
-    /// Another attachment holds the address cluster-wide: pick another. `raced`: it claimed it while this ADD ran.
-    HeldElsewhere {
-        raced: bool,
-    },
+    /// Another attachment holds the address cluster-wide: pick another.
+    HeldElsewhere,
     /// Another pod took the offset in the pool first: the pool as read since.
     Lost(IpPool),
     /// Another sandbox of the same attachment got there: the pool as read since.
@@ -108,7 +104,6 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         range: &'a IpRange,
         budget: &'a Budget,
     ) -> Self {
-        let started = crate::clock::now();
         Self {
             store,
             cfg,
@@ -119,13 +114,12 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             pool: names::pool_name(&cfg.network_name, range.cidr()),
             requested: None,
             given: BTreeSet::new(),
-            started,
             entry: IpAllocation {
                 id: req.container_id.clone(),
                 podref: me.podref.to_string(),
                 ifname: req.ifname.clone(),
                 poduid: cfg.pod.uid.clone(),
-                allocated: Some(started.to_string()),
+                allocated: Some(crate::clock::now().to_string()),
                 node: Some(req.node.clone()).filter(|n| !n.is_empty()),
                 network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
                 reserved: cfg.overlapping_ranges,
@@ -136,7 +130,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
     async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
         let mut excluded = self.given.clone();
         let mut preferred = None;
-        let mut races = 0;
+        let mut spread = false;
         let mut seed = crate::entropy::random(self.me.container.as_bytes());
         let mut pool = self.read_pool().await?;
         loop {
@@ -151,7 +145,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 excluded: &excluded,
                 preferred,
                 strategy: self.cfg.strategy,
-                races,
+                spread,
                 seed,
             };
             match decide::plan(&pool, &ask) {
@@ -179,13 +173,12 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 },
                 Plan::Claim(offset) => match self.claim(offset, journal).await? {
                     Claimed::Done(ip) => return Ok(ip),
-                    Claimed::HeldElsewhere { raced } => {
+                    Claimed::HeldElsewhere => {
                         excluded.insert(offset);
-                        races += u32::from(raced);
                     }
                     Claimed::MyAttachment(fresh) => pool = fresh,
                     Claimed::Lost(fresh) => {
-                        races += 1;
+                        spread = true;
                         pool = fresh;
                     }
                 },
@@ -204,18 +197,15 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 podref: self.me.podref.to_string(),
                 container: self.me.container.to_string(),
             });
-            if let Reserved::Other(holder, since) =
+            if let Reserved::Other(holder) =
                 reservation::claim(self.store, name, self.me, self.node, self.budget).await?
             {
                 journal.forget_reservation(name);
                 if self.requested.is_some() {
                     return Err(IpamError::RequestedTaken { ip, holder });
                 }
-                // claimed since this ADD started: a concurrent writer beat us to it (not an established holder of
-                // an overlapping range), and the others racing for the lowest would race again for the next one
-                let raced = since.is_some_and(|since| since >= self.started);
-                tracing::debug!(%ip, %holder, raced, "address held cluster-wide by another attachment");
-                return Ok(Claimed::HeldElsewhere { raced });
+                tracing::debug!(%ip, %holder, "address held through an overlapping range");
+                return Ok(Claimed::HeldElsewhere);
             }
         }
         match self.add(offset, reservation.clone(), journal).await? {
@@ -274,7 +264,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         let ip = self.range.addr_at(offset);
         if self.cfg.overlapping_ranges {
             let name = self.reservation_name(ip);
-            if let Reserved::Other(holder, _) =
+            if let Reserved::Other(holder) =
                 reservation::claim(self.store, &name, self.me, self.node, self.budget).await?
             {
                 tracing::error!(pool = %self.pool, %ip, %holder,

@@ -9,14 +9,8 @@ use crate::allocator::{self, MAX_OFFSET, Strategy};
 use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
 use crate::range::IpRange;
 
-/// How many of the lowest free addresses a writer that lost one race spreads over; the window doubles with each
-/// further lost race, up to 16 times this.
-pub const SPREAD_WINDOW: usize = 32;
-
-/// The window after `races` lost races: none before the first, then 32, 64, ... 512 of the lowest free.
-pub fn spread_window(races: u32) -> Option<usize> {
-    (races > 0).then(|| SPREAD_WINDOW << (races - 1).min(4))
-}
+/// How many of the lowest free addresses a writer that lost a race spreads over.
+pub const SPREAD_WINDOW: usize = 16;
 
 /// The attachment an invocation is for: a pod's interface, in one sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,9 +66,8 @@ pub struct Ask<'a> {
     pub preferred: Option<u128>,
     /// The configured strategy.
     pub strategy: Strategy,
-    /// How many races with concurrent writers earlier attempts lost: after one, spread over the lowest few free
-    /// addresses instead of taking the lowest, wider with each ([`spread_window`]).
-    pub races: u32,
+    /// Whether an earlier attempt lost a race in the pool: spread over the lowest few instead of the lowest.
+    pub spread: bool,
     /// Drives the random choices.
     pub seed: u64,
 }
@@ -113,11 +106,8 @@ pub fn plan(pool: &IpPool, ask: &Ask<'_>) -> Plan {
     let mut taken: BTreeSet<u128> = pool.spec.allocations.keys().filter_map(|k| k.parse().ok()).collect();
     taken.extend(ask.excluded);
     let picked = match ask.strategy {
-        Strategy::LowestFree => match spread_window(ask.races) {
-            Some(window) => allocator::pick_near_lowest(ask.range, &taken, window, ask.seed),
-            None => allocator::pick(ask.range, &taken, Strategy::LowestFree, ask.seed),
-        },
-        Strategy::Random => allocator::pick(ask.range, &taken, Strategy::Random, ask.seed),
+        Strategy::LowestFree if ask.spread => allocator::pick_near_lowest(ask.range, &taken, SPREAD_WINDOW, ask.seed),
+        strategy => allocator::pick(ask.range, &taken, strategy, ask.seed),
     };
     picked.map_or(Plan::Exhausted, Plan::Claim)
 }
@@ -204,7 +194,7 @@ mod tests {
             excluded,
             preferred: None,
             strategy: Strategy::LowestFree,
-            races: 0,
+            spread: false,
             seed: 0,
         }
     }
@@ -287,7 +277,7 @@ mod tests {
         fn claims_are_free_usable_and_lowest(
             taken in proptest::collection::btree_set(0u128..64, 0..40),
             excluded in proptest::collection::btree_set(0u128..64, 0..10),
-            races in 0u32..8,
+            spread: bool,
             random: bool,
             seed: u64,
         ) {
@@ -296,7 +286,7 @@ mod tests {
                 taken.iter().map(|&o| (o, mk_entry(&format!("ns/p{o}"), "net1", "x"))).collect();
             let pool = mk_pool(&entries);
             let mut a = ask(&range, &excluded);
-            a.races = races;
+            a.spread = spread;
             a.seed = seed;
             a.strategy = if random { Strategy::Random } else { Strategy::LowestFree };
             let free: Vec<u128> =
@@ -304,11 +294,11 @@ mod tests {
             match plan(&pool, &a) {
                 Plan::Claim(o) => {
                     prop_assert!(free.contains(&o));
-                    if races == 0 && !random {
+                    if !spread && !random {
                         prop_assert_eq!(Some(&o), free.first());
                     }
-                    if races > 0 && !random {
-                        prop_assert!(free.iter().position(|f| *f == o).unwrap() < spread_window(races).unwrap());
+                    if spread && !random {
+                        prop_assert!(free.iter().position(|f| *f == o).unwrap() < SPREAD_WINDOW);
                     }
                 }
                 Plan::Exhausted => prop_assert!(free.is_empty()),

@@ -15,8 +15,8 @@ use crate::store::{Claim, Created, Deleted, Patched, Store, StoreError, Version}
 pub(super) enum Claimed {
     /// The reservation is this sandbox's now.
     Ours,
-    /// Another attachment holds it, claimed at that time (when known).
-    Other(String, Option<k8s_openapi::jiff::Timestamp>),
+    /// Another attachment holds it.
+    Other(String),
 }
 
 async fn read(
@@ -64,7 +64,7 @@ pub(super) async fn claim(
         let Some(current) = read(store, name, budget).await? else { continue };
         match holder(&current.spec, me) {
             Holder::Me => return Ok(Claimed::Ours),
-            Holder::Other(who) => return Ok(Claimed::Other(who, crate::store::claimed_at(&current))),
+            Holder::Other(who) => return Ok(Claimed::Other(who)),
             Holder::MyEarlierSandbox => {
                 let outcome = budget
                     .retry(StoreError::is_transient, || store.take_over_reservation(&current, &claim))
