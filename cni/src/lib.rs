@@ -4,6 +4,7 @@
 pub mod commands;
 pub mod env;
 pub mod error;
+pub mod lock;
 mod logging;
 pub mod output;
 

@@ -19,6 +19,7 @@ use hereabouts_ipam::store::{self, ConnectError, KubeStore, Store};
 
 use crate::env::{CniEnv, Command};
 use crate::error::CniError;
+use crate::lock::{self, HostLock};
 use crate::output;
 
 /// What the plugin needs from the machine it runs on: a store from a kubeconfig, and logging. Tests provide
@@ -94,6 +95,10 @@ async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Op
         CniError::new(code, e.to_string())
     })?;
     let req = request(env);
+    let _lock = match env.command {
+        Command::Add => host_lock(&store, &cfg.network_name, &cfg.ranges, &req.node, &budget).await,
+        _ => None,
+    };
     let outcome = match env.command {
         Command::Add => add::run(&store, &cfg, &req, &budget).await.map(Some),
         Command::Check => check::run(&store, &cfg, &req, &budget).await.map(|()| None),
@@ -135,6 +140,7 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
     };
     let budget = Budget::new(cfg.timeout);
     let req = request(env);
+    let _lock = host_lock(&store, &cfg.network_name, &cfg.ranges, &req.node, &budget).await;
     let outcome = match valid {
         Some(valid) => gc::run(&store, &cfg, &req.node, &valid, &budget).await,
         None => del::run(&store, &cfg, &req, &budget).await,
@@ -150,4 +156,25 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
             Ok(None)
         }
     }
+}
+
+/// The host lock of the pools an invocation writes ([`lock`]), waited for at most a third of what is left of
+/// the budget: past that, the holder is likely stuck on an API server that does not answer, and going on
+/// without the lock is safe.
+async fn host_lock<S: Store>(
+    store: &S,
+    network_name: &str,
+    ranges: &[hereabouts_ipam::range::IpRange],
+    node: &str,
+    budget: &Budget,
+) -> Option<HostLock> {
+    let dir = std::path::Path::new(lock::DEFAULT_DIR);
+    let paths = ranges
+        .iter()
+        .map(|r| {
+            let pool = hereabouts_ipam::names::pool_name(network_name, r.cidr());
+            lock::key_path(dir, store.namespace(), &pool, node)
+        })
+        .collect();
+    lock::acquire(paths, budget.remaining() / 3).await
 }
