@@ -20,8 +20,18 @@ pub fn definitions() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("whereabouts.cni.cncf.io_ippools.yaml", IpPool::crd()),
         ("whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml", OverlappingRangeIpReservation::crd()),
-        ("whereabouts.cni.cncf.io_nodeslicepools.yaml", NodeSlicePool::crd()),
+        ("whereabouts.cni.cncf.io_nodeslicepools.yaml", node_slice_pool_crd()),
     ]
+}
+
+/// Whereabouts' NodeSlicePool has no status subresource: its node-slice controller writes `status` with the
+/// object (create, update), which a subresource would silently drop, leaving every slice unassigned.
+fn node_slice_pool_crd() -> CustomResourceDefinition {
+    let mut crd = NodeSlicePool::crd();
+    for version in &mut crd.spec.versions {
+        version.subresources = None;
+    }
+    crd
 }
 
 #[cfg(test)]
@@ -40,6 +50,7 @@ mod tests {
             ]
         );
         for (_, crd) in definitions() {
+            assert!(crd.spec.versions.iter().all(|v| v.subresources.is_none()), "Whereabouts' CRDs have none");
             assert_eq!(crd.spec.scope, "Namespaced");
             assert_eq!(crd.spec.versions[0].name, "v1alpha1");
         }

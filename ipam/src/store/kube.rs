@@ -7,16 +7,21 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::{Claim, Created, Deleted, Failure, Patched, Store, StoreError, Version};
-use crate::crd::{IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use crate::crd::{
+    IpAllocation, IpPool, IpPoolSpec, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
+    OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
+};
 
 const POOL: &str = "pool";
 const RESERVATION: &str = "reservation";
+const NODE_SLICES: &str = "nodeslicepool";
 
 /// The pools and reservations of one namespace on the API server.
 #[derive(Clone)]
 pub struct KubeStore {
     pools: Api<IpPool>,
     reservations: Api<OverlappingRangeIpReservation>,
+    slices: Api<NodeSlicePool>,
     namespace: String,
 }
 
@@ -31,7 +36,8 @@ impl KubeStore {
     pub fn new(client: Client, namespace: &str) -> Self {
         Self {
             pools: Api::namespaced(client.clone(), namespace),
-            reservations: Api::namespaced(client, namespace),
+            reservations: Api::namespaced(client.clone(), namespace),
+            slices: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
         }
     }
@@ -235,6 +241,51 @@ impl Store for KubeStore {
             params = params.labels(&format!("{}={node}", super::NODE_LABEL));
         }
         let list = self.reservations.list(&params).await.map_err(|e| error(RESERVATION, "*", "list", e))?;
+        Ok(list.items)
+    }
+
+    async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
+        self.slices.get_opt(name).await.map_err(|e| error(NODE_SLICES, name, "get", e))
+    }
+
+    async fn create_node_slices(
+        &self,
+        name: &str,
+        spec: &NodeSlicePoolSpec,
+        slices: &[NodeSliceAllocation],
+    ) -> Result<Created<NodeSlicePool>, StoreError> {
+        let mut object = NodeSlicePool::new(name, spec.clone());
+        object.status = Some(NodeSlicePoolStatus { allocations: slices.to_vec() });
+        match self.slices.create(&PostParams::default(), &object).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
+            Err(e) => Err(error(NODE_SLICES, name, "create", e)),
+        }
+    }
+
+    async fn move_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+    ) -> Result<Patched, StoreError> {
+        let path = format!("/status/allocations/{index}");
+        let ops = json!([
+            {"op": "test", "path": format!("{path}/sliceRange"), "value": slice.slice_range},
+            {"op": "test", "path": format!("{path}/nodeName"), "value": slice.node_name},
+            {"op": "replace", "path": format!("{path}/nodeName"), "value": to},
+        ]);
+        match self.slices.patch(name, &PatchParams::default(), &json_patch(ops)).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(NODE_SLICES, name, format!("move slice {} to {to:?}", slice.slice_range), e)),
+        }
+    }
+
+    async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
+        let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
         Ok(list.items)
     }
 }

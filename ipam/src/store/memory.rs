@@ -18,7 +18,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{Claim, Created, Deleted, Failure, NODE_LABEL, Patched, Store, StoreError, Version};
-use crate::crd::{IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation};
+use crate::crd::{
+    IpAllocation, IpPool, IpPoolSpec, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
+    OverlappingRangeIpReservation,
+};
 
 /// A fault injected into one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,11 +71,24 @@ pub enum Op {
     TakeOverReservation,
     DeleteReservation,
     ListReservations,
+    GetNodeSlices,
+    CreateNodeSlices,
+    MoveSlice,
+    ListNodeSlices,
 }
 
 impl Op {
     fn is_write(self) -> bool {
-        !matches!(self, Op::GetPool | Op::ListPools | Op::Probe | Op::GetReservation | Op::ListReservations)
+        !matches!(
+            self,
+            Op::GetPool
+                | Op::ListPools
+                | Op::Probe
+                | Op::GetReservation
+                | Op::ListReservations
+                | Op::GetNodeSlices
+                | Op::ListNodeSlices
+        )
     }
 }
 
@@ -165,6 +181,7 @@ impl FaultPlan {
 struct State {
     pools: BTreeMap<String, IpPool>,
     reservations: BTreeMap<String, OverlappingRangeIpReservation>,
+    node_slices: BTreeMap<String, NodeSlicePool>,
     version: u64,
     writes: u64,
     faults: BTreeMap<Fault, u64>,
@@ -237,6 +254,19 @@ impl MemoryStore {
     /// Every reservation, as stored now.
     pub fn reservations(&self) -> Vec<OverlappingRangeIpReservation> {
         self.state.lock().unwrap().reservations.values().cloned().collect()
+    }
+
+    /// Every NodeSlicePool, as stored now.
+    pub fn node_slices(&self) -> Vec<NodeSlicePool> {
+        self.state.lock().unwrap().node_slices.values().cloned().collect()
+    }
+
+    /// Writes `object` as it is (test set-up, e.g. what Whereabouts' node-slice controller wrote).
+    pub fn put_node_slices(&self, object: NodeSlicePool) {
+        let mut state = self.state.lock().unwrap();
+        let mut object = object;
+        object.metadata.resource_version = Some(state.bump());
+        state.node_slices.insert(object.metadata.name.clone().unwrap_or_default(), object);
     }
 
     /// How many writes were applied so far, by every handle.
@@ -541,5 +571,59 @@ impl Store for MemoryStore {
             Ok(s.reservations.values().filter(|r| on_node(r)).cloned().collect())
         })
         .await
+    }
+
+    async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
+        self.call(Op::GetNodeSlices, "nodeslicepool", name, |s| Ok(s.node_slices.get(name).cloned())).await
+    }
+
+    async fn create_node_slices(
+        &self,
+        name: &str,
+        spec: &NodeSlicePoolSpec,
+        slices: &[NodeSliceAllocation],
+    ) -> Result<Created<NodeSlicePool>, StoreError> {
+        self.call(Op::CreateNodeSlices, "nodeslicepool", name, |s| {
+            if s.node_slices.contains_key(name) {
+                return Ok(Created::Exists);
+            }
+            let mut object = NodeSlicePool::new(name, spec.clone());
+            object.status = Some(NodeSlicePoolStatus { allocations: slices.to_vec() });
+            object.metadata.namespace = Some(self.namespace.clone());
+            object.metadata.resource_version = Some(s.bump());
+            object.metadata.uid = Some(format!("uid-{}", s.version));
+            s.node_slices.insert(name.to_string(), object.clone());
+            Ok(Created::Created(object))
+        })
+        .await
+    }
+
+    async fn move_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+    ) -> Result<Patched, StoreError> {
+        refused_as_patched(
+            self.call(Op::MoveSlice, "nodeslicepool", name, |s| {
+                let Some(object) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
+                let current = object.status.as_ref().and_then(|st| st.allocations.get(index));
+                if current != Some(slice) {
+                    return Ok(Patched::Refused("test failed".into()));
+                }
+                let version = s.bump();
+                let object = s.node_slices.get_mut(name).expect("checked above");
+                let entry = &mut object.status.as_mut().expect("checked above").allocations[index];
+                entry.node_name = to.to_string();
+                object.metadata.resource_version = Some(version);
+                Ok(Patched::Applied)
+            })
+            .await,
+        )
+    }
+
+    async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
+        self.call(Op::ListNodeSlices, "nodeslicepool", "*", |s| Ok(s.node_slices.values().cloned().collect())).await
     }
 }

@@ -19,7 +19,10 @@ pub use self::kube::KubeStore;
 pub use connect::{ConnectError, connect, namespace_of};
 pub use memory::MemoryStore;
 
-use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use crate::crd::{
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
+    OverlappingRangeIpReservationSpec,
+};
 
 /// The label that names the node an ADD ran on, on the reservations hereabouts creates, so that a node's
 /// reconciler can watch just its own node's claims. Left off when the node name is not a valid label value.
@@ -232,6 +235,31 @@ pub trait Store: Send + Sync {
         &self,
         node: Option<&str>,
     ) -> impl Future<Output = Result<Vec<OverlappingRangeIpReservation>, StoreError>> + Send;
+
+    /// Reads the NodeSlicePool `name`, or `None` when it does not exist.
+    fn get_node_slices(&self, name: &str) -> impl Future<Output = Result<Option<NodeSlicePool>, StoreError>> + Send;
+
+    /// Creates the NodeSlicePool `name` with `slices` as its status (no status subresource: Whereabouts' CRD has
+    /// none, and its controller writes the status with the object).
+    fn create_node_slices(
+        &self,
+        name: &str,
+        spec: &NodeSlicePoolSpec,
+        slices: &[NodeSliceAllocation],
+    ) -> impl Future<Output = Result<Created<NodeSlicePool>, StoreError>> + Send;
+
+    /// Gives the slice at `index` of the NodeSlicePool `name` to node `to` if it is still `slice` held by `from`
+    /// (`""`: free). Of two nodes claiming one free slice, exactly one succeeds; a slice is freed the same way.
+    fn move_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Every NodeSlicePool of the namespace.
+    fn list_node_slices(&self) -> impl Future<Output = Result<Vec<NodeSlicePool>, StoreError>> + Send;
 }
 
 /// `node` as a label value, if it is one: at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and
