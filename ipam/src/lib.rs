@@ -14,4 +14,5 @@ pub mod entropy;
 pub mod ipam;
 pub mod names;
 pub mod range;
+pub mod slices;
 pub mod store;

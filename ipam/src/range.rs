@@ -184,7 +184,8 @@ pub enum RangeError {
 /// A validated range: a normalised CIDR, the usable bounds within it and the excluded parts, all as offsets from
 /// the network address.
 ///
-/// Invariants: `1 <= first <= last <= broadcast - 1`; `excludes` is sorted, merged (no two intervals overlap or
+/// Invariants: `1 <= first <= last <= broadcast - 1` (a [`IpRange::slice`] may also use its own network and
+/// broadcast offsets: they are hosts of the whole range); `excludes` is sorted, merged (no two intervals overlap or
 /// touch) and clipped to `first..=last`, so two ranges that hand out the same addresses compare equal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpRange {
@@ -469,6 +470,39 @@ impl IpRange {
                 }
             }
         })
+    }
+
+    /// The part of this range that lies in `slice` (a node's slice, DESIGN §7), with offsets from the slice's own
+    /// network address, as Whereabouts keeps a slice's pool. Every address this range may hand out inside the
+    /// slice may be handed out from it, the slice's own network and broadcast addresses included (they are hosts
+    /// of the range), so slices together fill the range. `None` when `slice` is not inside the CIDR, or nothing of
+    /// it is usable.
+    pub fn slice(&self, slice: IpNet) -> Option<IpRange> {
+        let slice = slice.trunc();
+        if Family::of_net(slice) != self.family() || slice.prefix_len() < self.cidr.prefix_len() {
+            return None;
+        }
+        let base = to_u128(slice.network()).checked_sub(to_u128(self.cidr.network()))?;
+        if base > host_mask(self.cidr) {
+            return None;
+        }
+        if base == 0 && slice.prefix_len() == self.cidr.prefix_len() {
+            return Some(self.clone());
+        }
+        let top = base + host_mask(slice);
+        let (first, last) = (self.first.max(base), self.last.min(top));
+        if first > last {
+            return None;
+        }
+        let excludes = self
+            .excludes
+            .iter()
+            .map(|&(a, b)| (a.max(first), b.min(last)))
+            .filter(|&(a, b)| a <= b)
+            .map(|(a, b)| (a - base, b - base))
+            .collect();
+        let sub = IpRange { cidr: slice, first: first - base, last: last - base, excludes };
+        (sub.usable_count() > 0).then_some(sub)
     }
 
     /// The lowest usable offset, or `None` when excludes cover the whole bounds.

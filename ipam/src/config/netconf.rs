@@ -472,11 +472,7 @@ fn slice_size(s: String, key: &str) -> Result<String, ConfigError> {
 }
 
 pub(super) fn slice_prefix(s: &str) -> Option<u8> {
-    let digits = s.strip_prefix('/').unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u8>().ok().filter(|p| *p <= 128)
+    crate::slices::parse_slice_size(s)
 }
 
 /// Whether the inline `ipam.type` names this plugin: Whereabouts only accepts `"whereabouts"` (and checks it

@@ -274,21 +274,18 @@ pub(super) fn check_static(addresses: &Sourced<'_, Vec<StaticAddress>>, ranges: 
     Ok(())
 }
 
-/// `node_slice_size` must cut every range into slices: a prefix between the range's and the address length.
+/// `node_slice_size` must cut the range into slices: a prefix between the range's and the address length, and
+/// no more slices than one NodeSlicePool lists. One range only: a network's NodeSlicePool slices one range (as
+/// Whereabouts' controller slices `ipRanges[0]`).
 pub(super) fn check_node_slice(ranges: &[IpRange], size: &Sourced<'_, String>) -> Result<(), ConfigError> {
     let key = size.origin.key("node_slice_size");
     let p = slice_prefix(&size.value).expect("checked when read");
-    if ranges.is_empty() {
-        return Err(ConfigError::invalid(key, "there is no range to slice"));
+    match ranges {
+        [] => Err(ConfigError::invalid(key, "there is no range to slice")),
+        [r] => crate::slices::divide(r.cidr(), p).map(drop).map_err(|e| ConfigError::invalid(key, e.to_string())),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!("slices one range, and this config has {}: give each range a network of its own", ranges.len()),
+        )),
     }
-    for r in ranges {
-        let net = r.cidr();
-        if p < net.prefix_len() || p > net.max_prefix_len() {
-            return Err(ConfigError::invalid(
-                key,
-                format!("/{p} cannot slice {net}: a slice is /{} to /{}", net.prefix_len(), net.max_prefix_len()),
-            ));
-        }
-    }
-    Ok(())
 }

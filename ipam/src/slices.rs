@@ -1,0 +1,336 @@
+//! Node-affine slices (DESIGN §7), the decisions without I/O: how a range is cut, which slice an ADD writes to,
+//! which free slice a node claims, whose slice it borrows from, and which slices the leader assigns or frees.
+//!
+//! A `NodeSlicePool` lists every slice of a range with the node that owns it (`""`: free). A node allocates from
+//! its own slices first, one object per node, so writers of different nodes never meet on one object; it claims
+//! a free slice when its own are full, and borrows a free address from another node's slice only when no slice
+//! is free (Calico's non-strict affinity): an ADD fails only when the whole range is full.
+
+use std::collections::BTreeSet;
+
+use ipnet::IpNet;
+
+use crate::crd::{NodeSliceAllocation, NodeSlicePool};
+use crate::names;
+
+/// The most slices one range may be cut into: the NodeSlicePool lists them all in one object (~70 bytes each),
+/// which must stay well below etcd's request limit.
+pub const MAX_SLICES: u128 = 8192;
+
+/// Why a range cannot be cut as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SliceError {
+    /// The slice prefix is shorter than the range's, or longer than an address.
+    #[error("/{prefix} cannot slice {range}: a slice is /{} to /{}", range.prefix_len(), range.max_prefix_len())]
+    BadPrefix { range: IpNet, prefix: u8 },
+    /// Too many slices for one NodeSlicePool object.
+    #[error("/{prefix} cuts {range} into {count} slices; at most {MAX_SLICES} fit one NodeSlicePool")]
+    TooMany { range: IpNet, prefix: u8, count: u128 },
+}
+
+/// The slices of `range` of prefix length `prefix`, lowest first (Whereabouts' `DivideRangeBySize`, for IPv6
+/// too).
+pub fn divide(range: IpNet, prefix: u8) -> Result<Vec<IpNet>, SliceError> {
+    let range = range.trunc();
+    if prefix < range.prefix_len() || prefix > range.max_prefix_len() {
+        return Err(SliceError::BadPrefix { range, prefix });
+    }
+    let count = count(range, prefix);
+    if count > MAX_SLICES {
+        return Err(SliceError::TooMany { range, prefix, count });
+    }
+    Ok(range.subnets(prefix).expect("prefix checked above").collect())
+}
+
+/// A `node_slice_size` or `sliceSize` as a prefix length: `/26` or `26` (Whereabouts' `DivideRangeBySize`).
+pub fn parse_slice_size(s: &str) -> Option<u8> {
+    let digits = s.strip_prefix('/').unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u8>().ok().filter(|p| *p <= 128)
+}
+
+/// How many slices of `prefix` `range` holds (saturating: only compared with [`MAX_SLICES`]).
+fn count(range: IpNet, prefix: u8) -> u128 {
+    1u128.checked_shl(u32::from(prefix - range.prefix_len())).unwrap_or(u128::MAX)
+}
+
+/// One slice as a NodeSlicePool lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    /// Its position in `status.allocations` (what a guarded patch names).
+    pub index: usize,
+    /// The slice.
+    pub cidr: IpNet,
+    /// The node that owns it; empty when free.
+    pub node: String,
+}
+
+impl Slice {
+    /// The entry as stored, for the guarded patch that moves it.
+    pub fn stored(&self) -> NodeSliceAllocation {
+        NodeSliceAllocation { node_name: self.node.clone(), slice_range: names::range_string(self.cidr) }
+    }
+
+    /// The IPPool of this slice for its owner, as Whereabouts names per-node pools.
+    pub fn pool_name(&self, network_name: &str) -> String {
+        names::slice_pool_name(network_name, &self.node, self.cidr)
+    }
+}
+
+/// The slices `pool` lists, in order. Entries whose range cannot be read (written by hand, or by another tool)
+/// are left out: nothing is allocated from what cannot be read.
+pub fn slices_of(pool: &NodeSlicePool) -> Vec<Slice> {
+    let Some(status) = &pool.status else { return Vec::new() };
+    status
+        .allocations
+        .iter()
+        .enumerate()
+        .filter_map(|(index, a)| {
+            let cidr: IpNet = a.slice_range.parse().ok()?;
+            Some(Slice { index, cidr: cidr.trunc(), node: a.node_name.clone() })
+        })
+        .collect()
+}
+
+/// A fresh slice list for `range`: every slice free.
+pub fn all_free(range: IpNet, prefix: u8) -> Result<Vec<NodeSliceAllocation>, SliceError> {
+    Ok(divide(range, prefix)?
+        .into_iter()
+        .map(|cidr| NodeSliceAllocation { node_name: String::new(), slice_range: names::range_string(cidr) })
+        .collect())
+}
+
+/// What an ADD does next in slice mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Allocate in this slice, the node's own.
+    Own(Slice),
+    /// Claim this free slice for the node, then allocate in it.
+    Claim(Slice),
+    /// Allocate in another node's slice (no slice is free).
+    Borrow(Slice),
+    /// Every slice is full.
+    Full,
+}
+
+/// The next slice to try for `node`, given the slices known to be full in this invocation. `seed` spreads
+/// concurrent nodes over the free slices they claim and the slices they borrow from, so they do not all race for
+/// the lowest one. A node's own slices are tried in list order (the pool of the first stays warm), the one
+/// holding `preferred` (the attachment's entry, found before) first.
+pub fn next(slices: &[Slice], node: &str, full: &BTreeSet<IpNet>, preferred: Option<IpNet>, seed: u64) -> Next {
+    let open = |s: &&Slice| !full.contains(&s.cidr);
+    let mut own: Vec<&Slice> = slices.iter().filter(|s| s.node == node).filter(open).collect();
+    own.sort_by_key(|s| Some(s.cidr) != preferred);
+    if let Some(s) = own.first() {
+        return Next::Own((*s).clone());
+    }
+    let free: Vec<&Slice> = slices.iter().filter(|s| s.node.is_empty()).collect();
+    if let Some(s) = pick(&free, seed) {
+        return Next::Claim(s.clone());
+    }
+    let others: Vec<&Slice> = slices.iter().filter(|s| !s.node.is_empty() && s.node != node).filter(open).collect();
+    match pick(&others, seed) {
+        Some(s) => Next::Borrow(s.clone()),
+        None => Next::Full,
+    }
+}
+
+fn pick<'a>(from: &[&'a Slice], seed: u64) -> Option<&'a Slice> {
+    (!from.is_empty()).then(|| from[(seed % from.len() as u64) as usize])
+}
+
+/// The slice that holds `ip`'s address, if any.
+pub fn slice_of(slices: &[Slice], ip: std::net::IpAddr) -> Option<&Slice> {
+    slices.iter().find(|s| s.cidr.contains(&ip))
+}
+
+/// What the leader changes in a NodeSlicePool: each node in `nodes` that owns no slice gets a free one (lowest
+/// first, nodes in name order, as Whereabouts' controller does), so Whereabouts' CNI, which never claims, finds
+/// its slice; and a slice of a node that is gone is freed when `empty` says its pool holds nothing. A slice
+/// with entries stays with its gone owner until its pods are gone: freeing it would rename its pool (the owner
+/// is in the name) and lose track of them.
+pub fn leader_moves(
+    slices: &[Slice],
+    nodes: &BTreeSet<String>,
+    empty: impl Fn(&Slice) -> bool,
+) -> Vec<(Slice, String)> {
+    let gone = |s: &Slice| !s.node.is_empty() && !nodes.contains(&s.node) && empty(s);
+    let owners: BTreeSet<&str> =
+        slices.iter().filter(|s| !s.node.is_empty() && !gone(s)).map(|s| s.node.as_str()).collect();
+    let mut available = slices.iter().filter(|s| s.node.is_empty() || gone(s));
+    let mut moves: Vec<(Slice, String)> = Vec::new();
+    for node in nodes.iter().filter(|n| !owners.contains(n.as_str())) {
+        let Some(s) = available.next() else { break };
+        moves.push((s.clone(), node.clone()));
+    }
+    // what is left of the gone nodes' empty slices is freed
+    moves.extend(available.filter(|s| !s.node.is_empty()).map(|s| (s.clone(), String::new())));
+    moves
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::IpAddr;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    fn mk(list: &[(&str, &str)]) -> Vec<Slice> {
+        list.iter().enumerate().map(|(index, (c, n))| Slice { index, cidr: net(c), node: n.to_string() }).collect()
+    }
+
+    #[test]
+    fn divides_like_whereabouts_and_for_ipv6() {
+        let v4 = divide(net("10.0.0.0/24"), 26).unwrap();
+        assert_eq!(v4, [net("10.0.0.0/26"), net("10.0.0.64/26"), net("10.0.0.128/26"), net("10.0.0.192/26")]);
+        let v6 = divide(net("2001:db8::/64"), 72).unwrap();
+        assert_eq!((v6.len(), v6[1]), (256, net("2001:db8:0:0:100::/72")));
+        assert_eq!(divide(net("10.0.0.0/24"), 24).unwrap(), [net("10.0.0.0/24")]);
+        assert!(matches!(divide(net("10.0.0.0/24"), 23), Err(SliceError::BadPrefix { .. })));
+        assert!(matches!(divide(net("10.0.0.0/8"), 30), Err(SliceError::TooMany { count: 4194304, .. })));
+        assert!(matches!(divide(net("2001:db8::/32"), 128), Err(SliceError::TooMany { .. })));
+    }
+
+    #[test]
+    fn own_slices_first_then_a_free_one_then_borrow() {
+        let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "a")]);
+        let none = BTreeSet::new();
+        assert_eq!(next(&s, "a", &none, None, 7), Next::Own(s[0].clone()));
+        assert_eq!(next(&s, "a", &none, Some(net("10.0.0.192/26")), 7), Next::Own(s[3].clone()));
+        let full: BTreeSet<IpNet> = [net("10.0.0.0/26"), net("10.0.0.192/26")].into();
+        assert_eq!(next(&s, "a", &full, None, 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "c", &none, None, 7), Next::Claim(s[1].clone()));
+        let mut taken = s.clone();
+        taken[1].node = "b".into();
+        match next(&taken, "a", &full, None, 7) {
+            Next::Borrow(s) => assert_eq!(s.node, "b", "{s:?}"),
+            other => panic!("no free slice and a's are full: borrow, not {other:?}"),
+        }
+        let all: BTreeSet<IpNet> = s.iter().map(|s| s.cidr).collect();
+        assert_eq!(next(&taken, "a", &all, None, 7), Next::Full);
+    }
+
+    #[test]
+    fn the_leader_gives_each_node_a_slice_and_frees_only_empty_slices_of_gone_nodes() {
+        let s = mk(&[
+            ("10.0.0.0/26", "gone-empty"),
+            ("10.0.0.64/26", "gone-busy"),
+            ("10.0.0.128/26", "a"),
+            ("10.0.0.192/26", ""),
+        ]);
+        let nodes: BTreeSet<String> = ["a", "b", "c", "d"].map(String::from).into();
+        let moves = leader_moves(&s, &nodes, |s| s.node == "gone-empty");
+        // the gone node's empty slice goes straight to b, the free one to c; d waits; gone-busy keeps its slice
+        assert_eq!(moves, [(s[0].clone(), "b".to_string()), (s[3].clone(), "c".to_string())]);
+        let moves = leader_moves(&s, &["a".to_string()].into(), |s| s.node == "gone-empty");
+        assert_eq!(moves, [(s[0].clone(), String::new())], "no node needs it: freed");
+        assert!(leader_moves(&mk(&[("10.0.0.0/26", "a")]), &["a".to_string()].into(), |_| true).is_empty());
+    }
+
+    /// A model of slice mode without I/O: nodes ADD in a random order, each following [`next`] and taking the
+    /// lowest free address of the slice it lands on. No address is given twice, no slice gets two owners, and the
+    /// range fills completely before anyone hears "full".
+    fn fill(range: IpNet, prefix: u8, nodes: u8, order: &[u8], excludes: &[String]) -> Result<(), TestCaseError> {
+        let parent = crate::range::IpRange::parse(&range.to_string(), None, None, excludes).unwrap();
+        let mut slices: Vec<Slice> = divide(range, prefix)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(index, cidr)| Slice { index, cidr, node: String::new() })
+            .collect();
+        let mut taken: BTreeSet<IpAddr> = BTreeSet::new();
+        let total = parent.usable_count();
+        let mut steps = order.iter().cycle();
+        let mut seed = 1u64;
+        loop {
+            let node = format!("n{}", steps.next().unwrap() % nodes);
+            let mut full = BTreeSet::new();
+            let got = loop {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                match next(&slices, &node, &full, None, seed >> 33) {
+                    Next::Own(s) | Next::Borrow(s) => {
+                        let sub = parent.slice(s.cidr);
+                        let free = sub.as_ref().and_then(|sub| {
+                            sub.usable_intervals()
+                                .flat_map(|r| r)
+                                .map(|o| sub.addr_at(o))
+                                .find(|ip| !taken.contains(ip))
+                        });
+                        match free {
+                            Some(ip) => break Some(ip),
+                            None => {
+                                full.insert(s.cidr);
+                            }
+                        }
+                    }
+                    Next::Claim(s) => {
+                        prop_assert!(slices[s.index].node.is_empty(), "claimed an owned slice");
+                        slices[s.index].node = node.clone();
+                    }
+                    Next::Full => break None,
+                }
+            };
+            match got {
+                Some(ip) => {
+                    prop_assert!(parent.offset_of(ip).is_some_and(|o| parent.is_usable(o)), "{ip} not usable");
+                    prop_assert!(taken.insert(ip), "{ip} given twice");
+                }
+                None => {
+                    prop_assert_eq!(taken.len() as u128, total, "full before the range was");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_range_fills_completely_and_no_address_is_given_twice(
+            prefix in 26u8..=30,
+            nodes in 1u8..6,
+            order in proptest::collection::vec(any::<u8>(), 1..40),
+            exclude in proptest::option::of(0u8..255),
+        ) {
+            let excludes: Vec<String> = exclude.map(|o| format!("198.18.0.{o}/30")).into_iter().collect();
+            fill(net("198.18.0.0/24"), prefix, nodes, &order, &excludes)?;
+        }
+
+        #[test]
+        fn ipv6_slices_fill_too(nodes in 1u8..4, order in proptest::collection::vec(any::<u8>(), 1..10)) {
+            fill(net("2001:db8::/120"), 124, nodes, &order, &[])?;
+        }
+
+        #[test]
+        fn slices_partition_the_usable_addresses(
+            len in 20u8..=28,
+            extra in 0u8..=4,
+            start in proptest::option::of(0u16..1024),
+            exclude in proptest::option::of((0u16..1024, 24u8..=32)),
+        ) {
+            let range = net(&format!("198.18.0.0/{len}"));
+            let size = 1u32 << (32 - len);
+            let start = start.map(|s| std::net::Ipv4Addr::from(u32::from(range.network().to_string().parse::<std::net::Ipv4Addr>().unwrap()) + u32::from(s) % size).to_string());
+            let excludes: Vec<String> = exclude.map(|(o, p)| format!("198.18.{}.{}/{p}", (o >> 8) % 4, o & 255)).into_iter().collect();
+            let Ok(parent) = crate::range::IpRange::parse(&range.to_string(), start.as_deref(), None, &excludes) else { return Ok(()) };
+            let prefix = (len + extra).min(30);
+            let mut union = BTreeSet::new();
+            for cidr in divide(range, prefix).unwrap() {
+                let Some(sub) = parent.slice(cidr) else { continue };
+                for r in sub.usable_intervals() {
+                    for o in r {
+                        let ip = sub.addr_at(o);
+                        prop_assert!(cidr.contains(&ip));
+                        prop_assert!(union.insert(ip), "{ip} in two slices");
+                    }
+                }
+            }
+            let whole: BTreeSet<IpAddr> = parent.usable_intervals().flat_map(|r| r).map(|o| parent.addr_at(o)).collect();
+            prop_assert_eq!(union, whole);
+        }
+    }
+}
