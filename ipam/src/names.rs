@@ -107,6 +107,18 @@ pub fn reservation_name(network_name: &str, ip: IpAddr) -> String {
     with_network(network_name, s.replace(':', "-"))
 }
 
+/// The address a reservation `name` of `network` stands for, if it lies in `range`: the inverse of
+/// [`reservation_name`], checked by computing the name again.
+pub fn reservation_address(name: &str, network: &str, range: &crate::range::IpRange) -> Option<IpAddr> {
+    let rest = if network.is_empty() { name } else { name.strip_prefix(network)?.strip_prefix('-')? };
+    let ip: IpAddr = if range.cidr().addr().is_ipv4() {
+        IpAddr::V4(rest.parse().ok()?)
+    } else {
+        IpAddr::V6(rest.replace('-', ":").parse().ok()?)
+    };
+    (range.cidr().contains(&ip) && reservation_name(network, ip) == name).then_some(ip)
+}
+
 #[cfg(test)]
 mod network_of_pool_tests {
     use super::*;

@@ -3,7 +3,6 @@
 //! so the rules that keep a live pod's address safe are all here, and property-tested.
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::time::Duration;
 
 use hereabouts_ipam::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
@@ -221,17 +220,7 @@ impl Index {
     }
 }
 
-/// The address a reservation `name` of `network` stands for, if it lies in `range`: the inverse of
-/// [`names::reservation_name`], checked by computing the name again.
-pub fn reservation_address(name: &str, network: &str, range: &IpRange) -> Option<IpAddr> {
-    let rest = if network.is_empty() { name } else { name.strip_prefix(network)?.strip_prefix('-')? };
-    let ip: IpAddr = if range.cidr().addr().is_ipv4() {
-        IpAddr::V4(rest.parse().ok()?)
-    } else {
-        IpAddr::V6(rest.replace('-', ":").parse().ok()?)
-    };
-    (range.cidr().contains(&ip) && names::reservation_name(network, ip) == name).then_some(ip)
-}
+pub use hereabouts_ipam::names::reservation_address;
 
 /// Why a reservation is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

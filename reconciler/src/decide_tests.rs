@@ -2,6 +2,7 @@ use super::*;
 use hereabouts_ipam::crd::IpPoolSpec;
 use k8s_openapi::jiff::SignedDuration;
 use proptest::prelude::*;
+use std::net::IpAddr;
 
 const GRACE: Duration = Duration::from_secs(60);
 const ORPHAN_AGE: Duration = Duration::from_secs(300);

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
 use hereabouts_tests::deploy::{self, Right, named, right};
 use hereabouts_tests::plugin::{Invocation, Output, netconf, workspace_bin};
 use hereabouts_tests::{Identity, TestCluster, rbac};
@@ -145,7 +145,8 @@ fn each_identity_is_granted_exactly_its_list() {
     const W: &str = "whereabouts.cni.cncf.io";
     let cni = grants(&[
         (W, "ippools", &["get", "list", "create", "patch"], None),
-        (W, "overlappingrangeipreservations", &["get", "create", "patch", "delete"], None),
+        (W, "overlappingrangeipreservations", &["get", "list", "create", "patch", "delete"], None),
+        (W, "nodeslicepools", &["get", "create", "patch"], None),
     ]);
     assert_same("CNI, pool namespace", &deploy::namespaced_rights(Identity::Cni), &cni);
     assert_same("CNI, cluster-wide", &deploy::cluster_rights(Identity::Cni), &BTreeSet::new());
@@ -363,6 +364,8 @@ struct Node {
     admin: kube::Client,
     ns: String,
     config: Value,
+    /// The same range in slice mode, in /29 slices.
+    sliced: Value,
 }
 
 impl Node {
@@ -372,7 +375,8 @@ impl Node {
         let ns = cluster.namespace(prefix).await;
         let kubeconfig = cluster.kubeconfig(Identity::Cni, &ns);
         let config = netconf("1.1.0", prefix, &kubeconfig, json!({"range": range}));
-        let node = Self { admin, ns, config };
+        let sliced = netconf("1.1.0", prefix, &kubeconfig, json!({"range": range, "node_slice_size": "/29"}));
+        let node = Self { admin, ns, config, sliced };
         node.grant_all().await;
         node
     }
@@ -391,6 +395,15 @@ impl Node {
 
     async fn run(&self, command: &'static str, pod: &str, container_id: &str) -> Output {
         self.invocation(command, pod, container_id).run().await
+    }
+
+    /// `command` in slice mode on node `node`.
+    async fn run_sliced(&self, command: &'static str, node: &str, pod: &str, container_id: &str) -> Output {
+        Invocation::new(command, &self.sliced, &self.ns, pod, container_id).with_env("NODENAME", node).run().await
+    }
+
+    async fn node_slices(&self) -> usize {
+        list::<NodeSlicePool>(&Api::namespaced(self.admin.clone(), &self.ns)).await.len()
     }
 
     async fn pools(&self) -> Vec<IpPool> {
@@ -501,6 +514,11 @@ enum CniBreak {
     /// After an ADD, DEL succeeds (a failed DEL would leave the pod stuck terminating) and removes the pool
     /// entry, but logs the refusal and leaves the reservation behind for the reconciler.
     DelLeavesReservation,
+    /// An ADD in slice mode is refused and leaves no entry, and this many NodeSlicePools.
+    SlicedAdd(usize),
+    /// In slice mode, with both /29 slices of a /28 owned by other nodes, node-a's address is borrowed from one
+    /// of them; its DEL succeeds but cannot tell where to look, and leaves the entry for the reconciler.
+    BorrowedDel,
 }
 
 async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range: &str) {
@@ -508,6 +526,11 @@ async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range:
     let node = Node::new(&prefix, range).await;
     if matches!(breaks, CniBreak::RepeatedAdd | CniBreak::DelLeavesReservation) {
         node.run("ADD", "web", "c1").await.result();
+    }
+    if matches!(breaks, CniBreak::BorrowedDel) {
+        node.run_sliced("ADD", "node-b", "b", "cb").await.result();
+        node.run_sliced("ADD", "node-c", "c", "cc").await.result();
+        node.run_sliced("ADD", "node-a", "web", "c1").await.result();
     }
     node.grant(deploy::without(&rbac::cni_rules(), resource, verb)).await;
     let what = format!("{breaks:?} without {verb} on {resource}");
@@ -539,6 +562,17 @@ async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range:
             let left = (node.allocations().await, node.reservations().await.len());
             assert_eq!(left, (0, 1), "{what}: (entries, reservations) left");
         }
+        CniBreak::SlicedAdd(node_slices) => {
+            assert_forbidden(&node.run_sliced("ADD", "node-a", "web", "c1").await, &what);
+            assert_eq!(node.allocations().await, 0, "{what}: no entry is left");
+            assert_eq!(node.node_slices().await, node_slices, "{what}: NodeSlicePools");
+        }
+        CniBreak::BorrowedDel => {
+            let out = node.run_sliced("DEL", "node-a", "web", "c1").await;
+            assert!(out.success, "{what}: DEL must not fail for a refusal: {}\n{}", out.stdout, out.stderr);
+            assert!(out.stderr.to_lowercase().contains("forbidden"), "{what}: the log names it:\n{}", out.stderr);
+            assert_eq!(node.allocations().await, 3, "{what}: the borrowed entry is left");
+        }
     }
     // with the verb back, the step works: the failure above was that verb's
     node.grant_all().await;
@@ -546,6 +580,12 @@ async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range:
         CniBreak::Add(_) => assert_eq!(node.run("ADD", "web", "c1").await.ips().len(), 1),
         CniBreak::Status => assert!(node.run("STATUS", "web", "c1").await.success),
         CniBreak::RepeatedAdd => assert_eq!(node.run("ADD", "web", "c2").await.ips().len(), 1),
+        CniBreak::SlicedAdd(_) => assert_eq!(node.run_sliced("ADD", "node-a", "web", "c1").await.ips().len(), 1),
+        CniBreak::BorrowedDel => {
+            let out = node.run_sliced("DEL", "node-a", "web", "c1").await;
+            assert!(out.success, "{}", out.stderr);
+            assert_eq!((node.allocations().await, node.reservations().await.len()), (2, 2), "the borrowed one went");
+        }
         CniBreak::DelLeavesReservation => {
             // the leftover is the reconciler's; a new attachment is released whole
             node.run("ADD", "web2", "c9").await.result();
@@ -580,6 +620,10 @@ cni_verbs! {
     cni_needs_create_on_reservations: "overlappingrangeipreservations", "create" => CniBreak::Add(0), "198.18.49.0/24";
     cni_needs_patch_on_reservations: "overlappingrangeipreservations", "patch" => CniBreak::RepeatedAdd, "198.18.50.0/24";
     cni_needs_delete_on_reservations: "overlappingrangeipreservations", "delete" => CniBreak::DelLeavesReservation, "198.18.51.0/24";
+    cni_needs_list_on_reservations_for_a_borrowed_del: "overlappingrangeipreservations", "list" => CniBreak::BorrowedDel, "198.18.52.0/28";
+    cni_needs_get_on_node_slices: "nodeslicepools", "get" => CniBreak::SlicedAdd(0), "198.18.53.0/24";
+    cni_needs_create_on_node_slices: "nodeslicepools", "create" => CniBreak::SlicedAdd(0), "198.18.54.0/24";
+    cni_needs_patch_on_node_slices: "nodeslicepools", "patch" => CniBreak::SlicedAdd(1), "198.18.55.0/24";
 }
 
 #[test]

@@ -148,8 +148,9 @@ async fn the_cni_identity_may_touch_nothing_but_its_namespaces_pools_and_reserva
         right(W, "ippools", "update"),
         right(W, "ippools", "delete"),
         right(W, "ippools", "watch"),
-        right(W, "overlappingrangeipreservations", "list"),
-        right(W, "nodeslicepools", "get"),
+        right(W, "overlappingrangeipreservations", "watch"),
+        right(W, "nodeslicepools", "update"),
+        right(W, "nodeslicepools", "delete"),
     ] {
         assert!(!deploy::can(&cni, Some(&ns), &denied).await.unwrap(), "{denied} in its namespace");
     }

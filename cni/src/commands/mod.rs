@@ -14,7 +14,8 @@ use std::path::Path;
 use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::codes::Code;
 use hereabouts_ipam::config::{self, LogLevel};
-use hereabouts_ipam::ipam::Request;
+use hereabouts_ipam::ipam::{Request, Scope};
+use hereabouts_ipam::names;
 use hereabouts_ipam::store::{self, ConnectError, KubeStore, Store};
 
 use crate::env::{CniEnv, Command};
@@ -96,7 +97,7 @@ async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Op
     })?;
     let req = request(env);
     let _lock = match env.command {
-        Command::Add => host_lock(&store, &cfg.network_name, &cfg.ranges, &req.node, &budget).await,
+        Command::Add => host_lock(&store, &Scope::from(&cfg), &req.node, &budget).await,
         _ => None,
     };
     let outcome = match env.command {
@@ -140,7 +141,7 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
     };
     let budget = Budget::new(cfg.timeout);
     let req = request(env);
-    let _lock = host_lock(&store, &cfg.network_name, &cfg.ranges, &req.node, &budget).await;
+    let _lock = host_lock(&store, &Scope::from(&cfg), &req.node, &budget).await;
     let outcome = match valid {
         Some(valid) => gc::run(&store, &cfg, &req.node, &valid, &budget).await,
         None => del::run(&store, &cfg, &req, &budget).await,
@@ -161,20 +162,13 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
 /// The host lock of the pools an invocation writes ([`lock`]), waited for at most a third of what is left of
 /// the budget: past that, the holder is likely stuck on an API server that does not answer, and going on
 /// without the lock is safe.
-async fn host_lock<S: Store>(
-    store: &S,
-    network_name: &str,
-    ranges: &[hereabouts_ipam::range::IpRange],
-    node: &str,
-    budget: &Budget,
-) -> Option<HostLock> {
+async fn host_lock<S: Store>(store: &S, scope: &Scope<'_>, node: &str, budget: &Budget) -> Option<HostLock> {
     let dir = std::path::Path::new(lock::DEFAULT_DIR);
-    let paths = ranges
-        .iter()
-        .map(|r| {
-            let pool = hereabouts_ipam::names::pool_name(network_name, r.cidr());
-            lock::key_path(dir, store.namespace(), &pool, node)
-        })
-        .collect();
+    // in slice mode, the node's slices of the network: one lock for them all
+    let objects: Vec<String> = match scope.sliced {
+        true => vec![names::node_slice_pool_name(scope.network_name, scope.network)],
+        false => scope.ranges.iter().map(|r| names::pool_name(scope.network_name, r.cidr())).collect(),
+    };
+    let paths = objects.iter().map(|o| lock::key_path(dir, store.namespace(), o, node)).collect();
     lock::acquire(paths, budget.remaining() / 3).await
 }

@@ -249,6 +249,11 @@ impl fmt::Display for LogLevel {
 }
 
 impl IpamConfig {
+    /// The prefix length of a node's slice, in slice mode (`node_slice_size`, DESIGN §7).
+    pub fn node_slice_prefix(&self) -> Option<u8> {
+        self.node_slice_size.as_deref().and_then(netconf::slice_prefix)
+    }
+
     /// The requested address that range `index` gives, if any: each requested address goes to the first range
     /// that can hand it out (ranges may overlap) and gives no other one.
     pub fn requested_for(&self, index: usize) -> Option<IpAddr> {

@@ -46,6 +46,8 @@ pub struct ReleaseConfig {
     pub ranges: Vec<IpRange>,
     /// `ipam.enable_overlapping_ranges`, default `true`.
     pub overlapping_ranges: bool,
+    /// Whether `ipam.node_slice_size` is set (slice mode, DESIGN §7).
+    pub sliced: bool,
     /// `ipam.kubernetes.kubeconfig`.
     pub kubeconfig: Option<PathBuf>,
     /// `ipam.log_file`.
@@ -70,6 +72,7 @@ impl From<IpamConfig> for ReleaseConfig {
             network_name: c.network_name,
             ranges: c.ranges,
             overlapping_ranges: c.overlapping_ranges,
+            sliced: c.node_slice_size.is_some(),
             kubeconfig: c.kubeconfig,
             log_file: c.log_file,
             log_level: c.log_level,
@@ -134,6 +137,7 @@ fn lenient(input: &Input<'_>, flat_file_paths: &[PathBuf], refusal: &ConfigError
         network_name: String::new(),
         ranges: Vec::new(),
         overlapping_ranges: true,
+        sliced: false,
         kubeconfig: None,
         log_file: None,
         log_level: LogLevel::default(),
@@ -225,6 +229,7 @@ fn read_ipam(ipam: &Map<String, Value>, flat_file_paths: &[PathBuf], out: &mut R
     out.network_name = raw.network_name.map(|f| f.value).unwrap_or_default();
     out.ranges = ranges;
     out.overlapping_ranges = raw.overlapping_ranges.is_none_or(|f| f.value);
+    out.sliced = raw.node_slice_size.is_some();
     out.kubeconfig = raw.kubeconfig.map(|f| f.value);
     out.log_file = raw.log_file.map(|f| f.value);
     out.log_level = raw.log_level.map(|f| f.value).unwrap_or_default();

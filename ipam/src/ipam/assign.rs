@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use super::decide::{self, Ask, AtOffset, Me, Plan};
 use super::journal::{Journal, Written, remove_entry};
 use super::reservation::{self, Claimed as Reserved};
+use super::sliced::SlicedAdd;
 use super::{Assigned, IpamError, Request};
 use crate::budget::Budget;
 use crate::config::IpamConfig;
@@ -29,11 +30,22 @@ pub async fn assign(
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
     for (index, range) in cfg.ranges.iter().enumerate() {
-        let mut add = RangeAdd::new(store, cfg, req, &me, range, budget);
-        add.requested = cfg.requested_for(index);
         // ranges of one config may overlap: an address an earlier range gave is not this one's to give again
-        add.given = assigned.iter().filter_map(|a: &Assigned| range.offset_of(a.ip)).collect();
-        match add.run(&mut journal).await {
+        let given: Vec<IpAddr> = assigned.iter().map(|a: &Assigned| a.ip).collect();
+        let requested = cfg.requested_for(index);
+        let outcome = match cfg.node_slice_prefix() {
+            Some(prefix) => {
+                let add = SlicedAdd { store, cfg, req, me: &me, range, budget, prefix, requested, given: &given };
+                add.run(&mut journal).await
+            }
+            None => {
+                let mut add = RangeAdd::new(store, cfg, req, &me, range, budget);
+                add.requested = requested;
+                add.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
+                add.run(&mut journal).await
+            }
+        };
+        match outcome {
             Ok(ip) => assigned.push(Assigned {
                 ip,
                 prefix_len: range.cidr().prefix_len(),
@@ -50,8 +62,8 @@ pub async fn assign(
     Ok(assigned)
 }
 
-/// One range's share of an ADD.
-struct RangeAdd<'a, S> {
+/// One range's share of an ADD, in one pool (the range's, or one slice's in slice mode).
+pub(super) struct RangeAdd<'a, S> {
     store: &'a S,
     cfg: &'a IpamConfig,
     me: &'a Me<'a>,
@@ -59,9 +71,11 @@ struct RangeAdd<'a, S> {
     range: &'a IpRange,
     budget: &'a Budget,
     pool: String,
-    requested: Option<IpAddr>,
+    pub(super) requested: Option<IpAddr>,
     /// Offsets of addresses earlier ranges of this ADD gave.
-    given: BTreeSet<u128>,
+    pub(super) given: BTreeSet<u128>,
+    /// The pool as already read, if it was.
+    pub(super) read: Option<IpPool>,
     /// The entry this sandbox writes.
     entry: IpAllocation,
 }
@@ -96,7 +110,7 @@ enum Added {
 }
 
 impl<'a, S: Store> RangeAdd<'a, S> {
-    fn new(
+    pub(super) fn new(
         store: &'a S,
         cfg: &'a IpamConfig,
         req: &'a Request,
@@ -114,6 +128,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             pool: names::pool_name(&cfg.network_name, range.cidr()),
             requested: None,
             given: BTreeSet::new(),
+            read: None,
             entry: IpAllocation {
                 id: req.container_id.clone(),
                 podref: me.podref.to_string(),
@@ -127,12 +142,21 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         }
     }
 
-    async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
+    /// The same, in the pool named `pool` (a slice's).
+    pub(super) fn in_pool(mut self, pool: String) -> Self {
+        self.pool = pool;
+        self
+    }
+
+    pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
         let mut excluded = self.given.clone();
         let mut preferred = None;
         let mut spread = false;
         let mut seed = crate::entropy::random(self.me.container.as_bytes());
-        let mut pool = self.read_pool().await?;
+        let mut pool = match &self.read {
+            Some(pool) => pool.clone(),
+            None => self.read_pool().await?,
+        };
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool)));
@@ -241,7 +265,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             let range = names::range_string(self.range.cidr());
             let created = self
                 .budget
-                .retry(StoreError::is_transient, || self.store.create_pool(&self.pool, &range))
+                .retry(StoreError::is_transient, || self.store.create_pool(&self.pool, &range, &self.cfg.network_name))
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool), e))?;
             if let Created::Created(pool) = created {

@@ -8,6 +8,7 @@ mod journal;
 mod reclaim;
 mod release;
 mod reservation;
+mod sliced;
 
 pub use assign::assign;
 pub use reclaim::{
@@ -52,6 +53,8 @@ pub struct Scope<'a> {
     pub ranges: &'a [IpRange],
     /// Whether the network claims addresses with reservations.
     pub overlapping_ranges: bool,
+    /// Slice mode (`node_slice_size`): the range's entries live in its slices' pools.
+    pub sliced: bool,
 }
 
 impl<'a> From<&'a IpamConfig> for Scope<'a> {
@@ -61,6 +64,7 @@ impl<'a> From<&'a IpamConfig> for Scope<'a> {
             network_name: &cfg.network_name,
             ranges: &cfg.ranges,
             overlapping_ranges: cfg.overlapping_ranges,
+            sliced: cfg.node_slice_prefix().is_some(),
         }
     }
 }
@@ -72,6 +76,7 @@ impl<'a> From<&'a ReleaseConfig> for Scope<'a> {
             network_name: &cfg.network_name,
             ranges: &cfg.ranges,
             overlapping_ranges: cfg.overlapping_ranges,
+            sliced: cfg.sliced,
         }
     }
 }
@@ -144,6 +149,15 @@ pub enum IpamError {
         /// What the server said.
         message: String,
     },
+    /// The network's NodeSlicePool does not slice the range as the config says (another NAD of the network
+    /// differs), or cannot be used.
+    #[error("node slices {name}: {message}")]
+    SliceMismatch {
+        /// The NodeSlicePool's name.
+        name: String,
+        /// What does not match.
+        message: String,
+    },
     /// An API request failed.
     #[error(transparent)]
     Store(Box<StoreError>),
@@ -165,6 +179,7 @@ impl IpamError {
             IpamError::Missing { .. } => Code::AllocationMissing,
             IpamError::PoolTooLarge { .. } => Code::PoolTooLarge,
             IpamError::Refused { .. } => Code::StoreRefused,
+            IpamError::SliceMismatch { .. } => Code::InvalidConfig,
             IpamError::Store(e) if e.is_transient() => Code::TryAgainLater,
             IpamError::Store(e) if e.failure == Failure::TooLarge => Code::PoolTooLarge,
             IpamError::Store(_) => Code::StoreRefused,

@@ -24,7 +24,13 @@ pub enum Reclaimed {
 /// The range of `pool` and the network its name says it belongs to, if both can be read.
 pub fn pool_scope(pool: &IpPool) -> Option<(IpRange, String)> {
     let range = IpRange::parse(&pool.spec.range, None, None, &[]).ok()?;
-    let network = names::network_of_pool(pool.metadata.name.as_deref()?, range.cidr())?;
+    let name = pool.metadata.name.as_deref()?;
+    // what hereabouts wrote when it made the pool, if its name agrees; else what the name says
+    let annotated = pool.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));
+    if let Some(network) = annotated.filter(|n| n.is_empty() || name.starts_with(&format!("{n}-"))) {
+        return Some((range, network.clone()));
+    }
+    let network = names::network_of_pool(name, range.cidr())?;
     Some((range, network))
 }
 

@@ -58,37 +58,135 @@ async fn release_entry(
     Ok(())
 }
 
+/// Which pools of a range to search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// Every pool that may hold an entry of the range.
+    All,
+    /// In slice mode, the node's own slices first, and the others only if nothing was found there (DEL: a pod's
+    /// address is in its node's slice unless it was borrowed).
+    OwnFirst,
+}
+
+/// The pools of `range` in `scope`, each with the part of the range it holds: the range's pool, or in slice mode
+/// the pools of its slices that have an owner, `node`'s first. Reading the NodeSlicePool can fail like any read.
+async fn pools_of(
+    store: &impl Store,
+    scope: &Scope<'_>,
+    range: &IpRange,
+    node: &str,
+    budget: &Budget,
+) -> Result<Vec<(String, IpRange, bool)>, IpamError> {
+    if !scope.sliced {
+        return Ok(vec![(names::pool_name(scope.network_name, range.cidr()), range.clone(), true)]);
+    }
+    let name = names::node_slice_pool_name(scope.network_name, scope.network);
+    let found = budget
+        .retry(StoreError::is_transient, || store.get_node_slices(&name))
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("node slices {name}: get"), e))?;
+    let Some(pool) = found else { return Ok(Vec::new()) };
+    let mut slices: Vec<_> = crate::slices::slices_of(&pool).into_iter().filter(|s| !s.node.is_empty()).collect();
+    slices.sort_by_key(|s| s.node != node);
+    Ok(slices
+        .into_iter()
+        .filter_map(|s| {
+            let sub = range.slice(s.cidr)?;
+            Some((s.pool_name(scope.network_name), sub, s.node == node))
+        })
+        .collect())
+}
+
 /// Releases, in every range of `scope`, the entries `wanted` selects. Keeps going after a failure and returns
 /// them all. Returns how many entries were released.
 async fn release_where(
     store: &impl Store,
     scope: &Scope<'_>,
+    node: &str,
+    search: Search,
     budget: &Budget,
     wanted: impl Fn(&IpAllocation) -> bool,
 ) -> Result<usize, IpamError> {
     let mut released = 0;
     let mut errors = Vec::new();
     for range in scope.ranges {
-        let name = names::pool_name(scope.network_name, range.cidr());
-        let pool = match read_pool(store, &name, budget).await {
-            Ok(Some(pool)) => pool,
-            Ok(None) => continue,
+        let pools = match pools_of(store, scope, range, node, budget).await {
+            Ok(pools) => pools,
             Err(e) => {
                 errors.push(e);
                 continue;
             }
         };
-        for (offset, held) in entries(&pool, &wanted) {
-            match release_entry(store, scope, range, &name, offset, held, budget).await {
-                Ok(()) => released += 1,
+        let mut found_own = false;
+        let mut borrowed: Option<Vec<String>> = None;
+        for (name, sub, own) in &pools {
+            if !own && search == Search::OwnFirst {
+                if found_own {
+                    break;
+                }
+                // An address borrowed from another node's slice is reserved under this node's label: one list
+                // says which other pools to read, instead of reading every slice's.
+                if scope.overlapping_ranges && borrowed.is_none() {
+                    borrowed = Some(borrowed_reservations(store, node, budget, &wanted).await.unwrap_or_else(|e| {
+                        errors.push(e);
+                        Vec::new()
+                    }));
+                }
+                if let Some(names) = &borrowed
+                    && !names.iter().any(|n| names::reservation_address(n, scope.network_name, sub).is_some())
+                {
+                    continue;
+                }
+            }
+            let pool = match read_pool(store, name, budget).await {
+                Ok(Some(pool)) => pool,
+                Ok(None) => continue,
                 Err(e) => {
-                    tracing::error!(pool = %name, offset, error = %e, "release failed");
                     errors.push(e);
+                    continue;
+                }
+            };
+            for (offset, held) in entries(&pool, &wanted) {
+                found_own |= *own;
+                match release_entry(store, scope, sub, name, offset, held, budget).await {
+                    Ok(()) => released += 1,
+                    Err(e) => {
+                        tracing::error!(pool = %name, offset, error = %e, "release failed");
+                        errors.push(e);
+                    }
                 }
             }
         }
     }
     IpamError::all(errors).map_or(Ok(released), Err)
+}
+
+/// The reservations labelled with `node` of the attachments `wanted` selects.
+async fn borrowed_reservations(
+    store: &impl Store,
+    node: &str,
+    budget: &Budget,
+    wanted: &impl Fn(&IpAllocation) -> bool,
+) -> Result<Vec<String>, IpamError> {
+    let Some(label) = crate::store::node_label_value(node) else { return Ok(Vec::new()) };
+    let listed = budget
+        .retry(StoreError::is_transient, || store.list_reservations(Some(label)))
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("reservations of node {node}: list"), e))?;
+    Ok(listed
+        .iter()
+        .filter(|r| {
+            let spec = &r.spec;
+            let held = IpAllocation {
+                id: spec.containerid.clone(),
+                podref: spec.podref.clone(),
+                ifname: spec.ifname.clone(),
+                ..IpAllocation::default()
+            };
+            wanted(&held)
+        })
+        .filter_map(|r| r.metadata.name.clone())
+        .collect())
 }
 
 /// Releases every address the attachment `req` holds in the ranges of `scope` (matched on container id and
@@ -99,20 +197,29 @@ pub async fn release(
     req: &Request,
     budget: &Budget,
 ) -> Result<usize, IpamError> {
-    release_where(store, scope, budget, |a| a.id == req.container_id && a.ifname == req.ifname).await
+    let wanted = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
+    release_where(store, scope, &req.node, Search::OwnFirst, budget, wanted).await
 }
 
 /// Verifies that the attachment `req` holds an address in every range of `scope`.
 pub async fn check(store: &impl Store, scope: &Scope<'_>, req: &Request, budget: &Budget) -> Result<(), IpamError> {
+    let mine = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
     for range in scope.ranges {
-        let name = names::pool_name(scope.network_name, range.cidr());
-        let pool = read_pool(store, &name, budget).await?;
-        let found = pool.as_ref().is_some_and(|p| {
-            entries(p, &|a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname).next().is_some()
-        });
+        let mut found = false;
+        let pools = pools_of(store, scope, range, &req.node, budget).await?;
+        for (name, _, _) in &pools {
+            if read_pool(store, name, budget).await?.is_some_and(|p| entries(&p, &mine).next().is_some()) {
+                found = true;
+                break;
+            }
+        }
         if !found {
+            let pool = match scope.sliced {
+                true => names::node_slice_pool_name(scope.network_name, scope.network),
+                false => names::pool_name(scope.network_name, range.cidr()),
+            };
             return Err(IpamError::Missing {
-                pool: name,
+                pool,
                 container_id: req.container_id.clone(),
                 ifname: req.ifname.clone(),
             });
@@ -139,7 +246,7 @@ pub async fn gc(
         let allocated = a.allocated.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
         allocated.is_some_and(|at| now.duration_since(at).unsigned_abs() >= super::SETTLE_TIME && at <= now)
     };
-    release_where(store, scope, budget, |a| {
+    release_where(store, scope, node, Search::All, budget, |a| {
         settled(a)
             && a.node.as_deref() == Some(node)
             && a.network.as_deref() == Some(scope.network)

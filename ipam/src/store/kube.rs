@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Claim, Created, Deleted, Failure, Patched, Store, StoreError, Version};
 use crate::crd::{
-    IpAllocation, IpPool, IpPoolSpec, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
     OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
 };
 
@@ -127,8 +127,8 @@ impl Store for KubeStore {
         self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
     }
 
-    async fn create_pool(&self, name: &str, range: &str) -> Result<Created<IpPool>, StoreError> {
-        let pool = IpPool::new(name, IpPoolSpec { range: range.to_string(), allocations: BTreeMap::new() });
+    async fn create_pool(&self, name: &str, range: &str, network_name: &str) -> Result<Created<IpPool>, StoreError> {
+        let pool = super::pool_object(name, range, network_name);
         match self.pools.create(&PostParams::default(), &pool).await {
             Ok(created) => Ok(Created::Created(created)),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{Claim, Created, Deleted, Failure, NODE_LABEL, Patched, Store, StoreError, Version};
 use crate::crd::{
-    IpAllocation, IpPool, IpPoolSpec, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
     OverlappingRangeIpReservation,
 };
 
@@ -415,12 +415,12 @@ impl Store for MemoryStore {
         self.call(Op::GetPool, "pool", name, |s| Ok(s.pools.get(name).cloned())).await
     }
 
-    async fn create_pool(&self, name: &str, range: &str) -> Result<Created<IpPool>, StoreError> {
+    async fn create_pool(&self, name: &str, range: &str, network_name: &str) -> Result<Created<IpPool>, StoreError> {
         self.call(Op::CreatePool, "pool", name, |s| {
             if s.pools.contains_key(name) {
                 return Ok(Created::Exists);
             }
-            let mut pool = IpPool::new(name, IpPoolSpec { range: range.to_string(), allocations: BTreeMap::new() });
+            let mut pool = super::pool_object(name, range, network_name);
             pool.metadata.namespace = Some(self.namespace.clone());
             pool.metadata.resource_version = Some(s.bump());
             pool.metadata.uid = Some(format!("uid-{}", s.version));

@@ -33,6 +33,19 @@ pub const NODE_LABEL: &str = "hereabouts.cni.cncf.io/node";
 /// time is older than any ADD can run.
 pub const CLAIMED_ANNOTATION: &str = "hereabouts.cni.cncf.io/claimed";
 
+/// The annotation naming the `network_name` of the pools hereabouts creates. A slice pool's name
+/// (`<network>-<node>-<slice>`) cannot tell its network from its node, and the reservations of its entries are
+/// named after the network.
+pub const NETWORK_ANNOTATION: &str = "hereabouts.cni.cncf.io/network-name";
+
+/// The pool object `create_pool` writes.
+pub fn pool_object(name: &str, range: &str, network_name: &str) -> IpPool {
+    let mut pool =
+        IpPool::new(name, crate::crd::IpPoolSpec { range: range.to_string(), allocations: Default::default() });
+    pool.metadata.annotations = Some([(NETWORK_ANNOTATION.to_string(), network_name.to_string())].into());
+    pool
+}
+
 /// What a create did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created<T> {
@@ -166,8 +179,14 @@ pub trait Store: Send + Sync {
     /// Reads the pool `name`, or `None` when it does not exist.
     fn get_pool(&self, name: &str) -> impl Future<Output = Result<Option<IpPool>, StoreError>> + Send;
 
-    /// Creates the pool `name` for `range` with no allocations.
-    fn create_pool(&self, name: &str, range: &str) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
+    /// Creates the pool `name` for `range` of the network `network_name` ([`NETWORK_ANNOTATION`]) with no
+    /// allocations.
+    fn create_pool(
+        &self,
+        name: &str,
+        range: &str,
+        network_name: &str,
+    ) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
 
     /// Every pool of the namespace.
     fn list_pools(&self) -> impl Future<Output = Result<Vec<IpPool>, StoreError>> + Send;

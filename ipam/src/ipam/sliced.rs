@@ -1,0 +1,199 @@
+//! ADD in slice mode (DESIGN §7): the range is cut into slices listed in a NodeSlicePool; a node allocates in its
+//! own slices' pools (one object per node and slice, so nodes never contend), claims a free slice with a guarded
+//! patch when its own are full, and borrows from another node's slice when none is free. Within a slice, the
+//! ordinary protocol of DESIGN §5 runs unchanged ([`RangeAdd`]), reservations included.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::assign::RangeAdd;
+use super::decide::Me;
+use super::journal::Journal;
+use super::{IpamError, Request};
+use crate::budget::Budget;
+use crate::config::IpamConfig;
+use crate::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec};
+use crate::names;
+use crate::range::IpRange;
+use crate::slices::{self, Next, Slice};
+use crate::store::{Created, Patched, Store, StoreError};
+
+/// One range's share of an ADD in slice mode.
+pub(super) struct SlicedAdd<'a, S> {
+    pub store: &'a S,
+    pub cfg: &'a IpamConfig,
+    pub req: &'a Request,
+    pub me: &'a Me<'a>,
+    pub range: &'a IpRange,
+    pub budget: &'a Budget,
+    /// The slices' prefix length.
+    pub prefix: u8,
+    pub requested: Option<IpAddr>,
+    /// Addresses earlier ranges of this ADD gave.
+    pub given: &'a [IpAddr],
+}
+
+impl<S: Store> SlicedAdd<'_, S> {
+    pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
+        let name = names::node_slice_pool_name(&self.cfg.network_name, &self.cfg.name);
+        let mut slices = self.read_slices(&name).await?;
+        let (preferred, mut read) = self.find_mine(&slices).await?;
+        let mut full: BTreeSet<IpNet> = BTreeSet::new();
+        let mut seed = crate::entropy::random(self.me.container.as_bytes());
+        let mut claims = 0;
+        loop {
+            if self.budget.expired() {
+                return Err(IpamError::Expired(format!("node slices {name}: no address claimed in time")));
+            }
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let next = match self.requested {
+                Some(ip) => self.requested_next(&slices, ip)?,
+                None => slices::next(&slices, &self.req.node, &full, preferred, seed >> 16),
+            };
+            match next {
+                Next::Own(slice) | Next::Borrow(slice) => {
+                    let Some(sub) = self.range.slice(slice.cidr) else {
+                        full.insert(slice.cidr);
+                        continue;
+                    };
+                    let pool = slice.pool_name(&self.cfg.network_name);
+                    if slice.node != self.req.node {
+                        tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing");
+                    }
+                    let mut add =
+                        RangeAdd::new(self.store, self.cfg, self.req, self.me, &sub, self.budget).in_pool(pool.clone());
+                    add.requested = self.requested;
+                    add.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
+                    add.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
+                    match add.run(journal).await {
+                        Ok(ip) => return Ok(ip),
+                        Err(IpamError::Exhausted { .. }) if self.requested.is_none() => {
+                            full.insert(slice.cidr);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Next::Claim(slice) => {
+                    self.budget
+                        .pause(claims)
+                        .await
+                        .map_err(|_| IpamError::Expired(format!("node slices {name}: claim a slice")))?;
+                    claims += 1;
+                    self.claim(&name, &slice).await?;
+                    slices = self.read_slices(&name).await?;
+                }
+                Next::Full => {
+                    return Err(IpamError::Exhausted { pool: name, range: self.range.cidr().to_string() });
+                }
+            }
+        }
+    }
+
+    /// Where a requested address is allocated: in the slice that holds it, claimed first when it is free.
+    fn requested_next(&self, slices: &[Slice], ip: IpAddr) -> Result<Next, IpamError> {
+        let unusable = || IpamError::RequestedUnusable { ip, range: self.range.cidr().to_string() };
+        let slice = slices::slice_of(slices, ip).ok_or_else(unusable)?;
+        Ok(match slice.node.as_str() {
+            "" => Next::Claim(slice.clone()),
+            node if node == self.req.node => Next::Own(slice.clone()),
+            _ => Next::Borrow(slice.clone()),
+        })
+    }
+
+    /// The node's own slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod),
+    /// and that pool; else the pool of the node's first slice, read on the way.
+    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>), IpamError> {
+        let mut first = None;
+        for slice in slices.iter().filter(|s| s.node == self.req.node) {
+            let name = slice.pool_name(&self.cfg.network_name);
+            let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
+            if pool.spec.allocations.values().any(|a| self.me.is_attachment(a)) {
+                return Ok((Some(slice.cidr), Some(pool)));
+            }
+            first.get_or_insert(pool);
+        }
+        Ok((None, first))
+    }
+
+    /// The NodeSlicePool `name`'s slices; the pool is created, every slice free, when it does not exist.
+    async fn read_slices(&self, name: &str) -> Result<Vec<Slice>, IpamError> {
+        let mut attempt = 0;
+        loop {
+            self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("node slices {name}: get")))?;
+            attempt += 1;
+            if let Some(pool) = self.get(name, || self.store.get_node_slices(name)).await? {
+                return self.check(&pool);
+            }
+            let cidr = self.range.cidr();
+            let spec = NodeSlicePoolSpec { range: names::range_string(cidr), slice_size: format!("/{}", self.prefix) };
+            let free = slices::all_free(cidr, self.prefix)
+                .map_err(|e| IpamError::SliceMismatch { name: name.to_string(), message: e.to_string() })?;
+            let created = self
+                .budget
+                .retry(StoreError::is_transient, || self.store.create_node_slices(name, &spec, &free))
+                .await
+                .map_err(|e| IpamError::from_retry(&format!("node slices {name}: create"), e))?;
+            if let Created::Created(pool) = created {
+                tracing::info!(node_slices = name, range = %cidr, slice = self.prefix, "node slices created");
+                return self.check(&pool);
+            }
+            // another node just made it: read it
+        }
+    }
+
+    /// The slices of `pool`, if it slices this range as the config says.
+    fn check(&self, pool: &NodeSlicePool) -> Result<Vec<Slice>, IpamError> {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let range: Option<IpNet> = pool.spec.range.parse().ok();
+        let prefix = slices::parse_slice_size(&pool.spec.slice_size);
+        if range.map(|r| r.trunc()) != Some(self.range.cidr()) || prefix != Some(self.prefix) {
+            return Err(IpamError::SliceMismatch {
+                name,
+                message: format!(
+                    "it slices {} into {}, this config {} into /{}",
+                    pool.spec.range,
+                    pool.spec.slice_size,
+                    self.range.cidr(),
+                    self.prefix
+                ),
+            });
+        }
+        let slices = slices::slices_of(pool);
+        if slices.is_empty() {
+            return Err(IpamError::SliceMismatch { name, message: "it lists no slices".into() });
+        }
+        Ok(slices)
+    }
+
+    /// Gives the free `slice` to this node. Whatever the answer, the caller reads the slices again: a refused
+    /// claim lost to another node, a claim whose answer was lost shows as ours.
+    async fn claim(&self, name: &str, slice: &Slice) -> Result<(), IpamError> {
+        let node = &self.req.node;
+        let stored = slice.stored();
+        let outcome = self
+            .budget
+            .retry(StoreError::is_transient, || self.store.move_slice(name, slice.index, &stored, node))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("node slices {name}: claim {}", slice.cidr), e))?;
+        match outcome {
+            Patched::Applied => tracing::info!(node_slices = name, slice = %slice.cidr, "slice claimed"),
+            Patched::Refused(message) => {
+                tracing::debug!(node_slices = name, slice = %slice.cidr, %message, "slice claimed by another node first")
+            }
+            Patched::Missing => tracing::warn!(node_slices = name, "node slices deleted while claiming"),
+        }
+        Ok(())
+    }
+
+    async fn get<T, F>(&self, name: &str, op: impl Fn() -> F) -> Result<Option<T>, IpamError>
+    where
+        F: Future<Output = Result<Option<T>, StoreError>>,
+    {
+        self.budget
+            .retry(StoreError::is_transient, op)
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("{name}: get"), e))
+    }
+}
