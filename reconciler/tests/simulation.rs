@@ -39,11 +39,14 @@ const ORPHAN_AGE: Duration = Duration::from_secs(300);
 const KILL_AFTER: Duration = Duration::from_secs(120);
 
 /// The networks: two overlapping IPv4 ranges of one network (their reservations are shared), one of them with
-/// the random strategy, and a dual-stack one.
-const NETWORKS: [&str; 3] = [
+/// the random strategy, a dual-stack one, and the first range again in slice mode: four /30 slices for three
+/// nodes, so that nodes claim slices, race for them and borrow, while single-pool writers of the same addresses
+/// meet them only through the reservations.
+const NETWORKS: [&str; 4] = [
     r#"{"cniVersion":"1.0.0","name":"net-a","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-b","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/29","allocation_strategy":"random","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-c","type":"macvlan","ipam":{"type":"hereabouts","ipRanges":[{"range":"198.18.1.0/29"},{"range":"2001:db8::/125"}],"kubernetes":{"kubeconfig":"/k"}}}"#,
+    r#"{"cniVersion":"1.0.0","name":"net-d","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","node_slice_size":"/30","kubernetes":{"kubeconfig":"/k"}}}"#,
 ];
 
 fn cases() -> u32 {

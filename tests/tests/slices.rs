@@ -260,3 +260,56 @@ async fn a_second_range_in_slice_mode_is_refused_before_anything_is_written() {
     assert!(nsps.items.is_empty());
     assert_eq!(fx.object_count().await, (0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whereabouts_fast_ipam_and_hereabouts_on_one_range_never_share_an_address() {
+    let fx = CniFixture::new("slice-mixed").await;
+    // the NodeSlicePool as Whereabouts' controller leaves it for two Whereabouts nodes; the rest is free
+    let mut allocations: Vec<NodeSliceAllocation> = (0..8)
+        .map(|i| NodeSliceAllocation { node_name: String::new(), slice_range: format!("198.18.88.{}/27", i * 32) })
+        .collect();
+    allocations[0].node_name = "wb-0".into();
+    allocations[1].node_name = "wb-1".into();
+    let mut nsp =
+        NodeSlicePool::new("mixed", NodeSlicePoolSpec { range: "198.18.88.0/24".into(), slice_size: "/27".into() });
+    nsp.status = Some(NodeSlicePoolStatus { allocations });
+    Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &nsp).await.unwrap();
+
+    let config = fx.netconf("1.1.0", "mixed", json!({"range": "198.18.88.0/24", "node_slice_size": "/27"}));
+    let mut runs = Vec::new();
+    for i in 0..64 {
+        let pod = format!("pod-{i}");
+        let inv = if i % 3 == 0 {
+            hereabouts_tests::plugin::whereabouts(fx.cluster, &fx.ns, "ADD", &config, &pod, &format!("c-{pod}"))
+                .with_env("NODENAME", &format!("wb-{}", i % 2))
+        } else {
+            fx.invocation("ADD", &config, &pod, &format!("c-{pod}")).with_env("NODENAME", &format!("h-{}", i % 4))
+        };
+        runs.push(async move { (i, inv.run().await) });
+    }
+    let outputs: Vec<(usize, Output)> = stream::iter(runs).buffer_unordered(16).collect().await;
+    let mut given = Vec::new();
+    for (i, out) in &outputs {
+        assert!(
+            out.success,
+            "pod-{i} ({}): {}\n{}",
+            if i % 3 == 0 { "Whereabouts" } else { "hereabouts" },
+            out.stdout,
+            out.stderr
+        );
+        given.extend(out.ips());
+    }
+    let distinct: BTreeSet<IpAddr> = given.iter().copied().collect();
+    assert_eq!(distinct.len(), 64, "an address was handed out twice: {given:?}");
+    let pools = fx.pools().await;
+    let held = held(&pools);
+    let addresses: BTreeSet<IpAddr> = held.iter().map(|(ip, _)| *ip).collect();
+    assert_eq!((held.len(), addresses), (64, distinct), "the pools hold exactly what was handed out");
+    // each plugin wrote its own nodes' slice pools
+    let owners = owners(&node_slices(&fx, "mixed").await);
+    for pool in &pools {
+        let owner = &owners[&pool.spec.range];
+        assert!(pool.metadata.name.as_deref().unwrap().starts_with(&format!("{owner}-")), "{:?}", pool.metadata.name);
+    }
+    assert_eq!(owners.values().filter(|n| n.starts_with("h-")).count(), 4, "{owners:?}");
+}
