@@ -7,6 +7,7 @@ pub mod http;
 pub mod install_cni;
 pub mod leader;
 pub mod metrics;
+pub mod node_slices;
 pub mod pods;
 pub mod release;
 pub mod run;

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::KubeCluster;
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
+use crate::node_slices::{self, SliceKeeper};
 use crate::pods::NodeLoop;
 use crate::release::Releaser;
 use crate::schedule::ScheduleSource;
@@ -73,6 +74,13 @@ pub struct Args {
     /// This instance's identity in the Lease (the DaemonSet passes the pod name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// How often the leader gives Nodes without a slice one, and frees the slices of gone Nodes (slice mode).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    slice_interval: Duration,
+    /// How long a gone Node's slice pool must stay empty before its slice is freed: longer than any ADD that may
+    /// still be borrowing from it.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    slice_grace: Duration,
 }
 
 /// `90s`, `2m`, `500ms` or a bare number of seconds.
@@ -203,6 +211,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lease_failures,
         shutdown.clone(),
     ));
+    let keeper =
+        SliceKeeper::new(KubeStore::new(client.clone(), &args.namespace), Api::all(client.clone()), args.slice_grace);
+    tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));
     tasks.spawn(crate::schedule::watch_source(source, schedule_tx, args.reload_interval, shutdown.clone()));
 

@@ -37,6 +37,9 @@ pub struct ReconcilerOptions {
     pub kubeconfig: Option<PathBuf>,
     /// `--node-resync`: how often the node loop looks again without an event.
     pub node_resync: String,
+    /// `--slice-interval` and `--slice-grace`: the leader's node-slice passes.
+    pub slice_interval: String,
+    pub slice_grace: String,
 }
 
 impl ReconcilerOptions {
@@ -51,6 +54,8 @@ impl ReconcilerOptions {
             orphan_age: "2s".into(),
             kubeconfig: None,
             node_resync: "2s".into(),
+            slice_interval: "1s".into(),
+            slice_grace: "2s".into(),
             // the Role allows the reconciler this one Lease; Leases are per namespace, so tests do not collide
             lease: deploy::LEASE_NAME.into(),
         }
@@ -86,6 +91,7 @@ impl Reconciler {
             .arg(config_dir.join("absent.conf"))
             .args(["--cron-expression", &opts.cron, "--grace-period", &opts.grace, "--lease-name", &opts.lease])
             .args(["--orphan-age", &opts.orphan_age, "--node-resync", &opts.node_resync])
+            .args(["--slice-interval", &opts.slice_interval, "--slice-grace", &opts.slice_grace])
             .args(["--listen", &listen])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

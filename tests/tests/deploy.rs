@@ -152,14 +152,16 @@ fn each_identity_is_granted_exactly_its_list() {
     assert_same("CNI, cluster-wide", &deploy::cluster_rights(Identity::Cni), &BTreeSet::new());
 
     let reconciler = grants(&[
-        (W, "ippools", &["get", "list", "watch", "patch"], None),
+        (W, "ippools", &["get", "list", "watch", "patch", "delete"], None),
         (W, "overlappingrangeipreservations", &["get", "list", "watch", "create", "delete"], None),
+        (W, "nodeslicepools", &["list", "patch"], None),
         ("coordination.k8s.io", "leases", &["get", "update"], Some(deploy::LEASE_NAME)),
         ("", "serviceaccounts/token", &["create"], Some(deploy::CNI_NAME)),
     ]);
     assert_same("reconciler, pool namespace", &deploy::namespaced_rights(Identity::Restricted), &reconciler);
     let cluster = grants(&[
         ("", "pods", &["get", "list", "watch"], None),
+        ("", "nodes", &["list"], None),
         // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
         ("events.k8s.io", "events", &["create", "patch"], None),
     ]);

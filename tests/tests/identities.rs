@@ -12,7 +12,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::crd::{
+    IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus, OverlappingRangeIpReservation,
+};
 use hereabouts_tests::deploy::{self, named, right};
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
@@ -337,6 +339,10 @@ enum Job {
     /// An address held by two pods is reported on every cluster reconcile: the Recorder makes the repeats of
     /// one Event a series (a patch of it). Without the verb, the Event stays a single one.
     RepeatEvent,
+    /// The leader as node-slice controller: a Node without a slice gets one, and the slice of a gone node whose
+    /// pool is empty is freed with its pool deleted, while a gone node's slice with an entry stays. Without the
+    /// verb: this text, and the gone node's empty slice stays.
+    KeepSlices(&'static str),
 }
 
 /// Waits for a log line holding `text` and "forbidden"; panics with the log after 30 s.
@@ -497,6 +503,63 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             let repeats = on_a[0].series.as_ref().map_or(1, |s| s.count);
             assert_eq!(repeats >= 2, granted, "the Event's series counts the repeats: {:?}", on_a[0].series);
         }
+        Job::KeepSlices(text) => {
+            let nsp_api = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+            let node = k8s_openapi::api::core::v1::Node { metadata: meta(&fx.node), ..Default::default() };
+            Api::<k8s_openapi::api::core::v1::Node>::all(fx.admin.clone())
+                .create(&PostParams::default(), &node)
+                .await
+                .unwrap();
+            let (gone, busy) = (format!("gone-{}", fx.ns), format!("busy-{}", fx.ns));
+            // 64 slices: enough for every Node the parallel tests of this binary create
+            let mut allocations: Vec<NodeSliceAllocation> = (0..64)
+                .map(|i| NodeSliceAllocation {
+                    node_name: String::new(),
+                    slice_range: format!("198.18.72.{}/30", i * 4),
+                })
+                .collect();
+            allocations[0].node_name = gone.clone();
+            allocations[1].node_name = busy.clone();
+            let mut nsp = NodeSlicePool::new(
+                "keep",
+                NodeSlicePoolSpec { range: "198.18.72.0/24".into(), slice_size: "/30".into() },
+            );
+            nsp.status = Some(NodeSlicePoolStatus { allocations });
+            nsp_api.create(&PostParams::default(), &nsp).await.unwrap();
+            let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+            let empty = format!("{gone}-198.18.72.0-30");
+            let held = format!("{busy}-198.18.72.4-30");
+            for (name, range, entries) in [
+                (&empty, "198.18.72.0/30", json!({})),
+                (&held, "198.18.72.4/30", json!({"1": {"id": "c", "podref": fx.podref("x"), "ifname": "net1"}})),
+            ] {
+                let pool: IpPool = serde_json::from_value(json!({
+                    "apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+                    "metadata": {"name": name}, "spec": {"range": range, "allocations": entries},
+                }))
+                .unwrap();
+                pools.create(&PostParams::default(), &pool).await.unwrap();
+            }
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            let owners = || async {
+                let nsp = nsp_api.get("keep").await.unwrap();
+                nsp.status.unwrap().allocations.into_iter().map(|a| a.node_name).collect::<Vec<_>>()
+            };
+            // assigned: the Node gets a slice; freed: the gone node's empty slice no longer is its own
+            let assigned = || async { owners().await.contains(&fx.node) };
+            let freed = || async { owners().await[0] != gone && pools.get_opt(&empty).await.unwrap().is_none() };
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            eventually(Duration::from_secs(8), "the gone node's empty slice freed", granted, Some(&reconciler), freed)
+                .await;
+            if granted || text.contains("delet") {
+                eventually(Duration::from_secs(8), "a slice for the Node", true, Some(&reconciler), assigned).await;
+            }
+            assert_eq!(owners().await[1], busy, "a gone node's slice with an entry stays");
+            assert!(pools.get_opt(&held).await.unwrap().is_some());
+        }
         Job::MintCniToken => {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("token"), fx.cluster.token(Identity::Restricted)).unwrap();
@@ -561,6 +624,10 @@ reconciler_verbs! {
     rec_needs_get_on_leases: Role, "leases", "get" => Job::LeadAndReconcile;
     rec_needs_update_on_leases: Role, "leases", "update" => Job::LeadAndReconcile;
     rec_needs_create_on_tokens: Role, "serviceaccounts/token", "create" => Job::MintCniToken;
+    rec_needs_list_on_nodes: Cluster, "nodes", "list" => Job::KeepSlices("node list failed");
+    rec_needs_list_on_node_slices: Role, "nodeslicepools", "list" => Job::KeepSlices("node slice pool list failed");
+    rec_needs_patch_on_node_slices: Role, "nodeslicepools", "patch" => Job::KeepSlices("moving the slice failed");
+    rec_needs_delete_on_pools: Role, "ippools", "delete" => Job::KeepSlices("deleting the empty slice pool failed");
 }
 
 /// Granted verbs no row proves yet, and why. Adding a row means removing the entry here.
@@ -603,6 +670,7 @@ reconciler_jobs! {
     rec_with_its_rights_tells_the_pod => Job::TellThePod;
     rec_with_its_rights_mints_the_cni_token => Job::MintCniToken;
     rec_with_its_rights_makes_a_repeated_event_a_series => Job::RepeatEvent;
+    rec_with_its_rights_keeps_node_slices => Job::KeepSlices("");
 }
 
 // ---------------------------------------------------------------------------------------------------------------

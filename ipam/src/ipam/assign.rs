@@ -76,6 +76,10 @@ pub(super) struct RangeAdd<'a, S> {
     pub(super) given: BTreeSet<u128>,
     /// The pool as already read, if it was.
     pub(super) read: Option<IpPool>,
+    /// Whether a missing pool is created. A borrower never creates another node's slice pool: a pool that is
+    /// gone was deleted with its slice freed, and writing into it again would hide the entry from the slice's
+    /// next owner.
+    pub(super) create_missing: bool,
     /// The entry this sandbox writes.
     entry: IpAllocation,
 }
@@ -129,6 +133,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             requested: None,
             given: BTreeSet::new(),
             read: None,
+            create_missing: true,
             entry: IpAllocation {
                 id: req.container_id.clone(),
                 podref: me.podref.to_string(),
@@ -261,6 +266,10 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             attempt += 1;
             if let Some(pool) = self.get_pool().await? {
                 return Ok(pool);
+            }
+            if !self.create_missing {
+                tracing::debug!(pool = %self.pool, "pool gone: nothing to borrow from it");
+                return Err(IpamError::Exhausted { pool: self.pool.clone(), range: self.range.cidr().to_string() });
             }
             let range = names::range_string(self.range.cidr());
             let created = self

@@ -67,10 +67,16 @@ impl<S: Store> SlicedAdd<'_, S> {
                     add.requested = self.requested;
                     add.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
                     add.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
+                    add.create_missing = slice.node == self.req.node;
                     match add.run(journal).await {
                         Ok(ip) => return Ok(ip),
                         Err(IpamError::Exhausted { .. }) if self.requested.is_none() => {
                             full.insert(slice.cidr);
+                            // A slice pool that vanished under a claim leaves that claim's reservation in the
+                            // journal; slice mode has one range, so all the journal holds is such leftovers.
+                            for e in std::mem::take(journal).roll_back(self.store, self.budget).await {
+                                tracing::warn!(error = %e, "giving back what a vanished slice pool left");
+                            }
                         }
                         Err(e) => return Err(e),
                     }

@@ -288,4 +288,20 @@ impl Store for KubeStore {
         let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
         Ok(list.items)
     }
+
+    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: version.resource_version.clone(),
+                uid: version.uid.clone(),
+            }),
+            ..Default::default()
+        };
+        match self.pools.delete(name, &params).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
+            Err(e) => Err(error(POOL, name, "delete", e)),
+        }
+    }
 }

@@ -75,6 +75,7 @@ pub enum Op {
     CreateNodeSlices,
     MoveSlice,
     ListNodeSlices,
+    DeletePool,
 }
 
 impl Op {
@@ -625,5 +626,21 @@ impl Store for MemoryStore {
 
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         self.call(Op::ListNodeSlices, "nodeslicepool", "*", |s| Ok(s.node_slices.values().cloned().collect())).await
+    }
+
+    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        self.call(Op::DeletePool, "pool", name, |s| {
+            let Some(stored) = s.pools.get(name) else { return Ok(Deleted::Missing) };
+            let rv_ok =
+                version.resource_version.is_none() || version.resource_version == stored.metadata.resource_version;
+            let uid_ok = version.uid.is_none() || version.uid == stored.metadata.uid;
+            if !(rv_ok && uid_ok) {
+                return Ok(Deleted::Changed);
+            }
+            s.pools.remove(name);
+            s.bump();
+            Ok(Deleted::Deleted)
+        })
+        .await
     }
 }

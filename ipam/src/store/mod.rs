@@ -90,7 +90,12 @@ pub struct Version {
 impl Version {
     /// The version `reservation` was read at.
     pub fn of(reservation: &OverlappingRangeIpReservation) -> Self {
-        Self { resource_version: reservation.metadata.resource_version.clone(), uid: reservation.metadata.uid.clone() }
+        Self::of_meta(&reservation.metadata)
+    }
+
+    /// The version of the object whose metadata is `meta`.
+    pub fn of_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Self { resource_version: meta.resource_version.clone(), uid: meta.uid.clone() }
     }
 }
 
@@ -279,6 +284,9 @@ pub trait Store: Send + Sync {
 
     /// Every NodeSlicePool of the namespace.
     fn list_node_slices(&self) -> impl Future<Output = Result<Vec<NodeSlicePool>, StoreError>> + Send;
+
+    /// Deletes the pool `name` if it is still at `version` (the leader, before it frees an empty slice).
+    fn delete_pool(&self, name: &str, version: &Version) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
 }
 
 /// `node` as a label value, if it is one: at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and
