@@ -152,13 +152,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let (pool_cache, pool_writer) = reflector::store::<IpPool>();
     let pool_api = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
-    let pool_stream = reflector::reflector(pool_writer, watcher::watcher(pool_api, watcher::Config::default()))
-        .default_backoff()
-        .for_each(|event| async move {
-            if let Err(e) = event {
-                tracing::warn!(error = %e, "pool watch failed; retrying");
-            }
-        });
+    // Only this node's entries are kept (and those that name no node: Whereabouts writes none), so a node's
+    // memory follows its own pods, not every pool of the cluster; the leader's sweep lists pools afresh.
+    let node = args.node_name.clone();
+    let thinned = watcher::watcher(pool_api, watcher::Config::default()).modify(move |pool| thin(pool, &node));
+    let pool_stream = reflector::reflector(pool_writer, thinned).default_backoff().for_each(|event| async move {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "pool watch failed; retrying");
+        }
+    });
     // Only this node's reservations (the label the CNI sets): the node loop releases its node's orphans.
     let (reservation_cache, reservation_writer) = reflector::store::<OverlappingRangeIpReservation>();
     let reservation_api = Api::<OverlappingRangeIpReservation>::namespaced(client.clone(), &args.namespace);
@@ -227,6 +229,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Drops the entries of `pool` that an ADD on another node wrote.
+fn thin(pool: &mut IpPool, node: &str) {
+    pool.spec.allocations.retain(|_, a| a.node.as_deref().is_none_or(|n| n == node));
+    pool.metadata.managed_fields = None;
+}
+
 async fn server_task(server: impl Future<Output = std::io::Result<()>>) {
     if let Err(e) = server.await {
         tracing::error!(error = %e, "HTTP server failed");
@@ -243,8 +251,21 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, thin};
+    use hereabouts_ipam::crd::{IpAllocation, IpPool, IpPoolSpec};
     use std::time::Duration;
+
+    #[test]
+    fn a_node_keeps_its_own_entries_and_those_that_name_no_node() {
+        let entry = |node: Option<&str>| IpAllocation { node: node.map(str::to_string), ..Default::default() };
+        let allocations = [("1", Some("a")), ("2", Some("b")), ("3", None)]
+            .into_iter()
+            .map(|(k, n)| (k.to_string(), entry(n)))
+            .collect();
+        let mut pool = IpPool::new("p", IpPoolSpec { range: "198.18.0.0/24".into(), allocations });
+        thin(&mut pool, "a");
+        assert_eq!(pool.spec.allocations.keys().collect::<Vec<_>>(), ["1", "3"]);
+    }
 
     #[test]
     fn durations() {
