@@ -256,10 +256,7 @@ mod tests {
                     Next::Own(s) | Next::Borrow(s) => {
                         let sub = parent.slice(s.cidr);
                         let free = sub.as_ref().and_then(|sub| {
-                            sub.usable_intervals()
-                                .flat_map(|r| r)
-                                .map(|o| sub.addr_at(o))
-                                .find(|ip| !taken.contains(ip))
+                            sub.usable_intervals().flatten().map(|o| sub.addr_at(o)).find(|ip| !taken.contains(ip))
                         });
                         match free {
                             Some(ip) => break Some(ip),
@@ -329,7 +326,7 @@ mod tests {
                     }
                 }
             }
-            let whole: BTreeSet<IpAddr> = parent.usable_intervals().flat_map(|r| r).map(|o| parent.addr_at(o)).collect();
+            let whole: BTreeSet<IpAddr> = parent.usable_intervals().flatten().map(|o| parent.addr_at(o)).collect();
             prop_assert_eq!(union, whole);
         }
     }
