@@ -313,3 +313,68 @@ async fn whereabouts_fast_ipam_and_hereabouts_on_one_range_never_share_an_addres
     }
     assert_eq!(owners.values().filter(|n| n.starts_with("h-")).count(), 4, "{owners:?}");
 }
+
+/// The answers of the NodeSlicePool's create, the slice claim and the first pool patch are lost after the server
+/// applied them: each is read back, and the ADD ends with one slice, one entry and its reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_of_the_slice_writes_are_read_back() {
+    use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
+    let fx = CniFixture::new("slice-lost").await;
+    let proxy = FaultProxy::start(fx.cluster).await;
+    let kubeconfig = proxy.kubeconfig(fx.cluster, hereabouts_tests::Identity::Admin, &fx.ns);
+    let config = hereabouts_tests::plugin::netconf(
+        "1.1.0",
+        "lost",
+        &kubeconfig,
+        json!({"range": "198.18.89.0/24", "node_slice_size": "/28"}),
+    );
+    proxy.add_rule(Rule::nth(Verb::Create, "nodeslicepools", 1, Action::DropResponse));
+    proxy.add_rule(Rule::nth(Verb::Patch, "nodeslicepools", 1, Action::DropResponse));
+    proxy.add_rule(Rule::nth(Verb::Patch, "ippools", 1, Action::DropResponse));
+    let out = fx.invocation("ADD", &config, "web", "c1").with_env("NODENAME", "node-l").run().await;
+    let ips = out.ips();
+    for (verb, resource) in
+        [(Verb::Create, "nodeslicepools"), (Verb::Patch, "nodeslicepools"), (Verb::Patch, "ippools")]
+    {
+        let dropped = proxy.seen().iter().any(|s| s.is(verb, resource) && s.action == Some(Action::DropResponse));
+        assert!(dropped, "{verb:?} {resource} lost: {:?}", proxy.seen());
+    }
+    let owners = owners(&node_slices(&fx, "lost").await);
+    assert_eq!(owners.values().filter(|n| *n == "node-l").count(), 1, "one slice claimed: {owners:?}");
+    assert_eq!(assert_distinct_and_reserved(&fx, 1).await, ips.into_iter().collect());
+}
+
+/// An ADD killed while its slice claim is in flight: the claim lands after the kill; the runtime's next sandbox
+/// uses that slice and claims no other, and the DEL of the killed sandbox frees nothing of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_claim_is_the_next_sandboxs_slice() {
+    use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
+    let fx = CniFixture::new("slice-kill").await;
+    let proxy = FaultProxy::start(fx.cluster).await;
+    let kubeconfig = proxy.kubeconfig(fx.cluster, hereabouts_tests::Identity::Admin, &fx.ns);
+    let ipam = json!({"range": "198.18.90.0/24", "node_slice_size": "/28"});
+    let held = hereabouts_tests::plugin::netconf("1.1.0", "kill", &kubeconfig, ipam.clone());
+    proxy.add_rule(Rule::nth(Verb::Patch, "nodeslicepools", 1, Action::Hold));
+    let running = fx.invocation("ADD", &held, "web", "c1").with_env("NODENAME", "node-k").start().await;
+    proxy.wait_held(1).await;
+    running.kill().await;
+    assert_eq!(proxy.release_held(), 1);
+    let claimed = || async { owners(&node_slices(&fx, "kill").await).values().any(|n| n == "node-k") };
+    hereabouts_tests::wait::until(std::time::Duration::from_secs(10), "the held claim to land", || async {
+        claimed().await.then_some(())
+    })
+    .await
+    .unwrap();
+
+    let direct = fx.netconf("1.1.0", "kill", ipam);
+    let run = |cmd: &'static str, container: &str| {
+        fx.invocation(cmd, &direct, "web", container).with_env("NODENAME", "node-k")
+    };
+    let ips = run("ADD", "c2").run().await.ips();
+    let owners = owners(&node_slices(&fx, "kill").await);
+    let mine: Vec<&String> = owners.iter().filter(|(_, n)| *n == "node-k").map(|(s, _)| s).collect();
+    assert_eq!(mine.len(), 1, "{owners:?}");
+    assert!(mine[0].parse::<IpNet>().unwrap().contains(&ips[0]), "{ips:?} from {mine:?}");
+    assert!(run("DEL", "c1").run().await.success);
+    assert_eq!(assert_distinct_and_reserved(&fx, 1).await, ips.into_iter().collect());
+}
