@@ -1,4 +1,5 @@
-//! The fault campaign (issue 9): 320 pods ADDed over two overlapping ranges (a /22 and a /23 in it), 32 at a time from 8 nodes, while
+//! The fault campaign (issue 9): 320 pods ADDed over two overlapping ranges (a /22, and a /23 in it in slice mode),
+//! 32 at a time from 8 nodes, while
 //! the API server is SIGKILLed and restarted twice and a third of the CNI processes are SIGKILLed at random
 //! moments (the runtime then tears the sandbox down and retries, as a kubelet does). Then a quarter of the pods
 //! vanish without a DEL and a reconciler per node runs. Counted and asserted: no address held by two pods, no
@@ -157,8 +158,13 @@ async fn adds_under_api_server_restarts_and_killed_processes() {
     deploy::create_lease(&fx.admin, &fx.ns).await;
     let seed = std::process::id() as u64;
     let wide = fx.netconf("1.0.0", "wide", json!({"range": "198.18.80.0/22", "timeout_seconds": 60}));
-    // the /23 inside the /22 holds all 320 pods even if every one lands in it
-    let narrow = fx.netconf("1.0.0", "narrow", json!({"range": "198.18.80.0/23", "timeout_seconds": 60}));
+    // the /23 inside the /22 holds all 320 pods even if every one lands in it; it runs in slice mode (a /26 for
+    // each of the 8 nodes), so single-pool and slice writers of the same addresses meet through the reservations
+    let narrow = fx.netconf(
+        "1.0.0",
+        "narrow",
+        json!({"range": "198.18.80.0/23", "node_slice_size": "/26", "timeout_seconds": 60}),
+    );
     let mut uids = Vec::with_capacity(PODS);
     for i in 0..PODS {
         uids.push(create_pod(&fx, i).await);
