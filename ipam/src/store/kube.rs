@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::{Claim, Created, Deleted, Failure, Patched, Store, StoreError, Version};
 use crate::crd::{
-    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
-    OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
+    OverlappingRangeIpReservationSpec,
 };
 
 const POOL: &str = "pool";
@@ -74,6 +74,17 @@ fn error(kind: &'static str, name: &str, op: impl Into<String>, err: kube::Error
 
 fn is_status(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+/// A delete that only applies to the object at `version`.
+fn at_version(version: &Version) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: version.resource_version.clone(),
+            uid: version.uid.clone(),
+        }),
+        ..Default::default()
+    }
 }
 
 fn json_patch(ops: Value) -> Patch<()> {
@@ -220,14 +231,7 @@ impl Store for KubeStore {
     }
 
     async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: version.resource_version.clone(),
-                uid: version.uid.clone(),
-            }),
-            ..Default::default()
-        };
-        match self.reservations.delete(name, &params).await {
+        match self.reservations.delete(name, &at_version(version)).await {
             Ok(_) => Ok(Deleted::Deleted),
             Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
             Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
@@ -254,8 +258,7 @@ impl Store for KubeStore {
         spec: &NodeSlicePoolSpec,
         slices: &[NodeSliceAllocation],
     ) -> Result<Created<NodeSlicePool>, StoreError> {
-        let mut object = NodeSlicePool::new(name, spec.clone());
-        object.status = Some(NodeSlicePoolStatus { allocations: slices.to_vec() });
+        let object = super::node_slices_object(name, spec, slices);
         match self.slices.create(&PostParams::default(), &object).await {
             Ok(created) => Ok(Created::Created(created)),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
@@ -290,14 +293,7 @@ impl Store for KubeStore {
     }
 
     async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: version.resource_version.clone(),
-                uid: version.uid.clone(),
-            }),
-            ..Default::default()
-        };
-        match self.pools.delete(name, &params).await {
+        match self.pools.delete(name, &at_version(version)).await {
             Ok(_) => Ok(Deleted::Deleted),
             Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
             Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),

@@ -19,8 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{Claim, Created, Deleted, Failure, NODE_LABEL, Patched, Store, StoreError, Version};
 use crate::crd::{
-    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
-    OverlappingRangeIpReservation,
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
 };
 
 /// A fault injected into one call.
@@ -550,10 +549,7 @@ impl Store for MemoryStore {
     async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
         self.call(Op::DeleteReservation, "reservation", name, |s| {
             let Some(stored) = s.reservations.get(name) else { return Ok(Deleted::Missing) };
-            let rv_ok =
-                version.resource_version.is_none() || version.resource_version == stored.metadata.resource_version;
-            let uid_ok = version.uid.is_none() || version.uid == stored.metadata.uid;
-            if !(rv_ok && uid_ok) {
+            if !version.matches(&stored.metadata) {
                 return Ok(Deleted::Changed);
             }
             s.reservations.remove(name);
@@ -588,8 +584,7 @@ impl Store for MemoryStore {
             if s.node_slices.contains_key(name) {
                 return Ok(Created::Exists);
             }
-            let mut object = NodeSlicePool::new(name, spec.clone());
-            object.status = Some(NodeSlicePoolStatus { allocations: slices.to_vec() });
+            let mut object = super::node_slices_object(name, spec, slices);
             object.metadata.namespace = Some(self.namespace.clone());
             object.metadata.resource_version = Some(s.bump());
             object.metadata.uid = Some(format!("uid-{}", s.version));
@@ -631,10 +626,7 @@ impl Store for MemoryStore {
     async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
         self.call(Op::DeletePool, "pool", name, |s| {
             let Some(stored) = s.pools.get(name) else { return Ok(Deleted::Missing) };
-            let rv_ok =
-                version.resource_version.is_none() || version.resource_version == stored.metadata.resource_version;
-            let uid_ok = version.uid.is_none() || version.uid == stored.metadata.uid;
-            if !(rv_ok && uid_ok) {
+            if !version.matches(&stored.metadata) {
                 return Ok(Deleted::Changed);
             }
             s.pools.remove(name);

@@ -46,6 +46,13 @@ pub fn pool_object(name: &str, range: &str, network_name: &str) -> IpPool {
     pool
 }
 
+/// The NodeSlicePool object `create_node_slices` writes: `slices` as its status.
+pub fn node_slices_object(name: &str, spec: &NodeSlicePoolSpec, slices: &[NodeSliceAllocation]) -> NodeSlicePool {
+    let mut object = NodeSlicePool::new(name, spec.clone());
+    object.status = Some(crate::crd::NodeSlicePoolStatus { allocations: slices.to_vec() });
+    object
+}
+
 /// What a create did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created<T> {
@@ -96,6 +103,12 @@ impl Version {
     /// The version of the object whose metadata is `meta`.
     pub fn of_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
         Self { resource_version: meta.resource_version.clone(), uid: meta.uid.clone() }
+    }
+
+    /// Whether the object whose metadata is `meta` is still at this version (what is not given is not tested).
+    pub fn matches(&self, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+        (self.resource_version.is_none() || self.resource_version == meta.resource_version)
+            && (self.uid.is_none() || self.uid == meta.uid)
     }
 }
 
