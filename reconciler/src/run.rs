@@ -155,7 +155,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Only this node's entries are kept (and those that name no node: Whereabouts writes none), so a node's
     // memory follows its own pods, not every pool of the cluster; the leader's sweep lists pools afresh.
     let node = args.node_name.clone();
-    let thinned = watcher::watcher(pool_api, watcher::Config::default()).modify(move |pool| thin(pool, &node));
+    // Small list pages: a page of whole pools is decoded at once before thinning, and that peak stays resident.
+    let config = watcher::Config::default().page_size(POOL_PAGE);
+    let thinned = watcher::watcher(pool_api, config).modify(move |pool| thin(pool, &node));
     let pool_stream = reflector::reflector(pool_writer, thinned).default_backoff().for_each(|event| async move {
         if let Err(e) = event {
             tracing::warn!(error = %e, "pool watch failed; retrying");
@@ -228,6 +230,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Pools per page of the pool cache's list.
+const POOL_PAGE: u32 = 4;
 
 /// Drops the entries of `pool` that an ADD on another node wrote.
 fn thin(pool: &mut IpPool, node: &str) {
