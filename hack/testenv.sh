@@ -53,6 +53,9 @@ done
 build cnitool "cni-$cni" cni github.com/containernetworking/cni/cnitool
 # upstream Whereabouts, for the compatibility tests and the side-by-side benchmark; its CRDs ship in its module
 build whereabouts "whereabouts-$wb" whereabouts github.com/k8snetworkplumbingwg/whereabouts/cmd
+# its node-slice controller, which assigns fast-IPAM slices to Nodes (the benchmark's Whereabouts node-slice mode)
+build whereabouts-nodeslicecontroller "whereabouts-$wb" whereabouts \
+  github.com/k8snetworkplumbingwg/whereabouts/cmd/nodeslicecontroller
 if [[ ! -d $out/whereabouts-$wb/crds ]]; then
   src=$(cd "$mods/whereabouts" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/whereabouts)
   mkdir -p "$out/whereabouts-$wb/.crds.tmp"
@@ -76,8 +79,9 @@ link etcd "etcd-$etcd"
 for p in bridge macvlan ipvlan dummy loopback host-local; do link "$p" "cni-plugins-$plugins"; done
 link cnitool "cni-$cni"
 link whereabouts "whereabouts-$wb"
+link whereabouts-nodeslicecontroller "whereabouts-$wb"
 ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
 link multus "multus-$multus"
 link networks-crd.yaml "nad-client-$nad"
 
-echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb, multus $multus, NAD CRD $nad"
+echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus, NAD CRD $nad"
