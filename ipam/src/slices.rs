@@ -117,10 +117,22 @@ pub enum Next {
 
 /// The next slice to try for `node`, given the slices known to be full in this invocation. `seed` spreads
 /// concurrent nodes over the free slices they claim and the slices they borrow from, so they do not all race for
-/// the lowest one. A node's own slices are tried in list order (the pool of the first stays warm), the one
-/// holding `preferred` (the attachment's entry, found before) first.
-pub fn next(slices: &[Slice], node: &str, full: &BTreeSet<IpNet>, preferred: Option<IpNet>, seed: u64) -> Next {
+/// the lowest one. The slice holding `preferred` (the attachment's entry, found before; own or borrowed) comes
+/// first, then the node's own slices in list order (the pool of the first stays warm). Borrowing only when
+/// `may_borrow`: a borrowed entry is found again through its reservation, so a network without reservations
+/// does not borrow.
+pub fn next(
+    slices: &[Slice],
+    node: &str,
+    full: &BTreeSet<IpNet>,
+    preferred: Option<IpNet>,
+    may_borrow: bool,
+    seed: u64,
+) -> Next {
     let open = |s: &&Slice| !full.contains(&s.cidr);
+    if let Some(s) = slices.iter().filter(open).find(|s| Some(s.cidr) == preferred && !s.node.is_empty()) {
+        return if s.node == node { Next::Own(s.clone()) } else { Next::Borrow(s.clone()) };
+    }
     let mut own: Vec<&Slice> = slices.iter().filter(|s| s.node == node).filter(open).collect();
     own.sort_by_key(|s| Some(s.cidr) != preferred);
     if let Some(s) = own.first() {
@@ -130,7 +142,8 @@ pub fn next(slices: &[Slice], node: &str, full: &BTreeSet<IpNet>, preferred: Opt
     if let Some(s) = pick(&free, seed) {
         return Next::Claim(s.clone());
     }
-    let others: Vec<&Slice> = slices.iter().filter(|s| !s.node.is_empty() && s.node != node).filter(open).collect();
+    let others: Vec<&Slice> =
+        slices.iter().filter(|s| may_borrow && !s.node.is_empty() && s.node != node).filter(open).collect();
     match pick(&others, seed) {
         Some(s) => Next::Borrow(s.clone()),
         None => Next::Full,
@@ -200,19 +213,21 @@ mod tests {
     fn own_slices_first_then_a_free_one_then_borrow() {
         let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "a")]);
         let none = BTreeSet::new();
-        assert_eq!(next(&s, "a", &none, None, 7), Next::Own(s[0].clone()));
-        assert_eq!(next(&s, "a", &none, Some(net("10.0.0.192/26")), 7), Next::Own(s[3].clone()));
+        assert_eq!(next(&s, "a", &none, None, true, 7), Next::Own(s[0].clone()));
+        assert_eq!(next(&s, "a", &none, Some(net("10.0.0.192/26")), true, 7), Next::Own(s[3].clone()));
         let full: BTreeSet<IpNet> = [net("10.0.0.0/26"), net("10.0.0.192/26")].into();
-        assert_eq!(next(&s, "a", &full, None, 7), Next::Claim(s[1].clone()));
-        assert_eq!(next(&s, "c", &none, None, 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "a", &full, None, true, 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "c", &none, None, true, 7), Next::Claim(s[1].clone()));
         let mut taken = s.clone();
         taken[1].node = "b".into();
-        match next(&taken, "a", &full, None, 7) {
+        match next(&taken, "a", &full, None, true, 7) {
             Next::Borrow(s) => assert_eq!(s.node, "b", "{s:?}"),
             other => panic!("no free slice and a's are full: borrow, not {other:?}"),
         }
+        assert_eq!(next(&taken, "a", &full, None, false, 7), Next::Full, "no reservations, no borrowing");
+        assert_eq!(next(&taken, "a", &none, Some(net("10.0.0.128/26")), true, 7), Next::Borrow(taken[2].clone()));
         let all: BTreeSet<IpNet> = s.iter().map(|s| s.cidr).collect();
-        assert_eq!(next(&taken, "a", &all, None, 7), Next::Full);
+        assert_eq!(next(&taken, "a", &all, None, true, 7), Next::Full);
     }
 
     #[test]
@@ -252,7 +267,7 @@ mod tests {
             let mut full = BTreeSet::new();
             let got = loop {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                match next(&slices, &node, &full, None, seed >> 33) {
+                match next(&slices, &node, &full, None, true, seed >> 33) {
                     Next::Own(s) | Next::Borrow(s) => {
                         let sub = parent.slice(s.cidr);
                         let free = sub.as_ref().and_then(|sub| {

@@ -50,7 +50,10 @@ impl<S: Store> SlicedAdd<'_, S> {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let next = match self.requested {
                 Some(ip) => self.requested_next(&slices, ip)?,
-                None => slices::next(&slices, &self.req.node, &full, preferred, seed >> 16),
+                None => {
+                    let may_borrow = self.cfg.overlapping_ranges;
+                    slices::next(&slices, &self.req.node, &full, preferred, may_borrow, seed >> 16)
+                }
             };
             match next {
                 Next::Own(slice) | Next::Borrow(slice) => {
@@ -108,8 +111,9 @@ impl<S: Store> SlicedAdd<'_, S> {
         })
     }
 
-    /// The node's own slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod),
-    /// and that pool; else the pool of the node's first slice, read on the way.
+    /// The slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod), and that
+    /// pool; else the pool of the node's first slice, read on the way. The node's own slices are read; a borrowed
+    /// entry (only ever written when no slice was free) is found through this node's reservations.
     async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>), IpamError> {
         let mut first = None;
         for slice in slices.iter().filter(|s| s.node == self.req.node) {
@@ -120,7 +124,36 @@ impl<S: Store> SlicedAdd<'_, S> {
             }
             first.get_or_insert(pool);
         }
+        if let Some(found) = self.find_borrowed(slices).await? {
+            return Ok(found);
+        }
         Ok((None, first))
+    }
+
+    /// The other node's slice, and its pool, that holds an entry this attachment borrowed, if any. Only a
+    /// network with reservations borrows, and only when no slice is free; while one is, there is nothing to find.
+    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Option<IpNet>, Option<IpPool>)>, IpamError> {
+        if !(self.cfg.overlapping_ranges && slices.iter().all(|s| !s.node.is_empty())) {
+            return Ok(None);
+        }
+        let Some(label) = crate::store::node_label_value(&self.req.node) else { return Ok(None) };
+        let listed = self
+            .budget
+            .retry(StoreError::is_transient, || self.store.list_reservations(Some(label)))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("reservations of node {}: list", self.req.node), e))?;
+        let mine = listed.iter().filter(|r| r.spec.podref == self.me.podref && r.spec.ifname == self.me.ifname);
+        for reservation in mine {
+            let name = reservation.metadata.name.as_deref().unwrap_or_default();
+            let Some(ip) = names::reservation_address(name, &self.cfg.network_name, self.range) else { continue };
+            let Some(slice) = slices::slice_of(slices, ip).filter(|s| s.node != self.req.node) else { continue };
+            let pool_name = slice.pool_name(&self.cfg.network_name);
+            let pool = self.get(&pool_name, || self.store.get_pool(&pool_name)).await?;
+            if let Some(pool) = pool.filter(|p| p.spec.allocations.values().any(|a| self.me.is_attachment(a))) {
+                return Ok(Some((Some(slice.cidr), Some(pool))));
+            }
+        }
+        Ok(None)
     }
 
     /// The NodeSlicePool `name`'s slices; the pool is created, every slice free, when it does not exist.
