@@ -341,8 +341,24 @@ fn assigned_from(
     }
     let gw = cfg.gateway.filter(|g| r.cidr().contains(g)).map(|g| g.to_string());
     prop_assert_eq!(&got.gateway, &gw);
-    let name = names::pool_name(&cfg.network_name, r.cidr());
     let pools = host.store.pools();
+    // one pool per range, or in slice mode the pool of the slice that holds the address (offsets from its own
+    // network address)
+    let (name, offset) = match cfg.node_slice_prefix() {
+        None => (names::pool_name(&cfg.network_name, r.cidr()), offset),
+        Some(_) => {
+            let slice_of = |p: &hereabouts_ipam::crd::IpPool| p.spec.range.parse::<ipnet::IpNet>().ok();
+            let pool = pools.iter().find(|p| slice_of(p).is_some_and(|c| c.contains(&got.ip)));
+            let Some(pool) = pool else { return Err(TestCaseError::fail(format!("no slice pool holds {}", got.ip))) };
+            let base = slice_of(pool).expect("checked").network();
+            let offset = match (got.ip, base) {
+                (IpAddr::V4(ip), IpAddr::V4(b)) => u128::from(u32::from(ip) - u32::from(b)),
+                (IpAddr::V6(ip), IpAddr::V6(b)) => u128::from(ip) - u128::from(b),
+                _ => return Err(TestCaseError::fail("a slice of the other family")),
+            };
+            (pool.metadata.name.clone().unwrap_or_default(), offset)
+        }
+    };
     let entry = pools
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))

@@ -470,9 +470,13 @@ fn put_knobs(ipam: &mut Map<String, Value>, o: &OptionsSeed, ranges: &[RangeSpec
         // never opened: the test connector's init_logging does nothing
         ipam.insert("log_file".into(), json!("/var/log/hereabouts-parse-fuzz.log"));
     }
-    // a prefix between the longest range prefix and the shortest address length, when there is one
-    let lo = ranges.iter().map(|r| r.parsed.cidr().prefix_len()).max();
-    let hi = ranges.iter().map(|r| r.parsed.cidr().max_prefix_len()).min();
+    // slice mode slices one range, into at most 8,192 slices (2^13): a prefix from the range's to 13 bits longer
+    let one = match ranges {
+        [r] => Some(r.parsed.cidr()),
+        _ => None,
+    };
+    let lo = one.map(|c| c.prefix_len());
+    let hi = one.map(|c| c.max_prefix_len().min(c.prefix_len() + 13));
     if let (Some((pick, slash)), Some(lo), Some(hi)) = (o.node_slice, lo, hi)
         && lo <= hi
     {
