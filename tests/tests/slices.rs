@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use futures::StreamExt;
 use futures::stream;
-use hereabouts_ipam::crd::{IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
+use hereabouts_ipam::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
 use hereabouts_ipam::range::IpRange;
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::plugin::Output;
@@ -24,6 +24,19 @@ async fn add_all(fx: &CniFixture, config: &Value, pods: &[(String, String)], at_
     .buffered(at_once)
     .collect()
     .await
+}
+
+/// Creates the NodeSlicePool `name` as Whereabouts' controller writes it: every `/prefix` slice of `range`
+/// listed, the first ones owned by `owners` in order, the rest free.
+async fn put_node_slices(fx: &CniFixture, name: &str, range: &str, prefix: u8, owners: &[&str]) {
+    let mut allocations = hereabouts_ipam::slices::all_free(range.parse().unwrap(), prefix).unwrap();
+    for (slice, owner) in allocations.iter_mut().zip(owners) {
+        slice.node_name = owner.to_string();
+    }
+    let spec = NodeSlicePoolSpec { range: range.into(), slice_size: format!("/{prefix}") };
+    let mut nsp = NodeSlicePool::new(name, spec);
+    nsp.status = Some(NodeSlicePoolStatus { allocations });
+    Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &nsp).await.unwrap();
 }
 
 async fn node_slices(fx: &CniFixture, name: &str) -> NodeSlicePool {
@@ -193,15 +206,7 @@ async fn ipv6_slices() {
 async fn a_node_slice_pool_as_whereabouts_controller_writes_it_is_used_as_is() {
     let fx = CniFixture::new("slice-wb").await;
     // what Whereabouts' node-slice controller creates for two Nodes: every slice listed, two assigned
-    let mut allocations: Vec<NodeSliceAllocation> = (0..4)
-        .map(|i| NodeSliceAllocation { node_name: String::new(), slice_range: format!("198.18.86.{}/26", i * 64) })
-        .collect();
-    allocations[0].node_name = "worker-a".into();
-    allocations[1].node_name = "worker-b".into();
-    let mut nsp =
-        NodeSlicePool::new("wbnet", NodeSlicePoolSpec { range: "198.18.86.0/24".into(), slice_size: "/26".into() });
-    nsp.status = Some(NodeSlicePoolStatus { allocations });
-    Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &nsp).await.unwrap();
+    put_node_slices(&fx, "wbnet", "198.18.86.0/24", 26, &["worker-a", "worker-b"]).await;
 
     let config = fx.netconf(
         "1.1.0",
@@ -265,15 +270,7 @@ async fn a_second_range_in_slice_mode_is_refused_before_anything_is_written() {
 async fn whereabouts_fast_ipam_and_hereabouts_on_one_range_never_share_an_address() {
     let fx = CniFixture::new("slice-mixed").await;
     // the NodeSlicePool as Whereabouts' controller leaves it for two Whereabouts nodes; the rest is free
-    let mut allocations: Vec<NodeSliceAllocation> = (0..8)
-        .map(|i| NodeSliceAllocation { node_name: String::new(), slice_range: format!("198.18.88.{}/27", i * 32) })
-        .collect();
-    allocations[0].node_name = "wb-0".into();
-    allocations[1].node_name = "wb-1".into();
-    let mut nsp =
-        NodeSlicePool::new("mixed", NodeSlicePoolSpec { range: "198.18.88.0/24".into(), slice_size: "/27".into() });
-    nsp.status = Some(NodeSlicePoolStatus { allocations });
-    Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &nsp).await.unwrap();
+    put_node_slices(&fx, "mixed", "198.18.88.0/24", 27, &["wb-0", "wb-1"]).await;
 
     let config = fx.netconf("1.1.0", "mixed", json!({"range": "198.18.88.0/24", "node_slice_size": "/27"}));
     let mut runs = Vec::new();
