@@ -36,8 +36,7 @@ deny:
 ## in hack/bench/results/. BENCH_ARGS="--quick" for a short smoke run, "--rounds N" for more rounds.
 bench: testenv
 	cargo build --release -p hereabouts-cni
-	cargo build --release -p hereabouts-bench
-	target/release/bench $(BENCH_ARGS)
+	cargo run --release -p hereabouts-bench -- $(BENCH_ARGS)
 
 ## far more generated cases than CI runs (release build): the whole protocol under injected faults on the in-memory
 ## store, and generated configs, CNI_ARGS and environments through the CNI parse path. SIM_CASES / FUZZ_CASES.

@@ -120,6 +120,8 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
         }
         None => kube::Config::infer().await.context("no kubeconfig and no in-cluster service account")?,
     };
+    let mut config = config;
+    hereabouts_ipam::store::pin_server_address(&mut config).await?;
     Ok(Client::try_from(config)?)
 }
 

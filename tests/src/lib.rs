@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod crds;
 pub mod deploy;
+pub mod elf;
 pub mod faultproxy;
 pub mod fixture;
 pub mod kubeconfig;
@@ -20,3 +21,4 @@ pub mod testenv;
 pub mod wait;
 
 pub use cluster::{Identity, TestCluster};
+pub use pki::SERVER_NAME;

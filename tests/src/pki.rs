@@ -1,11 +1,14 @@
-//! The control plane's certificates and keys: a CA, a serving certificate for 127.0.0.1 signed by it, and the
-//! service-account signing key. The CA is kept apart from the leaf because rustls refuses a CA certificate as a
-//! server certificate.
+//! The control plane's certificates and keys: a CA, a serving certificate for 127.0.0.1, `localhost` and
+//! [`SERVER_NAME`] signed by it, and the service-account signing key. The CA is kept apart from the leaf because
+//! rustls refuses a CA certificate as a server certificate.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     SanType,
 };
+
+/// A host name of the API server that only a test's own hosts file resolves (to 127.0.0.1).
+pub const SERVER_NAME: &str = "apiserver.hereabouts.test";
 
 #[derive(Debug)]
 pub(crate) struct Pki {
@@ -26,7 +29,7 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
     let issuer = Issuer::new(ca, ca_key);
 
     let serving_key = KeyPair::generate()?;
-    let mut leaf = CertificateParams::new(vec!["localhost".to_string()])?;
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), SERVER_NAME.to_string()])?;
     leaf.subject_alt_names.push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
     leaf.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     leaf.is_ca = IsCa::ExplicitNoCa;

@@ -92,7 +92,12 @@ async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Op
         ));
     };
     let store = host.connect(kubeconfig).await.map_err(|e| {
-        let code = if env.command == Command::Status { Code::NotAvailable } else { Code::InvalidConfig };
+        // A name the resolver cannot answer for now may answer later; a bad kubeconfig will not.
+        let code = match e {
+            _ if env.command == Command::Status => Code::NotAvailable,
+            ConnectError::Resolve { .. } => Code::TryAgainLater,
+            _ => Code::InvalidConfig,
+        };
         CniError::new(code, e.to_string())
     })?;
     let req = request(env);

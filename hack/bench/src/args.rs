@@ -14,7 +14,7 @@ pub struct Args {
     /// A short smoke run: 1 round, smaller workloads.
     #[arg(long)]
     pub quick: bool,
-    /// The hereabouts binary (default: target/release/hereabouts).
+    /// The hereabouts binary (default: the one beside this executable, built by `make bench`).
     #[arg(long)]
     pub hereabouts: Option<PathBuf>,
     /// Wall-time cap of one round (either plugin), in seconds; what has not finished by then is a failure.

@@ -40,7 +40,9 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let root = testenv::repo_root();
-    let hereabouts = args.hereabouts.clone().unwrap_or_else(|| root.join("target/release/hereabouts"));
+    // Beside this executable: the same target directory and profile `make bench` built it with.
+    let beside = std::env::current_exe()?.with_file_name("hereabouts");
+    let hereabouts = args.hereabouts.clone().unwrap_or(beside);
     let whereabouts = testenv::bin_dir().join("whereabouts");
     for p in [&hereabouts, &whereabouts] {
         if !p.is_file() {

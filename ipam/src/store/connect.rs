@@ -18,6 +18,15 @@ pub enum ConnectError {
         #[source]
         source: KubeconfigError,
     },
+    /// Its server's host name did not resolve.
+    #[error("kubeconfig {}: {source}", path.display())]
+    Resolve {
+        /// The kubeconfig's path.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: super::resolve::ResolveError,
+    },
     /// The client could not be built from it (bad CA, bad server URL).
     #[error("kubeconfig {}: build client: {source}", path.display())]
     Client {
@@ -49,6 +58,9 @@ pub async fn connect(path: &Path) -> Result<(Client, String), ConnectError> {
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.map_err(read_err)?;
     config.default_retry = false;
+    super::resolve::pin_server_address(&mut config)
+        .await
+        .map_err(|source| ConnectError::Resolve { path: path.to_path_buf(), source })?;
     config.connect_timeout = Some(std::time::Duration::from_secs(5));
     let client =
         Client::try_from(config).map_err(|source| ConnectError::Client { path: path.to_path_buf(), source })?;

@@ -12,12 +12,14 @@
 mod connect;
 mod kube;
 pub mod memory;
+mod resolve;
 
 use std::future::Future;
 
 pub use self::kube::KubeStore;
 pub use connect::{ConnectError, connect, namespace_of};
 pub use memory::MemoryStore;
+pub use resolve::{ResolveError, pin_server_address};
 
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,

@@ -32,6 +32,12 @@ pub(super) enum MintError {
         source: Box<kube::config::KubeconfigError>,
     },
     #[error("build an API client for {server}")]
+    Resolve {
+        server: String,
+        #[source]
+        source: hereabouts_ipam::store::ResolveError,
+    },
+    #[error("build an API client for {server}")]
     Client {
         server: String,
         #[source]
@@ -92,6 +98,9 @@ impl Minter {
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         config.read_timeout = Some(REQUEST_TIMEOUT);
         config.write_timeout = Some(REQUEST_TIMEOUT);
+        hereabouts_ipam::store::pin_server_address(&mut config)
+            .await
+            .map_err(|e| MintError::Resolve { server: self.server.clone(), source: e })?;
         Client::try_from(config).map_err(|e| MintError::Client { server: self.server.clone(), source: Box::new(e) })
     }
 
