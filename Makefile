@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export GOTOOLCHAIN := local
 
-.PHONY: test testenv build crds lint deny bench demo fuzz
+.PHONY: test testenv build crds lint deny bench demo fuzz image
 
 ## every test: builds the Go tools (once per version) and the binaries, then runs the whole workspace's tests
 test: testenv build
@@ -20,6 +20,12 @@ build:
 ## the local demo (root): a control plane, 3 simulated nodes, 12 pods, the reconciler giving addresses back
 demo: testenv build
 	cargo run -q -p hereabouts-tests --bin demo
+
+## the image as an OCI layout tar from the static release binaries, with no container daemon (`ctr images import`
+## loads it; the Dockerfile is the Docker/BuildKit recipe for the same file system)
+image:
+	cargo build --release -p hereabouts-cni -p hereabouts-reconciler -p hereabouts-tests --bin hereabouts --bin hereabouts-reconciler --bin image
+	cargo run -q --release -p hereabouts-tests --bin image -- target/hereabouts-image.tar hereabouts:0.1.0
 
 ## regenerate crds/*.yaml from the Rust types
 crds:

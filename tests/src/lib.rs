@@ -7,6 +7,7 @@ pub mod deploy;
 pub mod elf;
 pub mod faultproxy;
 pub mod fixture;
+pub mod image;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod netns;
