@@ -22,9 +22,9 @@ pub struct CniEnv {
     pub container_id: String,
     pub ifname: String,
     pub args: String,
-    /// The node this invocation runs on: `NODENAME` if the runtime passes it, else the host name, which is the
-    /// kubelet's default node name.
-    pub node: String,
+    /// `NODENAME`, if the runtime passes it; the node's name is settled once the config names the flat file
+    /// ([`crate::node::node_name`]).
+    pub node: Option<String>,
 }
 
 fn missing(name: &str, command: &str) -> CniError {
@@ -51,7 +51,7 @@ impl CniEnv {
             "" => return Err(CniError::new(Code::InvalidEnvironment, "CNI_COMMAND is not set")),
             other => return Err(CniError::new(Code::InvalidEnvironment, format!("unknown CNI_COMMAND {other:?}"))),
         };
-        let node = Some(get("NODENAME")).filter(|n| !n.is_empty()).unwrap_or_else(host_name);
+        let node = Some(get("NODENAME")).filter(|n| !n.trim().is_empty());
         let env = Self {
             command,
             container_id: get("CNI_CONTAINERID"),
@@ -69,8 +69,4 @@ impl CniEnv {
         }
         Ok(env)
     }
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_lowercase()).unwrap_or_default()
 }

@@ -6,6 +6,7 @@ pub mod env;
 pub mod error;
 pub mod lock;
 mod logging;
+pub mod node;
 pub mod output;
 
 pub use commands::{Connector, LiveConnector, dispatch};

@@ -631,3 +631,33 @@ fn help_names_every_flag_and_its_environment_variable() {
         assert!(help.contains(flag) && help.contains(env), "{flag} / {env} missing from:\n{help}");
     }
 }
+
+/// The node's name the downward API gives install-cni is the plugin's node, though the runtime passes no
+/// `NODENAME` and the host's name differs: an ADD in slice mode claims its slice for that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_name_install_cni_writes_is_the_node_the_plugin_allocates_for() {
+    let cl = Cluster::new("install-node").await;
+    let pod_token = cl.pod_token(None).await;
+    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
+    let server = cl.cluster.server().to_string();
+    let out = host.run_once(&["--server", &server], &[("NODE_NAME", "worker-from-downward-api")]);
+    assert_success(&out);
+    let written = host.path("net.d/hereabouts.d/nodename");
+    assert_eq!(fs::read_to_string(&written).unwrap(), "worker-from-downward-api\n");
+    assert_eq!(mode(&written), 0o644);
+
+    let mut config = cl.netconf(&host.kubeconfig(), "198.18.61.0/24");
+    config["ipam"]["node_slice_size"] = json!("/28");
+    config["ipam"]["configuration_path"] = json!(host.flat_file());
+    let add = Invocation::new("ADD", &config, &cl.ns, "web", "c1").run().await;
+    assert_eq!(add.ips().len(), 1, "{}", add.stderr);
+    let slices: Vec<hereabouts_ipam::crd::NodeSlicePool> =
+        Api::namespaced(cl.admin.clone(), &cl.ns).list(&Default::default()).await.unwrap().items;
+    let owners: Vec<String> = slices
+        .iter()
+        .flat_map(|p| p.status.iter().flat_map(|s| s.allocations.iter()))
+        .map(|a| a.node_name.clone())
+        .filter(|n| !n.is_empty())
+        .collect();
+    assert_eq!(owners, ["worker-from-downward-api"], "{}", add.stderr);
+}

@@ -72,8 +72,9 @@ fn span(env: &CniEnv, pod: &str) -> tracing::Span {
     )
 }
 
-fn request(env: &CniEnv) -> Request {
-    Request { container_id: env.container_id.clone(), ifname: env.ifname.clone(), node: env.node.clone() }
+fn request(env: &CniEnv, flat_file: Option<&Path>) -> Request {
+    let node = crate::node::node_name(env.node.as_deref(), flat_file);
+    Request { container_id: env.container_id.clone(), ifname: env.ifname.clone(), node }
 }
 
 /// ADD, CHECK and STATUS: a mistake in the config is an error that names it, and nothing is written.
@@ -100,7 +101,7 @@ async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Op
         };
         CniError::new(code, e.to_string())
     })?;
-    let req = request(env);
+    let req = request(env, cfg.flat_file.as_deref());
     let _lock = match env.command {
         Command::Add => host_lock(&store, &Scope::from(&cfg), &req.node, &budget).await,
         _ => None,
@@ -145,7 +146,7 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
         }
     };
     let budget = Budget::new(cfg.timeout);
-    let req = request(env);
+    let req = request(env, cfg.flat_file.as_deref());
     let _lock = host_lock(&store, &Scope::from(&cfg), &req.node, &budget).await;
     let outcome = match valid {
         Some(valid) => gc::run(&store, &cfg, &req.node, &valid, &budget).await,

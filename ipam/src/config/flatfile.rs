@@ -27,6 +27,10 @@ pub const DEFAULT_FLAT_FILE_PATHS: [&str; 4] = [
     "/host/etc/cni/net.d/whereabouts.d/whereabouts.conf",
 ];
 
+/// The file beside the flat file holding the node's name (`spec.nodeName`), which install-cni writes from the
+/// downward API; Whereabouts reads the same `<configuration directory>/nodename`.
+pub const NODE_NAME_FILE: &str = "nodename";
+
 /// The flat file to read: `configuration_path` (which must exist), else the first of `paths` that exists.
 pub(super) fn locate(
     configured: Option<&Sourced<'_, PathBuf>>,

@@ -44,7 +44,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 pub use error::{ConfigError, UnknownKey};
-pub use flatfile::DEFAULT_FLAT_FILE_PATHS;
+pub use flatfile::{DEFAULT_FLAT_FILE_PATHS, NODE_NAME_FILE};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 

@@ -50,6 +50,8 @@ pub struct ReleaseConfig {
     pub sliced: bool,
     /// `ipam.kubernetes.kubeconfig`.
     pub kubeconfig: Option<PathBuf>,
+    /// The flat file read, if any.
+    pub flat_file: Option<PathBuf>,
     /// `ipam.log_file`.
     pub log_file: Option<PathBuf>,
     /// `ipam.log_level`, default [`LogLevel::Debug`].
@@ -74,6 +76,7 @@ impl From<IpamConfig> for ReleaseConfig {
             overlapping_ranges: c.overlapping_ranges,
             sliced: c.node_slice_size.is_some(),
             kubeconfig: c.kubeconfig,
+            flat_file: c.flat_file,
             log_file: c.log_file,
             log_level: c.log_level,
             timeout: c.timeout,
@@ -139,6 +142,7 @@ fn lenient(input: &Input<'_>, flat_file_paths: &[PathBuf], refusal: &ConfigError
         overlapping_ranges: true,
         sliced: false,
         kubeconfig: None,
+        flat_file: None,
         log_file: None,
         log_level: LogLevel::default(),
         timeout: DEFAULT_TIMEOUT,
@@ -201,6 +205,7 @@ fn read_ipam(ipam: &Map<String, Value>, flat_file_paths: &[PathBuf], out: &mut R
         warnings.push(e.to_string());
     }
     let flat_file = locate(&inline, flat_file_paths, warnings);
+    out.flat_file.clone_from(&flat_file);
     let raw = match &flat_file {
         Some(path) => match flatfile::read(path, &mut problems) {
             Ok(flat) => flatfile::merge(inline, flat),

@@ -5,6 +5,8 @@
 //! - `<cni-conf-dir>/hereabouts.d/hereabouts.kubeconfig`, mode 0600: the API server, the CA embedded, a token of
 //!   ServiceAccount `--cni-service-account` minted with the TokenRequest API (see [`token`]), and a context whose
 //!   namespace is where the pools live;
+//! - `<cni-conf-dir>/hereabouts.d/nodename`, mode 0644, with `--node-name` (the downward API's `spec.nodeName`):
+//!   the plugin keys slices, locks and reservations by the node's name, which is the host name only by default;
 //! - `<cni-conf-dir>/hereabouts.d/hereabouts.conf`, mode 0644: the flat file (Whereabouts' format), naming the
 //!   kubeconfig by its path on the host (`--host-cni-conf-dir`), since the plugin runs on the host.
 //!
@@ -45,6 +47,11 @@ const FLAT_FILE_NAME: &str = "hereabouts.conf";
 /// `install-cni` flags. Each can also be set by the environment variable shown.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// This node's name (the pod's `spec.nodeName` through the downward API), written to `hereabouts.d/nodename`
+    /// for the plugin, which otherwise takes the host name.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+
     /// The CNI plugin binary to install (the image's copy).
     #[arg(long, env = "HEREABOUTS_SOURCE_BINARY", value_name = "PATH", default_value = "/usr/local/bin/hereabouts")]
     pub source_binary: PathBuf,
@@ -258,6 +265,8 @@ struct Installer {
     server: String,
     namespace: String,
     flat_file_contents: Vec<u8>,
+    /// `nodename` as this container sees it, and the node's name, when given.
+    node_file: Option<(PathBuf, String)>,
     minter: token::Minter,
 }
 
@@ -321,6 +330,11 @@ impl Installer {
             lifetime: args.cni_token_lifetime,
             refresh_fraction: args.cni_token_refresh_fraction,
         };
+        let node_name = args.node_name.as_deref().map(str::trim).filter(|n| !n.is_empty());
+        if node_name.is_none() {
+            warn!("no --node-name (NODE_NAME): the CNI plugin will take the host name for the node's name");
+        }
+        let node_file = node_name.map(|n| (conf_dir.join(hereabouts_ipam::config::NODE_NAME_FILE), n.to_string()));
         Ok(Self {
             source_binary: args.source_binary,
             binary: args.cni_bin_dir.join(BINARY_NAME),
@@ -332,6 +346,7 @@ impl Installer {
             server,
             namespace,
             flat_file_contents,
+            node_file,
             minter,
         })
     }
@@ -367,6 +382,7 @@ impl Installer {
         }
         files::create_dir(&self.conf_dir)?;
         self.install_binary()?;
+        self.write_node_name()?;
         match cni {
             Some(cni) => self.write_kubeconfig(cni, "installed")?,
             None if files::exists(&self.kubeconfig)? => {
@@ -410,6 +426,15 @@ impl Installer {
         Ok(())
     }
 
+    /// Written before the flat file: a plugin that finds the flat file finds the node's name beside it.
+    fn write_node_name(&self) -> anyhow::Result<()> {
+        let Some((path, name)) = &self.node_file else { return Ok(()) };
+        if files::write_if_changed(path, format!("{name}\n").as_bytes(), 0o644)? {
+            info!(path = %path.display(), node = %name, "wrote the node's name");
+        }
+        Ok(())
+    }
+
     fn write_flat_file(&self) -> anyhow::Result<()> {
         if files::write_if_changed(&self.flat_file, &self.flat_file_contents, 0o644)? {
             info!(path = %self.flat_file.display(), "wrote the flat file");
@@ -439,6 +464,13 @@ impl Installer {
                 self.write_kubeconfig(&candidate, if ca_changed { "CA changed" } else { "it was removed" })?;
                 *cni = candidate;
             }
+        }
+        if let Some((path, _)) = &self.node_file
+            && !files::exists(path)?
+        {
+            warn!(path = %path.display(), "the node's name file was removed; writing it again");
+            files::create_dir(&self.conf_dir)?;
+            self.write_node_name()?;
         }
         if !files::exists(&self.flat_file)? && files::exists(&self.kubeconfig)? {
             warn!(path = %self.flat_file.display(), "the flat file is missing; writing it");

@@ -422,3 +422,19 @@ fn stale_temp_files_are_swept() {
     files::sweep_stale_temps(&target);
     assert_eq!(names(&dir.0), [".hereabouts.tmp-4-5-6", ".other.tmp-1-2-3"]);
 }
+
+#[test]
+fn the_node_name_is_written_beside_the_flat_file_and_put_back() {
+    let dir = TempDir::new();
+    let inst = installer(&dir, &["--node-name", " worker-3 "]);
+    let pod = inst.read_credentials().unwrap();
+    let cni = Credentials { token: "cni-1".into(), ca: pod.ca.clone() };
+    inst.install(Some(&cni)).unwrap();
+    let conf = dir.join("net.d/hereabouts.d");
+    assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig", "nodename"]);
+    assert_eq!(fs::read_to_string(conf.join("nodename")).unwrap(), "worker-3\n");
+    assert_eq!(mode(&conf.join("nodename")), 0o644);
+    fs::remove_file(conf.join("nodename")).unwrap();
+    inst.poll(&mut Some(cni)).unwrap();
+    assert_eq!(fs::read_to_string(conf.join("nodename")).unwrap(), "worker-3\n", "put back");
+}
