@@ -1,4 +1,5 @@
-//! Logs go to the configured `log_file`, else stderr, at `log_level`; stdout carries only the result.
+//! Logs go to the configured `log_file`, else stderr, at `log_level` (or `RUST_LOG`); stdout carries only the
+//! result.
 
 use std::sync::Mutex;
 
@@ -6,7 +7,7 @@ use std::path::Path;
 
 use hereabouts_ipam::config::LogLevel;
 use tracing::level_filters::LevelFilter;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -19,6 +20,15 @@ fn filter(level: LogLevel) -> LevelFilter {
     }
 }
 
+/// `RUST_LOG`, when the runtime passes one that parses, overrides `log_level` (a runtime rarely passes its own
+/// environment on; a debugging operator may).
+fn from_environment() -> Option<EnvFilter> {
+    let directives = std::env::var("RUST_LOG").ok().filter(|d| !d.trim().is_empty())?;
+    EnvFilter::try_new(&directives)
+        .map_err(|e| eprintln!("hereabouts: RUST_LOG={directives:?} does not parse ({e}); using log_level"))
+        .ok()
+}
+
 pub fn init(log_file: Option<&Path>, level: LogLevel) {
     let ours = filter(level);
     // the client's own debug lines (connections, every request) would bury ours
@@ -26,7 +36,10 @@ pub fn init(log_file: Option<&Path>, level: LogLevel) {
         .with_default(ours.min(LevelFilter::INFO))
         .with_target("hereabouts_ipam", ours)
         .with_target("hereabouts_cni", ours);
-    let builder = tracing_subscriber::fmt().with_ansi(false).with_target(false).with_max_level(ours);
+    let env = from_environment();
+    let targets = env.is_none().then_some(targets);
+    // the layers below decide what passes
+    let builder = tracing_subscriber::fmt().with_ansi(false).with_target(false).with_max_level(LevelFilter::TRACE);
     let file = log_file.and_then(|path| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -39,7 +52,7 @@ pub fn init(log_file: Option<&Path>, level: LogLevel) {
     });
     // A second init (never expected in one process) is harmless: the first subscriber stays.
     let _ = match file {
-        Some(file) => builder.with_writer(Mutex::new(file)).finish().with(targets).try_init(),
-        None => builder.with_writer(std::io::stderr).finish().with(targets).try_init(),
+        Some(file) => builder.with_writer(Mutex::new(file)).finish().with(env).with(targets).try_init(),
+        None => builder.with_writer(std::io::stderr).finish().with(env).with(targets).try_init(),
     };
 }

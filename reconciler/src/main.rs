@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use hereabouts_reconciler::{install_cni, run};
+use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
 #[command(name = "hereabouts-reconciler", version, about)]
@@ -22,7 +23,16 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).init();
+    // RUST_LOG's directives (`debug`, `hereabouts_reconciler=debug,kube=info`), else info; a value that does not
+    // parse is said and passed over rather than keeping the DaemonSet from starting.
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+            eprintln!("hereabouts-reconciler: RUST_LOG={directives:?} does not parse ({e}); logging at info");
+            EnvFilter::new("info")
+        }),
+        _ => EnvFilter::new("info"),
+    };
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_env_filter(filter).init();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     match cli.command {
         Command::Run(args) => rt.block_on(run::run(args)),

@@ -495,3 +495,26 @@ async fn del_with_each_config_whereabouts_accepted_succeeds_and_releases() {
     assert!(out.success, "{}", out.stdout);
     assert_eq!(fx.pool("198.18.24.0-24").await.spec.allocations.len(), 1);
 }
+
+/// `RUST_LOG`, when the runtime passes one, overrides `log_level`: the same debug-level config logs its info
+/// lines without it and only errors with `RUST_LOG=error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_log_overrides_the_configs_log_level() {
+    let fx = CniFixture::new("cni-rust-log").await;
+    let config = fx.netconf("1.0.0", "rust-log", json!({"range": "198.18.95.0/28", "log_level": "debug"}));
+    let levels = |stderr: &str| -> BTreeSet<String> {
+        stderr.lines().filter_map(|l| l.split_whitespace().nth(1)).map(str::to_string).collect()
+    };
+    let default = fx.add(&config, "a", "c-a").await;
+    assert_eq!(default.ips().len(), 1);
+    assert!(levels(&default.stderr).contains("INFO"), "log_level debug: {}", default.stderr);
+
+    let quiet = fx.invocation("ADD", &config, "b", "c-b").with_env("RUST_LOG", "error").run().await;
+    assert_eq!(quiet.ips().len(), 1);
+    assert_eq!(levels(&quiet.stderr), BTreeSet::new(), "RUST_LOG=error and nothing failed: {}", quiet.stderr);
+
+    let unparsable = fx.invocation("ADD", &config, "c", "c-c").with_env("RUST_LOG", "=[").run().await;
+    assert_eq!(unparsable.ips().len(), 1);
+    assert!(unparsable.stderr.contains("does not parse"), "{}", unparsable.stderr);
+    assert!(levels(&unparsable.stderr).contains("INFO"), "log_level again: {}", unparsable.stderr);
+}

@@ -661,3 +661,26 @@ async fn the_node_name_install_cni_writes_is_the_node_the_plugin_allocates_for()
         .collect();
     assert_eq!(owners, ["worker-from-downward-api"], "{}", add.stderr);
 }
+
+/// The DaemonSet binary honours `RUST_LOG`: info by default, only warnings and errors with `RUST_LOG=warn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_log_sets_what_the_daemonset_binary_logs() {
+    let cl = Cluster::new("install-rust-log").await;
+    let pod_token = cl.pod_token(None).await;
+    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
+    let server = cl.cluster.server().to_string();
+    let levels = |out: &Output| -> Vec<String> {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        stderr.lines().filter_map(|l| l.split_whitespace().nth(1)).map(str::to_string).collect()
+    };
+    let default = host.run_once(&["--server", &server], &[]);
+    assert_success(&default);
+    assert!(levels(&default).iter().any(|l| l == "INFO"), "{}", String::from_utf8_lossy(&default.stderr));
+    let quiet = host.run_once(&["--server", &server], &[("RUST_LOG", "warn")]);
+    assert_success(&quiet);
+    let seen = levels(&quiet);
+    assert!(seen.iter().all(|l| l == "WARN" || l == "ERROR"), "{}", String::from_utf8_lossy(&quiet.stderr));
+    let debug = host.run_once(&["--server", &server], &[("RUST_LOG", "debug")]);
+    assert_success(&debug);
+    assert!(levels(&debug).iter().any(|l| l == "DEBUG"), "{}", String::from_utf8_lossy(&debug.stderr));
+}
