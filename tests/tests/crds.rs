@@ -1,4 +1,5 @@
-//! The committed `crds/*.yaml` must be what the Rust types generate.
+//! The CRDs: the committed `crds/*.yaml` must be what the Rust types generate, and `kubectl get` shows their
+//! printer columns.
 
 #[test]
 fn committed_crds_match_the_types() {
@@ -12,4 +13,46 @@ fn committed_crds_match_the_types() {
         .unwrap()
         .filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "yaml")));
     assert_eq!(committed.count(), hereabouts_tests::crds::render().len(), "crds/ holds a manifest no type generates");
+}
+
+/// `kubectl get` shows the printer columns: the API server's Table view of what an ADD wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_shows_range_network_podref_interface_and_node() {
+    use hereabouts_tests::fixture::CniFixture;
+    use serde_json::{Value, json};
+
+    let fx = CniFixture::new("crd-columns").await;
+    let config = fx.netconf("1.0.0", "columns", json!({"range": "198.18.96.0/28", "network_name": "blue"}));
+    let add = fx.invocation("ADD", &config, "web", "c-web").with_env("NODENAME", "node-cols").run().await;
+    assert_eq!(add.ips().len(), 1, "{}", add.stderr);
+
+    let table = |plural: &'static str| {
+        let admin = fx.admin.clone();
+        let path = format!("/apis/whereabouts.cni.cncf.io/v1alpha1/namespaces/{}/{plural}", fx.ns);
+        async move {
+            let req = http::Request::get(path)
+                .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+                .body(Vec::new())
+                .unwrap();
+            let table: Value = serde_json::from_str(&admin.request_text(req).await.unwrap()).unwrap();
+            let names: Vec<String> = table["columnDefinitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap().to_string())
+                .collect();
+            let rows: Vec<Vec<Value>> =
+                table["rows"].as_array().unwrap().iter().map(|r| r["cells"].as_array().unwrap().clone()).collect();
+            (names, rows)
+        }
+    };
+    let (columns, rows) = table("ippools").await;
+    assert_eq!(columns, ["Name", "Range", "Network", "Age"]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][1..3], [json!("198.18.96.0/28"), json!("blue")]);
+
+    let (columns, rows) = table("overlappingrangeipreservations").await;
+    assert_eq!(columns, ["Name", "PodRef", "Interface", "Node", "Age"]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][1..4], [json!(format!("{}/web", fx.ns)), json!("net1"), json!("node-cols")]);
 }

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
     root = "IpPool",
     plural = "ippools",
     singular = "ippool",
+    printcolumn = r#"{"name":"Range","type":"string","jsonPath":".spec.range"}"#,
+    printcolumn = r#"{"name":"Network","type":"string","jsonPath":".metadata.annotations.hereabouts\\.cni\\.cncf\\.io/network-name"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     namespaced
 )]
 pub struct IpPoolSpec {

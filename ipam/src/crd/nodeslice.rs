@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
     kind = "NodeSlicePool",
     plural = "nodeslicepools",
     singular = "nodeslicepool",
+    printcolumn = r#"{"name":"Range","type":"string","jsonPath":".spec.range"}"#,
+    printcolumn = r#"{"name":"Slice","type":"string","jsonPath":".spec.sliceSize"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     namespaced,
     status = "NodeSlicePoolStatus"
 )]

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
     root = "OverlappingRangeIpReservation",
     plural = "overlappingrangeipreservations",
     singular = "overlappingrangeipreservation",
+    printcolumn = r#"{"name":"PodRef","type":"string","jsonPath":".spec.podref"}"#,
+    printcolumn = r#"{"name":"Interface","type":"string","jsonPath":".spec.ifname"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".metadata.labels.hereabouts\\.cni\\.cncf\\.io/node"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     namespaced
 )]
 pub struct OverlappingRangeIpReservationSpec {
