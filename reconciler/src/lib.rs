@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod decide;
+pub mod gauges;
 pub mod http;
 pub mod install_cni;
 pub mod leader;

@@ -25,7 +25,7 @@ use crate::node_slices::{self, SliceKeeper};
 use crate::pods::NodeLoop;
 use crate::release::Releaser;
 use crate::schedule::ScheduleSource;
-use crate::{leader, sweep};
+use crate::{gauges, leader, sweep};
 
 /// `run` flags.
 #[derive(Debug, clap::Args)]
@@ -74,6 +74,9 @@ pub struct Args {
     /// This instance's identity in the Lease (the DaemonSet passes the pod name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// How often the leader reads the pools for the pool gauges (only the leader exports them).
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    gauge_interval: Duration,
     /// How often the leader gives Nodes without a slice one, and frees the slices of gone Nodes (slice mode).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     slice_interval: Duration,
@@ -220,6 +223,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let keeper =
         SliceKeeper::new(KubeStore::new(client.clone(), &args.namespace), Api::all(client.clone()), args.slice_grace);
     tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
+    let pools = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
+    tasks.spawn(gauges::run(pools, health.clone(), leadership.clone(), args.gauge_interval, shutdown.clone()));
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));
     tasks.spawn(crate::schedule::watch_source(source, schedule_tx, args.reload_interval, shutdown.clone()));
 

@@ -6,9 +6,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::ipam::reservation_of;
-use hereabouts_ipam::range::IpRange;
 use hereabouts_ipam::store::{Store, StoreError};
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
@@ -17,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::Cluster;
 use crate::decide::{EntryClaim, Index, Keep, entry_claim};
 use crate::leader::Leadership;
-use crate::metrics::PoolLabels;
 use crate::release::{Considered, Releaser, ReservationOutcome, Views, entries};
 use crate::schedule::Schedule;
 
@@ -112,21 +109,10 @@ pub async fn reconcile_once<S: Store, C: Cluster>(releaser: &Releaser<S, C>) -> 
     }
     summary.conflicts += doubly.len();
     releaser.health.metrics.conflicts.set(summary.conflicts as i64);
-    record_pool_gauges(releaser, &pools);
     for reservation in &reservations {
         if releaser.consider_reservation(reservation, &index).await == ReservationOutcome::Released {
             summary.reservations_released += 1;
         }
     }
     Ok(summary)
-}
-
-fn record_pool_gauges<S, C>(releaser: &Releaser<S, C>, pools: &[IpPool]) {
-    let metrics = &releaser.health.metrics;
-    for pool in pools {
-        let labels = PoolLabels { pool: pool.metadata.name.clone().unwrap_or_default() };
-        let size = IpRange::parse(&pool.spec.range, None, None, &[]).map_or(0, |r| r.usable_count());
-        metrics.pool_size.get_or_create(&labels).set(i64::try_from(size).unwrap_or(i64::MAX));
-        metrics.pool_allocated.get_or_create(&labels).set(pool.spec.allocations.len() as i64);
-    }
 }

@@ -39,6 +39,8 @@ pub struct ReconcilerOptions {
     pub node_resync: String,
     /// `--slice-interval` and `--slice-grace`: the leader's node-slice passes.
     pub slice_interval: String,
+    /// `--gauge-interval`: how often the leader reads the pools for the gauges.
+    pub gauge_interval: String,
     pub slice_grace: String,
 }
 
@@ -55,6 +57,7 @@ impl ReconcilerOptions {
             kubeconfig: None,
             node_resync: "2s".into(),
             slice_interval: "1s".into(),
+            gauge_interval: "1s".into(),
             slice_grace: "2s".into(),
             // the Role allows the reconciler this one Lease; Leases are per namespace, so tests do not collide
             lease: deploy::LEASE_NAME.into(),
@@ -92,6 +95,7 @@ impl Reconciler {
             .args(["--cron-expression", &opts.cron, "--grace-period", &opts.grace, "--lease-name", &opts.lease])
             .args(["--orphan-age", &opts.orphan_age, "--node-resync", &opts.node_resync])
             .args(["--slice-interval", &opts.slice_interval, "--slice-grace", &opts.slice_grace])
+            .args(["--gauge-interval", &opts.gauge_interval])
             .args(["--listen", &listen])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

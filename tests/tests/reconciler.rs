@@ -184,3 +184,41 @@ async fn an_invalid_schedule_is_a_startup_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("invalid cron expression \"61 * * * *\""), "{stderr}");
 }
+
+/// Whether `r` exports any pool gauge.
+async fn exports_gauges(r: &Reconciler) -> bool {
+    r.get("/metrics").await.unwrap_or_default().contains("hereabouts_pool_allocated{")
+}
+
+/// The pool gauges: exported by the leader alone, following ADDs within seconds, with the capacity the config
+/// gives (range_end), and taken over by the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_exports_pool_gauges_and_they_follow_adds() {
+    let mut fx = Fx::new("rec-gauges", "198.18.98.0/28").await;
+    fx.config["ipam"]["range_end"] = serde_json::json!("198.18.98.10");
+    let opts = |id: &str, node: &str| ReconcilerOptions { identity: id.into(), ..ReconcilerOptions::new(node, &fx.ns) };
+    let mut a = Reconciler::start(fx.cluster, &opts("a", "node-a")).await;
+    let mut b = Reconciler::start(fx.cluster, &opts("b", "node-b")).await;
+    for i in 0..3 {
+        let pod = fx.pod(&format!("p{i}"), "node-a").await;
+        fx.add(&pod, "node-a", &format!("c{i}")).await;
+    }
+    let allocated = r#"hereabouts_pool_allocated{pool="198.18.98.0-28"}"#;
+    let size = r#"hereabouts_pool_size{pool="198.18.98.0-28"}"#;
+    wait::until(Duration::from_secs(20), "the leader's gauges to count 3", || async {
+        (a.metric(allocated).await + b.metric(allocated).await == 3.0).then_some(())
+    })
+    .await
+    .unwrap();
+    let a_leads = exports_gauges(&a).await;
+    let (leader, follower) = if a_leads { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    assert!(!exports_gauges(follower).await, "a follower exports no pool gauge:\n{}", follower.logs());
+    assert_eq!(leader.metric(size).await, 10.0, "range_end .10: 10 usable addresses");
+
+    leader.stop();
+    wait::until(Duration::from_secs(40), "the next leader's gauges", || async {
+        (follower.metric(allocated).await == 3.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", follower.logs()));
+}

@@ -272,9 +272,11 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 return Err(IpamError::Exhausted { pool: self.pool.clone(), range: self.range.cidr().to_string() });
             }
             let range = names::range_string(self.range.cidr());
+            let usable = self.range.usable_count();
+            let network = &self.cfg.network_name;
             let created = self
                 .budget
-                .retry(StoreError::is_transient, || self.store.create_pool(&self.pool, &range, &self.cfg.network_name))
+                .retry(StoreError::is_transient, || self.store.create_pool(&self.pool, &range, network, usable))
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool), e))?;
             if let Created::Created(pool) = created {

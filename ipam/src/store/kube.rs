@@ -138,8 +138,14 @@ impl Store for KubeStore {
         self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
     }
 
-    async fn create_pool(&self, name: &str, range: &str, network_name: &str) -> Result<Created<IpPool>, StoreError> {
-        let pool = super::pool_object(name, range, network_name);
+    async fn create_pool(
+        &self,
+        name: &str,
+        range: &str,
+        network_name: &str,
+        usable: u128,
+    ) -> Result<Created<IpPool>, StoreError> {
+        let pool = super::pool_object(name, range, network_name, usable);
         match self.pools.create(&PostParams::default(), &pool).await {
             Ok(created) => Ok(Created::Created(created)),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),

@@ -415,12 +415,18 @@ impl Store for MemoryStore {
         self.call(Op::GetPool, "pool", name, |s| Ok(s.pools.get(name).cloned())).await
     }
 
-    async fn create_pool(&self, name: &str, range: &str, network_name: &str) -> Result<Created<IpPool>, StoreError> {
+    async fn create_pool(
+        &self,
+        name: &str,
+        range: &str,
+        network_name: &str,
+        usable: u128,
+    ) -> Result<Created<IpPool>, StoreError> {
         self.call(Op::CreatePool, "pool", name, |s| {
             if s.pools.contains_key(name) {
                 return Ok(Created::Exists);
             }
-            let mut pool = super::pool_object(name, range, network_name);
+            let mut pool = super::pool_object(name, range, network_name, usable);
             pool.metadata.namespace = Some(self.namespace.clone());
             pool.metadata.resource_version = Some(s.bump());
             pool.metadata.uid = Some(format!("uid-{}", s.version));

@@ -40,11 +40,22 @@ pub const CLAIMED_ANNOTATION: &str = "hereabouts.cni.cncf.io/claimed";
 /// named after the network.
 pub const NETWORK_ANNOTATION: &str = "hereabouts.cni.cncf.io/network-name";
 
+/// The annotation holding how many addresses of a pool its creator's config may hand out (range_start, range_end,
+/// exclude and gateway applied): the capacity the pool gauges report. A pool without it (Whereabouts made it) is
+/// counted by its range.
+pub const USABLE_ANNOTATION: &str = "hereabouts.cni.cncf.io/usable-addresses";
+
 /// The pool object `create_pool` writes.
-pub fn pool_object(name: &str, range: &str, network_name: &str) -> IpPool {
+pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128) -> IpPool {
     let mut pool =
         IpPool::new(name, crate::crd::IpPoolSpec { range: range.to_string(), allocations: Default::default() });
-    pool.metadata.annotations = Some([(NETWORK_ANNOTATION.to_string(), network_name.to_string())].into());
+    pool.metadata.annotations = Some(
+        [
+            (NETWORK_ANNOTATION.to_string(), network_name.to_string()),
+            (USABLE_ANNOTATION.to_string(), usable.to_string()),
+        ]
+        .into(),
+    );
     pool
 }
 
@@ -199,13 +210,14 @@ pub trait Store: Send + Sync {
     /// Reads the pool `name`, or `None` when it does not exist.
     fn get_pool(&self, name: &str) -> impl Future<Output = Result<Option<IpPool>, StoreError>> + Send;
 
-    /// Creates the pool `name` for `range` of the network `network_name` ([`NETWORK_ANNOTATION`]) with no
-    /// allocations.
+    /// Creates the pool `name` for `range` of the network `network_name` ([`NETWORK_ANNOTATION`]), `usable` of whose
+    /// addresses the config may hand out ([`USABLE_ANNOTATION`]), with no allocations.
     fn create_pool(
         &self,
         name: &str,
         range: &str,
         network_name: &str,
+        usable: u128,
     ) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
 
     /// Every pool of the namespace.

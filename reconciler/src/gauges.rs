@@ -1,0 +1,114 @@
+//! The pool gauges, kept by the leader alone: every `--gauge-interval` it reads the namespace's pools, a few at a
+//! time, and sets each pool's capacity and allocated count; a reconciler that does not lead exports none, so one
+//! scrape of every node counts each pool once, and a former leader's figures do not linger.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hereabouts_ipam::crd::IpPool;
+use hereabouts_ipam::range::IpRange;
+use hereabouts_ipam::store::USABLE_ANNOTATION;
+use kube::Api;
+use kube::api::ListParams;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::Health;
+use crate::leader::Leadership;
+use crate::metrics::{Metrics, PoolLabels};
+
+/// Pools read per page: a page of pools near etcd's object limit is megabytes.
+const PAGE: u32 = 4;
+
+/// How many addresses `pool` may hand out: what its creator's config said, else its range's usable count.
+pub fn capacity(pool: &IpPool) -> u128 {
+    let annotated = pool.metadata.annotations.as_ref().and_then(|a| a.get(USABLE_ANNOTATION)?.parse().ok());
+    annotated.unwrap_or_else(|| IpRange::parse(&pool.spec.range, None, None, &[]).map_or(0, |r| r.usable_count()))
+}
+
+/// Sets the gauges of every pool the leader reads every `every`, until `shutdown`; clears them while it does not
+/// lead.
+pub async fn run(
+    pools: Api<IpPool>,
+    health: Arc<Health>,
+    leadership: Leadership,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    let metrics = &health.metrics;
+    let mut failing = false;
+    let mut exported = BTreeSet::new();
+    loop {
+        if !leadership.is_leader() {
+            metrics.pool_size.clear();
+            metrics.pool_allocated.clear();
+            exported.clear();
+        } else {
+            match refresh(&pools, metrics).await {
+                Ok(seen) => {
+                    failing = false;
+                    // A pool deleted since the last read stops being exported; the others were overwritten in
+                    // place, so a scrape never sees a pool vanish and come back.
+                    for gone in exported.difference(&seen) {
+                        metrics.pool_size.remove(gone);
+                        metrics.pool_allocated.remove(gone);
+                    }
+                    exported = seen;
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %crate::error_chain(&e), "pool gauges: listing the pools failed; retrying");
+                }
+                Err(_) => {}
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Sets the gauges of every pool; the pools seen.
+async fn refresh(pools: &Api<IpPool>, metrics: &Metrics) -> Result<BTreeSet<PoolLabels>, kube::Error> {
+    let mut seen = BTreeSet::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = pools.list(&params).await?;
+        for pool in &page.items {
+            let labels = PoolLabels { pool: pool.metadata.name.clone().unwrap_or_default() };
+            metrics.pool_size.get_or_create(&labels).set(i64::try_from(capacity(pool)).unwrap_or(i64::MAX));
+            metrics.pool_allocated.get_or_create(&labels).set(pool.spec.allocations.len() as i64);
+            seen.insert(labels);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(seen),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(range: &str, usable: Option<&str>) -> IpPool {
+        let mut pool =
+            IpPool::new("p", hereabouts_ipam::crd::IpPoolSpec { range: range.into(), allocations: Default::default() });
+        if let Some(u) = usable {
+            pool.metadata.annotations = Some([(USABLE_ANNOTATION.to_string(), u.to_string())].into());
+        }
+        pool
+    }
+
+    #[test]
+    fn capacity_is_the_configs_else_the_ranges() {
+        assert_eq!(capacity(&pool("198.18.0.0/24", Some("100"))), 100);
+        assert_eq!(
+            capacity(&pool("198.18.0.0/24", None)),
+            254,
+            "Whereabouts' pool: the range less network and broadcast"
+        );
+        assert_eq!(capacity(&pool("198.18.0.0/24", Some("many"))), 254, "an unreadable annotation is passed over");
+    }
+}
