@@ -684,3 +684,30 @@ async fn rust_log_sets_what_the_daemonset_binary_logs() {
     assert_success(&debug);
     assert!(levels(&debug).iter().any(|l| l == "DEBUG"), "{}", String::from_utf8_lossy(&debug.stderr));
 }
+
+/// Installed as `whereabouts` too, the plugin serves a NetworkAttachmentDefinition that names Whereabouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_as_whereabouts_it_serves_a_whereabouts_netconf() {
+    let cl = Cluster::new("install-alias").await;
+    let pod_token = cl.pod_token(None).await;
+    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
+    let server = cl.cluster.server().to_string();
+    assert_success(&host.run_once(&["--server", &server, "--install-as-whereabouts"], &[]));
+    let alias = host.path("bin/whereabouts");
+    assert!(fs::read(&alias).unwrap() == fs::read(host.binary()).unwrap(), "the same binary");
+
+    let mut config = cl.netconf(&host.kubeconfig(), "198.18.62.0/24");
+    config["ipam"]["type"] = json!("whereabouts");
+    let run = |command| {
+        let mut invocation = Invocation::new(command, &config, &cl.ns, "web", "c1");
+        invocation.program = Some(alias.clone());
+        invocation
+    };
+    let add = run("ADD").run().await;
+    assert_eq!(add.ips(), ["198.18.62.1".parse::<std::net::IpAddr>().unwrap()], "{}", add.stderr);
+    let del = run("DEL").run().await;
+    assert!(del.success, "{}\n{}", del.stdout, del.stderr);
+    let pools: Vec<hereabouts_ipam::crd::IpPool> =
+        Api::namespaced(cl.admin.clone(), &cl.ns).list(&Default::default()).await.unwrap().items;
+    assert_eq!(pools.iter().map(|p| p.spec.allocations.len()).sum::<usize>(), 0, "{}", del.stderr);
+}

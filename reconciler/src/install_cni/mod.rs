@@ -38,6 +38,8 @@ use render::Credentials;
 
 /// The binary's name in the CNI bin directory: the `type` a netconf names.
 const BINARY_NAME: &str = "hereabouts";
+/// The name of the binary a Whereabouts netconf's `type` runs.
+const WHEREABOUTS_NAME: &str = "whereabouts";
 /// The subdirectory of the CNI conf directory holding the flat file and the kubeconfig. Runtimes read only the
 /// top level of the conf directory, so nothing here is taken for a network config.
 const CONF_SUBDIR: &str = "hereabouts.d";
@@ -55,6 +57,12 @@ pub struct Args {
     /// The CNI plugin binary to install (the image's copy).
     #[arg(long, env = "HEREABOUTS_SOURCE_BINARY", value_name = "PATH", default_value = "/usr/local/bin/hereabouts")]
     pub source_binary: PathBuf,
+
+    /// Also install the plugin as `whereabouts`, so that NetworkAttachmentDefinitions naming `"type":
+    /// "whereabouts"` are served by it (the switch-over from Whereabouts, README "Migrating"). Only once
+    /// Whereabouts' own DaemonSet is gone: both would write the same file.
+    #[arg(long, env = "HEREABOUTS_INSTALL_AS_WHEREABOUTS")]
+    pub install_as_whereabouts: bool,
 
     /// The host's CNI binary directory, as this container sees it; `hereabouts` is written there (mode 0755).
     #[arg(long, env = "HEREABOUTS_CNI_BIN_DIR", value_name = "DIR", default_value = "/host/opt/cni/bin")]
@@ -254,6 +262,8 @@ struct Installer {
     source_binary: PathBuf,
     /// `<cni-bin-dir>/hereabouts`.
     binary: PathBuf,
+    /// `<cni-bin-dir>/whereabouts`, with `--install-as-whereabouts`.
+    alias: Option<PathBuf>,
     /// `<cni-conf-dir>/hereabouts.d`.
     conf_dir: PathBuf,
     /// The kubeconfig, as this container sees it.
@@ -338,6 +348,7 @@ impl Installer {
         Ok(Self {
             source_binary: args.source_binary,
             binary: args.cni_bin_dir.join(BINARY_NAME),
+            alias: args.install_as_whereabouts.then(|| args.cni_bin_dir.join(WHEREABOUTS_NAME)),
             kubeconfig: conf_dir.join(KUBECONFIG_NAME),
             flat_file: conf_dir.join(FLAT_FILE_NAME),
             conf_dir,
@@ -374,7 +385,7 @@ impl Installer {
     /// `cni` (no token could be minted yet) the kubeconfig an earlier run left stays as it is, and the flat file
     /// is written only if there is one: its token is bound to no pod and may well still be valid.
     fn install(&self, cni: Option<&Credentials>) -> anyhow::Result<()> {
-        for path in [&self.binary, &self.kubeconfig, &self.flat_file] {
+        for path in [&self.binary, &self.kubeconfig, &self.flat_file].into_iter().chain(&self.alias) {
             files::sweep_stale_temps(path);
         }
         if let Some(dir) = self.binary.parent() {
@@ -406,11 +417,18 @@ impl Installer {
         Ok(())
     }
 
+    /// The plugin under each name it is installed as.
+    fn binaries(&self) -> impl Iterator<Item = &PathBuf> {
+        std::iter::once(&self.binary).chain(&self.alias)
+    }
+
     fn install_binary(&self) -> anyhow::Result<()> {
-        if files::install_binary(&self.source_binary, &self.binary)? {
-            info!(path = %self.binary.display(), source = %self.source_binary.display(), "installed the CNI binary");
-        } else {
-            info!(path = %self.binary.display(), "the CNI binary is up to date");
+        for binary in self.binaries() {
+            if files::install_binary(&self.source_binary, binary)? {
+                info!(path = %binary.display(), source = %self.source_binary.display(), "installed the CNI binary");
+            } else {
+                info!(path = %binary.display(), "the CNI binary is up to date");
+            }
         }
         Ok(())
     }
@@ -449,8 +467,14 @@ impl Installer {
     /// rewritten with the new CA at once (the token does not depend on it) and `cni` follows.
     fn poll(&self, cni: &mut Option<Credentials>) -> anyhow::Result<Credentials> {
         let pod = self.read_credentials()?;
-        if !files::exists(&self.binary)? {
-            warn!(path = %self.binary.display(), "the CNI binary was removed; installing it again");
+        let mut removed = None;
+        for binary in self.binaries() {
+            if !files::exists(binary)? {
+                removed = Some(binary);
+            }
+        }
+        if let Some(binary) = removed {
+            warn!(path = %binary.display(), "the CNI binary was removed; installing it again");
             if let Some(dir) = self.binary.parent() {
                 files::create_dir(dir)?;
             }

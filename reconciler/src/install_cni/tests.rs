@@ -438,3 +438,19 @@ fn the_node_name_is_written_beside_the_flat_file_and_put_back() {
     inst.poll(&mut Some(cni)).unwrap();
     assert_eq!(fs::read_to_string(conf.join("nodename")).unwrap(), "worker-3\n", "put back");
 }
+
+#[test]
+fn install_as_whereabouts_writes_the_same_binary_under_that_name_too() {
+    let dir = TempDir::new();
+    let plain = installer(&dir, &[]);
+    plain.install(None).unwrap();
+    assert_eq!(names(&dir.join("bin")), ["hereabouts"], "only on request");
+    let inst = installer(&dir, &["--install-as-whereabouts"]);
+    inst.install(None).unwrap();
+    assert_eq!(names(&dir.join("bin")), ["hereabouts", "whereabouts"]);
+    assert_eq!(fs::read(dir.join("bin/whereabouts")).unwrap(), fs::read(dir.join("source")).unwrap());
+    assert_eq!(mode(&dir.join("bin/whereabouts")), 0o755);
+    fs::remove_file(dir.join("bin/whereabouts")).unwrap();
+    inst.poll(&mut None).unwrap();
+    assert!(dir.join("bin/whereabouts").is_file(), "put back");
+}
