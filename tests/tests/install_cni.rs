@@ -632,14 +632,20 @@ fn help_names_every_flag_and_its_environment_variable() {
     }
 }
 
+/// A namespace and a host for `--once` runs against the test API server (`--server`, the returned URL).
+async fn once_host(prefix: &str) -> (Cluster, Host, String) {
+    let cl = Cluster::new(prefix).await;
+    let pod_token = cl.pod_token(None).await;
+    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
+    let server = cl.cluster.server().to_string();
+    (cl, host, server)
+}
+
 /// The node's name the downward API gives install-cni is the plugin's node, though the runtime passes no
 /// `NODENAME` and the host's name differs: an ADD in slice mode claims its slice for that node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_name_install_cni_writes_is_the_node_the_plugin_allocates_for() {
-    let cl = Cluster::new("install-node").await;
-    let pod_token = cl.pod_token(None).await;
-    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
-    let server = cl.cluster.server().to_string();
+    let (cl, host, server) = once_host("install-node").await;
     let out = host.run_once(&["--server", &server], &[("NODE_NAME", "worker-from-downward-api")]);
     assert_success(&out);
     let written = host.path("net.d/hereabouts.d/nodename");
@@ -665,10 +671,7 @@ async fn the_node_name_install_cni_writes_is_the_node_the_plugin_allocates_for()
 /// The DaemonSet binary honours `RUST_LOG`: info by default, only warnings and errors with `RUST_LOG=warn`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_log_sets_what_the_daemonset_binary_logs() {
-    let cl = Cluster::new("install-rust-log").await;
-    let pod_token = cl.pod_token(None).await;
-    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
-    let server = cl.cluster.server().to_string();
+    let (_cl, host, server) = once_host("install-rust-log").await;
     let levels = |out: &Output| -> Vec<String> {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         stderr.lines().filter_map(|l| l.split_whitespace().nth(1)).map(str::to_string).collect()
@@ -688,10 +691,7 @@ async fn rust_log_sets_what_the_daemonset_binary_logs() {
 /// Installed as `whereabouts` too, the plugin serves a NetworkAttachmentDefinition that names Whereabouts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installed_as_whereabouts_it_serves_a_whereabouts_netconf() {
-    let cl = Cluster::new("install-alias").await;
-    let pod_token = cl.pod_token(None).await;
-    let host = Host::new(Layout::Projected, &pod_token, cl.cluster.ca_pem(), &cl);
-    let server = cl.cluster.server().to_string();
+    let (cl, host, server) = once_host("install-alias").await;
     assert_success(&host.run_once(&["--server", &server, "--install-as-whereabouts"], &[]));
     let alias = host.path("bin/whereabouts");
     assert!(fs::read(&alias).unwrap() == fs::read(host.binary()).unwrap(), "the same binary");
