@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export GOTOOLCHAIN := local
 
-.PHONY: test testenv build crds lint deny bench demo fuzz image
+.PHONY: test testenv build crds manifest lint deny bench demo fuzz image
 
 ## every test: builds the Go tools (once per version) and the binaries, then runs the whole workspace's tests
 test: testenv build
@@ -26,6 +26,10 @@ demo: testenv build
 image:
 	cargo build --release -p hereabouts-cni -p hereabouts-reconciler -p hereabouts-tests --bin hereabouts --bin hereabouts-reconciler --bin image
 	cargo run -q --release -p hereabouts-tests --bin image -- target/hereabouts-image.tar hereabouts:0.1.0
+
+## regenerate deploy/daemonset.yaml: the chart in deploy/chart rendered with its default values
+manifest: testenv
+	$${HEREABOUTS_TESTENV:-.testenv}/bin/helm template hereabouts deploy/chart > deploy/daemonset.yaml
 
 ## regenerate crds/*.yaml from the Rust types
 crds:

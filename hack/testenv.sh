@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Go tools the tests run -- kube-apiserver, etcd, the CNI reference plugins, cnitool, Whereabouts and
-# Multus -- from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default
+# Builds the Go tools the tests run -- kube-apiserver, etcd, the CNI reference plugins, cnitool, Whereabouts,
+# Multus and helm -- from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default
 # <repo>/.testenv, which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
 set -euo pipefail
 
@@ -35,6 +35,7 @@ plugins=$(modver cni github.com/containernetworking/plugins)
 cni=$(modver cni github.com/containernetworking/cni)
 wb=$(modver whereabouts github.com/k8snetworkplumbingwg/whereabouts)
 multus=$(modver multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+helm=$(modver helm helm.sh/helm/v4)
 nad=$(modver multus github.com/k8snetworkplumbingwg/network-attachment-definition-client)
 
 minor=${k8s#v1.}; minor=${minor%%.*}
@@ -74,6 +75,9 @@ if [[ ! -f $out/nad-client-$nad/networks-crd.yaml ]]; then
   mv "$out/nad-client-$nad/.networks-crd.yaml.tmp" "$out/nad-client-$nad/networks-crd.yaml"
 fi
 
+# helm, to lint, render and install the chart in deploy/chart
+build helm "helm-$helm" helm helm.sh/helm/v4/cmd/helm
+
 link kube-apiserver "kubernetes-$k8s"
 link etcd "etcd-$etcd"
 for p in bridge macvlan ipvlan dummy loopback host-local; do link "$p" "cni-plugins-$plugins"; done
@@ -83,5 +87,6 @@ link whereabouts-nodeslicecontroller "whereabouts-$wb"
 ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
 link multus "multus-$multus"
 link networks-crd.yaml "nad-client-$nad"
+link helm "helm-$helm"
 
-echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus, NAD CRD $nad"
+echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus, NAD CRD $nad, helm $helm"

@@ -78,18 +78,19 @@ fn objects_come_in_order_in_kube_system() {
         .iter()
         .map(|o| (o["kind"].as_str().unwrap().to_string(), o["metadata"]["name"].as_str().unwrap().to_string()))
         .collect();
+    // helm's install order (the manifest is the chart's render): accounts and settings, rights, then workloads
     let expected = [
         ("ServiceAccount", "hereabouts"),
         ("ServiceAccount", "hereabouts-cni"),
-        ("Role", "hereabouts-cni"),
-        ("RoleBinding", "hereabouts-cni"),
-        ("Role", "hereabouts"),
-        ("RoleBinding", "hereabouts"),
+        ("ConfigMap", "hereabouts-config"),
         ("ClusterRole", "hereabouts"),
         ("ClusterRoleBinding", "hereabouts"),
-        ("Lease", "hereabouts-reconciler"),
-        ("ConfigMap", "hereabouts-config"),
+        ("Role", "hereabouts-cni"),
+        ("Role", "hereabouts"),
+        ("RoleBinding", "hereabouts-cni"),
+        ("RoleBinding", "hereabouts"),
         ("DaemonSet", "hereabouts"),
+        ("Lease", "hereabouts-reconciler"),
     ]
     .map(|(k, n)| (k.to_string(), n.to_string()));
     assert_eq!(kinds, expected, "{} holds these objects, in this order (no Namespace)", deploy::MANIFEST);

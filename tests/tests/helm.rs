@@ -1,0 +1,97 @@
+//! The Helm chart in `deploy/chart` is the one source of the deployment: `helm lint` passes, its default render is
+//! `deploy/daemonset.yaml` byte for byte, and each value (namespace, image, metrics address, cron, grace) lands
+//! where the objects use it. helm is built from its Go module by `hack/testenv.sh`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use hereabouts_tests::{deploy, testenv};
+use serde_json::Value;
+
+fn chart() -> PathBuf {
+    testenv::repo_root().join("deploy/chart")
+}
+
+fn helm(args: &[&str]) -> String {
+    let out = Command::new(testenv::tool("helm"))
+        .args(args)
+        .env("HELM_CACHE_HOME", std::env::temp_dir().join("hereabouts-helm-cache"))
+        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("hereabouts-helm-config"))
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("hereabouts-helm-data"))
+        .output()
+        .expect("run helm");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "helm {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// `helm template` of the chart with `set` values.
+fn render(set: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", "hereabouts", chart.to_str().unwrap()];
+    for s in set {
+        args.extend(["--set-string", s]);
+    }
+    helm(&args)
+}
+
+#[test]
+fn the_chart_lints_clean() {
+    let out = helm(&["lint", "--strict", chart().to_str().unwrap()]);
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+}
+
+#[test]
+fn the_manifest_is_the_charts_default_render() {
+    let have = std::fs::read_to_string(deploy::path()).unwrap();
+    assert!(
+        have == render(&[]),
+        "{} is not the chart's default render: run `make manifest` and commit the result",
+        deploy::path().display()
+    );
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"))
+}
+
+#[test]
+fn each_value_lands_where_the_objects_use_it() {
+    let text = render(&[
+        "namespace=ipam-system",
+        "image=registry.example/hereabouts:1.2.3",
+        "metrics.host=0.0.0.0",
+        "metrics.port=9400",
+        "cron=*/5 * * * *",
+        "gracePeriodSeconds=120",
+    ]);
+    let objects = deploy::parse(&text).unwrap();
+    assert_eq!(objects.len(), deploy::manifest().len(), "the same objects as the manifest");
+    for o in &objects {
+        let kind = o["kind"].as_str().unwrap();
+        if !kind.starts_with("Cluster") {
+            assert_eq!(o["metadata"]["namespace"], "ipam-system", "{kind} {}", o["metadata"]["name"]);
+        }
+    }
+    for binding in objects.iter().filter(|o| o["kind"].as_str().unwrap().ends_with("Binding")) {
+        for subject in binding["subjects"].as_array().unwrap() {
+            assert_eq!(subject["namespace"], "ipam-system", "{binding}");
+        }
+    }
+    let config = find(&objects, "ConfigMap");
+    assert_eq!(config["data"]["cron_expression"], "*/5 * * * *");
+    assert_eq!(config["data"]["grace_period_seconds"], "120");
+
+    let pod = &find(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    let containers = pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap());
+    for c in containers {
+        assert_eq!(c["image"], "registry.example/hereabouts:1.2.3", "{}", c["name"]);
+    }
+    let reconciler = &pod["containers"][0];
+    let args: Vec<&str> = reconciler["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(args.contains(&"--listen=0.0.0.0:9400"), "{args:?}");
+    assert_eq!(reconciler["ports"][0]["containerPort"], 9400);
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(reconciler[probe]["httpGet"]["host"], "127.0.0.1", "listening everywhere, probed on loopback");
+    }
+}
