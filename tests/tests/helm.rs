@@ -5,7 +5,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use hereabouts_tests::{deploy, testenv};
+use hereabouts_tests::{Identity, TestCluster, deploy, testenv};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
 use serde_json::Value;
 
 fn chart() -> PathBuf {
@@ -13,8 +17,13 @@ fn chart() -> PathBuf {
 }
 
 fn helm(args: &[&str]) -> String {
+    helm_with(args, &[])
+}
+
+fn helm_with(args: &[&str], env: &[(&str, &std::path::Path)]) -> String {
     let out = Command::new(testenv::tool("helm"))
         .args(args)
+        .envs(env.iter().copied())
         .env("HELM_CACHE_HOME", std::env::temp_dir().join("hereabouts-helm-cache"))
         .env("HELM_CONFIG_HOME", std::env::temp_dir().join("hereabouts-helm-config"))
         .env("HELM_DATA_HOME", std::env::temp_dir().join("hereabouts-helm-data"))
@@ -94,4 +103,30 @@ fn each_value_lands_where_the_objects_use_it() {
     for probe in ["livenessProbe", "readinessProbe"] {
         assert_eq!(reconciler[probe]["httpGet"]["host"], "127.0.0.1", "listening everywhere, probed on loopback");
     }
+}
+
+/// `helm install` on the test API server, into a namespace of its own, creates every object of the manifest there
+/// (no node runs the DaemonSet's pods here), and `helm uninstall` removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_and_uninstalls_the_objects() {
+    let cluster = TestCluster::get();
+    let ns = cluster.namespace("helm-install").await;
+    let kubeconfig = cluster.kubeconfig(Identity::Admin, &ns);
+    let env = [("KUBECONFIG", kubeconfig.as_path())];
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let values = format!("namespace={ns}");
+    let install = ["install", "hereabouts", chart, "--namespace", &ns, "--set-string", &values, "--wait=false"];
+    let out = helm_with(&install, &env);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+
+    let admin = cluster.admin().await;
+    let ds = Api::<DaemonSet>::namespaced(admin.clone(), &ns).get("hereabouts").await.unwrap();
+    assert_eq!(ds.metadata.annotations.unwrap_or_default()["meta.helm.sh/release-name"], "hereabouts");
+    assert!(Api::<Lease>::namespaced(admin.clone(), &ns).get_opt("hereabouts-reconciler").await.unwrap().is_some());
+    assert!(Api::<ClusterRole>::all(admin.clone()).get_opt("hereabouts").await.unwrap().is_some());
+
+    helm_with(&["uninstall", "hereabouts", "--namespace", &ns, "--wait"], &env);
+    assert!(Api::<DaemonSet>::namespaced(admin.clone(), &ns).get_opt("hereabouts").await.unwrap().is_none());
+    assert!(Api::<ClusterRole>::all(admin).get_opt("hereabouts").await.unwrap().is_none());
 }
