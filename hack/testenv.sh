@@ -13,6 +13,17 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 command -v go >/dev/null || { echo "testenv: go is not on PATH; install Go >= $(awk '/^go /{print $2}' "$mods/k8s/go.mod")" >&2; exit 1; }
 
+# containerd and runc, Debian's packages: the image test imports the image into a containerd of its own and runs it
+if ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "testenv: installing containerd and runc (Debian packages) ..." >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc >&2
+  else
+    echo "testenv: containerd or runc is missing; as root: apt-get install containerd runc (the image test needs them)" >&2
+  fi
+fi
+
 modver() { (cd "$mods/$1" && go list -m -f '{{.Version}}' "$2"); }
 
 # build NAME VERSIONDIR MODULEDIR PACKAGE [LDFLAGS]: go build into $out/VERSIONDIR/NAME unless it is there

@@ -2,6 +2,7 @@
 //! and helpers shared by the integration tests under `tests/`.
 
 pub mod cluster;
+pub mod containerd;
 pub mod crds;
 pub mod deploy;
 pub mod elf;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use hereabouts_tests::containerd::Containerd;
 use hereabouts_tests::image::{self, BIN_DIR, BINARIES};
 use hereabouts_tests::{elf, plugin};
 use serde_json::Value;
@@ -70,4 +71,28 @@ fn the_same_binaries_give_the_same_digest() {
     let a = image::write(&dir.path().join("a.tar"), "hereabouts:1", &bins).unwrap();
     let b = image::write(&dir.path().join("b.tar"), "hereabouts:1", &bins).unwrap();
     assert_eq!(a.manifest_digest, b.manifest_digest);
+}
+
+/// containerd imports the layout as it is and runs the image's static binaries with runc.
+#[test]
+fn containerd_imports_it_and_runs_its_binaries() {
+    let runtime = Containerd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tar = dir.path().join("hereabouts.tar");
+    let written = image::write(&tar, "hereabouts:0.1.0-ctr", &plugin::target_dir()).unwrap();
+    let said = |out: &std::process::Output| {
+        format!("{}{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), runtime.log())
+    };
+    let import = runtime.ctr(&["images", "import", tar.to_str().unwrap()]);
+    assert!(import.status.success(), "import: {}", said(&import));
+    let listed = runtime.ctr(&["images", "ls", "-q"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).lines().any(|l| l == written.name), "{}", said(&listed));
+
+    let run =
+        runtime.ctr(&["run", "--rm", &written.name, "version", "/usr/local/bin/hereabouts-reconciler", "--version"]);
+    assert!(run.status.success(), "run: {}", said(&run));
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout).trim(),
+        concat!("hereabouts-reconciler ", env!("CARGO_PKG_VERSION"))
+    );
 }
