@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Go tools the tests run -- kube-apiserver, etcd, the CNI reference plugins, cnitool, Whereabouts,
-# Multus and helm -- from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default
+# Builds the Go tools the tests run -- kube-apiserver, the kubelet, kube-scheduler, kube-controller-manager, etcd,
+# the CNI reference plugins, cnitool, Whereabouts, Multus and helm -- from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default
 # <repo>/.testenv, which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
 set -euo pipefail
 
@@ -57,6 +57,10 @@ kldf="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component
 
 # the slow builds first: the apiserver is most of the cold build time
 build kube-apiserver "kubernetes-$k8s" k8s k8s.io/kubernetes/cmd/kube-apiserver "$kldf"
+# the real node's parts, from the same module: the kubelet, and the scheduler and controller-manager a DaemonSet needs
+for c in kubelet kube-scheduler kube-controller-manager; do
+  build "$c" "kubernetes-$k8s" k8s "k8s.io/kubernetes/cmd/$c" "$kldf"
+done
 # -o names the binary: go would call it "server" after the path element before /v3
 build etcd "etcd-$etcd" k8s go.etcd.io/etcd/server/v3
 for p in main/bridge main/macvlan main/ipvlan main/dummy main/loopback ipam/host-local; do
@@ -89,7 +93,7 @@ fi
 # helm, to lint, render and install the chart in deploy/chart
 build helm "helm-$helm" helm helm.sh/helm/v4/cmd/helm
 
-link kube-apiserver "kubernetes-$k8s"
+for c in kube-apiserver kubelet kube-scheduler kube-controller-manager; do link "$c" "kubernetes-$k8s"; done
 link etcd "etcd-$etcd"
 for p in bridge macvlan ipvlan dummy loopback host-local; do link "$p" "cni-plugins-$plugins"; done
 link cnitool "cni-$cni"
@@ -100,4 +104,4 @@ link multus "multus-$multus"
 link networks-crd.yaml "nad-client-$nad"
 link helm "helm-$helm"
 
-echo "testenv: $out/bin: kube-apiserver $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus, NAD CRD $nad, helm $helm"
+echo "testenv: $out/bin: kube-apiserver, kubelet, kube-scheduler, kube-controller-manager $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus, NAD CRD $nad, helm $helm"
