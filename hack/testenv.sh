@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Go tools the tests run -- kube-apiserver, the kubelet, kube-scheduler, kube-controller-manager, etcd,
-# the CNI reference plugins, cnitool, Whereabouts, Multus and helm -- from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default
-# <repo>/.testenv, which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
+# the CNI reference plugins, cnitool, Whereabouts, Multus and helm -- from the pinned modules under hack/testenv/,
+# each once per version, into $HEREABOUTS_TESTENV (default <repo>/.testenv, which git ignores). A warm machine
+# rebuilds nothing. Prints the versions it provides.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
