@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,8 @@ pub struct TestCluster {
     apiserver: Apiserver,
     /// Time from starting etcd to the API server answering `/readyz`.
     pub ready_after: Duration,
+    /// Whether pods get ServiceAccount tokens (the admission plugin is on): see [`TestCluster::get_for_node`].
+    service_accounts: bool,
 }
 
 /// How to start kube-apiserver again, and the pid of the running one (`None` while it is stopped).
@@ -102,6 +104,7 @@ impl Apiserver {
 
 static CLUSTER: OnceLock<TestCluster> = OnceLock::new();
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
+static SERVICE_ACCOUNTS: AtomicBool = AtomicBool::new(false);
 
 impl TestCluster {
     /// The control plane of this test binary, started on first use. Panics, with the reason and the tail of the
@@ -118,6 +121,17 @@ impl TestCluster {
             .expect("control plane start-up thread")
             .unwrap_or_else(|e| panic!("test control plane: {e:#}"))
         })
+    }
+
+    /// The control plane of a test binary that runs a real node ([`crate::node::Node`]): like [`TestCluster::get`],
+    /// but with the ServiceAccount admission plugin on, so that pods get projected tokens (which a
+    /// controller-manager's `serviceaccount` and `root-ca-certificate-publisher` controllers make usable). Panics
+    /// when this binary's control plane was already started without it.
+    pub fn get_for_node() -> &'static TestCluster {
+        SERVICE_ACCOUNTS.store(true, Ordering::SeqCst);
+        let cluster = Self::get();
+        assert!(cluster.service_accounts, "this test binary's control plane was started without ServiceAccounts");
+        cluster
     }
 
     /// The API server's URL.
@@ -338,11 +352,14 @@ async fn start() -> anyhow::Result<TestCluster> {
         .arg(format!("--service-account-signing-key-file={}", p("sa.key")))
         // virtual service IPs only: nothing is ever sent to them
         .arg("--service-cluster-ip-range=10.0.0.0/24")
-        // no controller-manager makes `default` ServiceAccounts, so pods could not be created with this plugin on
-        .arg("--disable-admission-plugins=ServiceAccount")
         // the `kubernetes` Endpoints would carry 127.0.0.1, which validation rejects
         .arg("--endpoint-reconciler-type=none")
         .args(["--allow-privileged=true", "--profiling=false", "-v=1"]);
+    let service_accounts = SERVICE_ACCOUNTS.load(Ordering::SeqCst);
+    if !service_accounts {
+        // no controller-manager makes `default` ServiceAccounts, so pods could not be created with this plugin on
+        apiserver.arg("--disable-admission-plugins=ServiceAccount");
+    }
     let program = apiserver.get_program().to_owned();
     let args = apiserver.get_args().map(ToOwned::to_owned).collect();
     let pid = launch(&dir, "kube-apiserver", apiserver)?;
@@ -358,7 +375,7 @@ async fn start() -> anyhow::Result<TestCluster> {
         dir.display()
     );
     install_crds(&admin).await?;
-    Ok(TestCluster { dir, server, ca_pem: pki.ca_pem, tokens, apiserver, ready_after })
+    Ok(TestCluster { dir, server, ca_pem: pki.ca_pem, tokens, apiserver, ready_after, service_accounts })
 }
 
 /// Starts `cmd` as `name`, logging to `<name>.log` (appended to, so a restart keeps the earlier run's log), with

@@ -22,8 +22,15 @@ fn on_path(tool: &str) -> bool {
 }
 
 impl Containerd {
-    /// Starts one and waits until it answers; panics with its log when it does not within 20 s.
+    /// Starts one with CRI off and waits until it answers; panics with its log when it does not within 20 s.
     pub fn start() -> Self {
+        // CRI is off: images and containers are driven through ctr, and CRI would want a CNI config.
+        Self::start_with("disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")
+    }
+
+    /// Starts one whose config is its root, state and socket followed by `config` (TOML, version 2), and waits
+    /// until it answers.
+    pub fn start_with(config: &str) -> Self {
         for tool in ["containerd", "ctr", "runc"] {
             assert!(
                 on_path(tool),
@@ -35,10 +42,8 @@ impl Containerd {
         let dir = tempfile::Builder::new().prefix("hereabouts-containerd-").tempdir_in("/var/tmp").unwrap();
         let root = dir.path();
         let socket = root.join("containerd.sock");
-        // CRI is off: images and containers are driven through ctr, and CRI would want a CNI config.
         let config = format!(
-            "version = 2\nroot = \"{r}/root\"\nstate = \"{r}/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-             [grpc]\n  address = \"{s}\"\n",
+            "version = 2\nroot = \"{r}/root\"\nstate = \"{r}/state\"\n{config}\n[grpc]\n  address = \"{s}\"\n",
             r = root.display(),
             s = socket.display()
         );
@@ -63,14 +68,25 @@ impl Containerd {
 
     /// `ctr` against this containerd, in [`NAMESPACE`], killed after 120 s.
     pub fn ctr(&self, args: &[&str]) -> Output {
+        self.ctr_in(NAMESPACE, args)
+    }
+
+    /// `ctr` against this containerd, in containerd namespace `namespace` (`k8s.io` is the kubelet's), killed after
+    /// 120 s.
+    pub fn ctr_in(&self, namespace: &str, args: &[&str]) -> Output {
         Command::new("timeout")
             .args(["120", "ctr", "--address"])
             .arg(&self.socket)
-            .args(["--namespace", NAMESPACE])
+            .args(["--namespace", namespace])
             .args(args)
             .stdin(Stdio::null())
             .output()
             .expect("run ctr")
+    }
+
+    /// Its directory: config, root, state, socket and log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// What containerd logged.

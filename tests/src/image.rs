@@ -33,6 +33,27 @@ pub struct Written {
 /// Writes the image `reference` (`name:tag`; a name without a registry is Docker Hub's library, as a pod spec's
 /// `image: hereabouts:0.1.0` means it) holding the binaries found in `bin_dir`, as an OCI layout tar at `out`.
 pub fn write(out: &Path, reference: &str, bin_dir: &Path) -> io::Result<Written> {
+    let files = BINARIES.iter().map(|b| (format!("{BIN_DIR}/{b}"), bin_dir.join(b))).collect();
+    let entrypoint = vec![format!("/{BIN_DIR}/hereabouts-reconciler")];
+    write_image(out, reference, &Contents { files, entrypoint, cmd: vec!["run".into()], title: "hereabouts" })
+}
+
+/// Writes a pod sandbox image (the role of Kubernetes' `pause`) holding the static program `pause` as `/pause`.
+pub fn write_pause(out: &Path, reference: &str, pause: &Path) -> io::Result<Written> {
+    let files = vec![("pause".to_string(), pause.to_path_buf())];
+    write_image(out, reference, &Contents { files, entrypoint: vec!["/pause".into()], cmd: vec![], title: "pause" })
+}
+
+/// What an image holds: executables (path in the image, file on this machine) besides `etc/passwd`, and how it
+/// starts.
+struct Contents<'a> {
+    files: Vec<(String, PathBuf)>,
+    entrypoint: Vec<String>,
+    cmd: Vec<String>,
+    title: &'a str,
+}
+
+fn write_image(out: &Path, reference: &str, contents: &Contents<'_>) -> io::Result<Written> {
     let name = containerd_name(reference);
     let tag = reference.rsplit_once(':').map_or("latest", |(_, t)| t);
     let work = tempfile::tempdir_in(out.parent().unwrap_or(Path::new(".")))?;
@@ -40,15 +61,24 @@ pub fn write(out: &Path, reference: &str, bin_dir: &Path) -> io::Result<Written>
     // The layer goes to a file first: its digest and size must be known before the layout tar names it.
     let layer_path = work.path().join("layer.tar");
     let mut layer = Tar::new(HashingWriter::new(BufWriter::new(File::create(&layer_path)?)));
-    for dir in ["etc", "usr", "usr/local", BIN_DIR] {
+    let mut dirs: Vec<&str> = vec!["etc"];
+    for (inside, _) in &contents.files {
+        let mut parent = Path::new(inside.as_str()).parent();
+        while let Some(dir) = parent.and_then(Path::to_str).filter(|d| !d.is_empty()) {
+            dirs.push(dir);
+            parent = Path::new(dir).parent();
+        }
+    }
+    dirs.sort_unstable();
+    dirs.dedup();
+    for dir in dirs {
         layer.dir(dir)?;
     }
     layer.file("etc/passwd", 0o644, &mut &PASSWD.as_bytes()[..], PASSWD.len() as u64)?;
-    for binary in BINARIES {
-        let path: PathBuf = bin_dir.join(binary);
-        let mut source = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    for (inside, path) in &contents.files {
+        let mut source = File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let len = source.metadata()?.len();
-        layer.file(&format!("{BIN_DIR}/{binary}"), 0o755, &mut source, len)?;
+        layer.file(inside, 0o755, &mut source, len)?;
     }
     let (layer_digest, layer_size) = layer.finish()?.finish()?;
 
@@ -57,9 +87,9 @@ pub fn write(out: &Path, reference: &str, bin_dir: &Path) -> io::Result<Written>
         "os": "linux",
         "config": {
             "Env": [format!("PATH=/{BIN_DIR}:/usr/bin:/bin")],
-            "Entrypoint": [format!("/{BIN_DIR}/hereabouts-reconciler")],
-            "Cmd": ["run"],
-            "Labels": {"org.opencontainers.image.title": "hereabouts"},
+            "Entrypoint": &contents.entrypoint,
+            "Cmd": &contents.cmd,
+            "Labels": {"org.opencontainers.image.title": contents.title},
         },
         "rootfs": {"type": "layers", "diff_ids": [&layer_digest]},
         "history": [{"created_by": "hereabouts-tests image (OCI layout, no daemon)"}],

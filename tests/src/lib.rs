@@ -12,6 +12,7 @@ pub mod image;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod netns;
+pub mod node;
 pub mod objects;
 mod pki;
 pub mod plugin;

@@ -87,7 +87,16 @@ pub fn sweep_stale() {
 
 /// Runs `f` on a thread of its own that has entered network namespace `ns` (its other namespaces stay).
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
-    let file = File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+    in_netns_at(std::path::Path::new(&format!("/var/run/netns/{ns}")), f)
+}
+
+/// [`in_netns`] with the namespace named by a path, e.g. `/proc/<pid>/ns/net`.
+pub fn in_netns_at<T: Send + 'static>(
+    path: &std::path::Path,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> anyhow::Result<T> {
+    let ns = path.display().to_string();
+    let file = File::open(path).with_context(|| format!("open netns {ns}"))?;
     std::thread::spawn(move || {
         #[allow(unsafe_code)]
         // SAFETY: setns on an open namespace file changes only this thread's network namespace; the thread ends
@@ -326,6 +335,11 @@ impl Drop for ApiRelay {
 /// returns whether a reply came.
 pub fn ping(ns: &str, to: IpAddr, within: Duration) -> anyhow::Result<bool> {
     in_netns(ns, move || echo(to, within))?
+}
+
+/// [`ping`] from the namespace at `path`, e.g. `/proc/<pid>/ns/net` of a pod's process.
+pub fn ping_at(path: &std::path::Path, to: IpAddr, within: Duration) -> anyhow::Result<bool> {
+    in_netns_at(path, move || echo(to, within))?
 }
 
 fn checksum(data: &[u8]) -> u16 {

@@ -73,6 +73,11 @@ fn each_value_lands_where_the_objects_use_it() {
         "metrics.port=9400",
         "cron=*/5 * * * *",
         "gracePeriodSeconds=120",
+        "cni.binDir=/var/lib/cni/bin",
+        "cni.confDir=/var/run/multus/cni/net.d",
+        "apiServer.host=192.0.2.10",
+        "apiServer.port=6443",
+        "installAsWhereabouts=true",
     ]);
     let objects = deploy::parse(&text).unwrap();
     assert_eq!(objects.len(), deploy::manifest().len(), "the same objects as the manifest");
@@ -95,7 +100,22 @@ fn each_value_lands_where_the_objects_use_it() {
     let containers = pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap());
     for c in containers {
         assert_eq!(c["image"], "registry.example/hereabouts:1.2.3", "{}", c["name"]);
+        let env = c["env"].as_array().unwrap();
+        let var = |name: &str| env.iter().find(|e| e["name"] == name).map(|e| e["value"].clone());
+        assert_eq!(var("KUBERNETES_SERVICE_HOST"), Some(Value::from("192.0.2.10")), "{}", c["name"]);
+        assert_eq!(var("KUBERNETES_SERVICE_PORT"), Some(Value::from("6443")), "{}", c["name"]);
     }
+    let volume = |name: &str| {
+        let volumes = pod["volumes"].as_array().unwrap();
+        volumes.iter().find(|v| v["name"] == name).unwrap()["hostPath"]["path"].clone()
+    };
+    assert_eq!(volume("cni-bin"), "/var/lib/cni/bin");
+    assert_eq!(volume("cni-net-dir"), "/var/run/multus/cni/net.d");
+    let install: Vec<&str> =
+        pod["initContainers"][0]["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let host_conf = install.iter().position(|a| *a == "--host-cni-conf-dir").unwrap();
+    assert_eq!(install[host_conf + 1], "/var/run/multus/cni/net.d", "the plugin's files as the host sees them");
+    assert!(install.contains(&"--install-as-whereabouts"), "{install:?}");
     let reconciler = &pod["containers"][0];
     let args: Vec<&str> = reconciler["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert!(args.contains(&"--listen=0.0.0.0:9400"), "{args:?}");
