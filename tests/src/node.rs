@@ -16,10 +16,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Node as NodeObject, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node as NodeObject, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, ListParams, PostParams};
 
 use crate::containerd::Containerd;
 use crate::{Identity, TestCluster, image, plugin, process, testenv, wait};
@@ -46,6 +46,19 @@ const SYSCTLS: [&str; 3] = ["vm/overcommit_memory", "kernel/panic", "kernel/pani
 
 static ONE_NODE: Mutex<()> = Mutex::new(());
 
+/// The right to run the machine's one node, and to change what the control plane holds for it; see
+/// [`exclusive`].
+#[derive(Debug)]
+pub struct NodeLock {
+    _held: MutexGuard<'static, ()>,
+}
+
+/// Waits until no other test of this binary runs a node, and keeps it so until the lock is given to
+/// [`Node::start_holding`] and that node is dropped.
+pub fn exclusive() -> NodeLock {
+    NodeLock { _held: ONE_NODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) }
+}
+
 /// A running node. Dropping it stops everything it started and undoes what the kubelet and runtime did to the
 /// host.
 #[derive(Debug)]
@@ -58,7 +71,7 @@ pub struct Node {
     netns_before: BTreeSet<String>,
     /// When the node started: from launching containerd to the Node being Ready and untainted.
     pub ready_after: Duration,
-    _one_node: MutexGuard<'static, ()>,
+    _one_node: NodeLock,
 }
 
 impl Node {
@@ -66,7 +79,11 @@ impl Node {
     /// controllers and the kubelet; waits until the Node is Ready with no taint. Panics with the failing part's
     /// log.
     pub async fn start(cluster: &TestCluster) -> Node {
-        let one_node = ONE_NODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Self::start_holding(cluster, exclusive()).await
+    }
+
+    /// [`Node::start`] with the lock already taken (to prepare the control plane first).
+    pub async fn start_holding(cluster: &TestCluster, one_node: NodeLock) -> Node {
         assert!(
             is_root(),
             "a real node needs root (the kubelet manages cgroups, containerd mounts): run the tests as root"
@@ -195,6 +212,7 @@ impl Node {
         ]);
         self.controllers.push(self.launch("kube-scheduler", scheduler)?);
 
+        forget_earlier_node(cluster).await?;
         let (port, healthz) = (free_port()?, free_port()?);
         let kubelet_config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1
@@ -451,6 +469,24 @@ fn sweep_stale(base: &Path) {
         undo_host_changes(&dir, &BTreeSet::new());
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// An earlier node of this control plane (an earlier test of the binary) had the same name: its Node object and
+/// the pods bound to it go, so the new kubelet starts none of them.
+async fn forget_earlier_node(cluster: &TestCluster) -> anyhow::Result<()> {
+    let client = cluster.admin().await;
+    let pods = Api::<Pod>::all(client.clone());
+    let bound = ListParams::default().fields(&format!("spec.nodeName={NAME}"));
+    for pod in pods.list(&bound).await?.items {
+        let (Some(name), Some(ns)) = (pod.metadata.name, pod.metadata.namespace) else { continue };
+        let _ =
+            Api::<Pod>::namespaced(client.clone(), &ns).delete(&name, &DeleteParams::default().grace_period(0)).await;
+    }
+    let nodes = Api::<NodeObject>::all(client);
+    if nodes.get_opt(NAME).await?.is_some() {
+        nodes.delete(NAME, &DeleteParams::default()).await?;
+    }
+    Ok(())
 }
 
 async fn install_nad_crd(cluster: &TestCluster) -> anyhow::Result<()> {

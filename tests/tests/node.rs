@@ -11,8 +11,9 @@ use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::node::{self, Node};
 use hereabouts_tests::{Identity, TestCluster, netns, plugin, testenv, wait};
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
@@ -21,6 +22,32 @@ const SYSTEM: &str = "kube-system";
 
 fn chart() -> std::path::PathBuf {
     testenv::repo_root().join("deploy/chart")
+}
+
+/// The control plane with no trace of an earlier test of this binary: no release of the chart, no pools,
+/// reservations or leader Lease in the system namespace; then a fresh node.
+async fn fresh_node() -> (&'static TestCluster, Node) {
+    let cluster = TestCluster::get_for_node();
+    let lock = node::exclusive();
+    let kubeconfig = cluster.kubeconfig(Identity::Admin, SYSTEM);
+    let out = std::process::Command::new(testenv::tool("helm"))
+        .args(["uninstall", "hereabouts", "--namespace", SYSTEM, "--ignore-not-found"])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "helm uninstall: {}", String::from_utf8_lossy(&out.stderr));
+    let client = cluster.admin().await;
+    let all = DeleteParams::default();
+    let lp = ListParams::default();
+    Api::<IpPool>::namespaced(client.clone(), SYSTEM).delete_collection(&all, &lp).await.unwrap();
+    Api::<OverlappingRangeIpReservation>::namespaced(client.clone(), SYSTEM)
+        .delete_collection(&all, &lp)
+        .await
+        .unwrap();
+    let leases = Api::<Lease>::namespaced(client, SYSTEM);
+    let _ = leases.delete("hereabouts-reconciler", &all).await;
+    let node = Node::start_holding(cluster, lock).await;
+    (cluster, node)
 }
 
 /// `helm install` of the chart onto the node, with the values a node of the tests needs: the image of this build,
@@ -40,7 +67,7 @@ fn helm_install(cluster: &TestCluster, node: &Node, extra: &[&str]) {
     values.extend(extra.iter().map(|v| v.to_string()));
     let kubeconfig = cluster.kubeconfig(Identity::Admin, SYSTEM);
     let mut cmd = std::process::Command::new(testenv::tool("helm"));
-    cmd.args(["install", "hereabouts"]).arg(chart()).args(["--namespace", SYSTEM, "--wait=false"]);
+    cmd.args(["install", "hereabouts"]).arg(chart()).args(["--namespace", SYSTEM, "--wait=hookOnly"]);
     for v in &values {
         cmd.args(["--set-string", v]);
     }
@@ -221,8 +248,7 @@ fn ping(node: &Node, uid: &str, to: IpAddr) -> bool {
 /// address and reservation back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
-    let cluster = TestCluster::get_for_node();
-    let node = Node::start(cluster).await;
+    let (cluster, node) = fresh_node().await;
     helm_install(cluster, &node, &[]);
     daemonset_ready(cluster, &node, node::IMAGE).await;
 
@@ -275,4 +301,225 @@ async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
     assert_eq!(pool_entries(cluster).await, vec![], "DEL through the kubelet gave every address back");
     assert_eq!(reservations(cluster).await, Vec::<String>::new(), "and every reservation");
     assert_eq!(cni_failures(cluster, &ns).await, vec![], "no ADD or DEL failed");
+}
+
+/// Sets the image of both of the DaemonSet's containers, as `kubectl set image` does.
+async fn set_image(cluster: &TestCluster, image: &str) {
+    let api = Api::<DaemonSet>::namespaced(cluster.admin().await, SYSTEM);
+    let patch = json!({"spec": {"template": {"spec": {
+        "initContainers": [{"name": "install-cni", "image": image}],
+        "containers": [{"name": "reconciler", "image": image}],
+    }}}});
+    api.patch("hereabouts", &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
+}
+
+/// A rolling update of the DaemonSet to a new image tag while pods come and go on the node: no ADD and no DEL
+/// fails, and afterwards the pools hold exactly the live pods' addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_fails_no_add_and_no_del() {
+    let (cluster, node) = fresh_node().await;
+    helm_install(cluster, &node, &[]);
+    daemonset_ready(cluster, &node, node::IMAGE).await;
+    let next = "hereabouts:0.1.1-node";
+    node.import_hereabouts_as(next).unwrap();
+    let ns = cluster.namespace("rolling").await;
+    node::default_service_account(cluster, &ns).await;
+    create_nad(
+        cluster,
+        &ns,
+        "sec",
+        hereabouts_ipam(&node, "hereabouts", "hereabouts.d/hereabouts.conf", "198.18.0.0/26"),
+    )
+    .await;
+
+    // Pods are created one after another and each is deleted four creations later, until the rollout is over.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (stop, ns) = (stop.clone(), ns.clone());
+        tokio::spawn(async move {
+            let api = Api::<Pod>::namespaced(cluster.admin().await, &ns);
+            let mut created = Vec::new();
+            let mut deleted = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) || created.len() < 12 {
+                let name = format!("pod-{}", created.len());
+                create_pod(cluster, &ns, &name, "sec").await;
+                created.push(name);
+                if created.len() > 4 {
+                    let old = created[created.len() - 5].clone();
+                    api.delete(&old, &DeleteParams::default()).await.unwrap();
+                    deleted.push(old);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            (created, deleted)
+        })
+    };
+    // Two rollouts, to the new tag and back, each while pods come and go.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut rollouts = Vec::new();
+    for image in [next, node::IMAGE] {
+        let t0 = std::time::Instant::now();
+        set_image(cluster, image).await;
+        daemonset_ready(cluster, &node, image).await;
+        rollouts.push(format!("to {image} in {:.1} s", t0.elapsed().as_secs_f64()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (created, deleted) = churn.await.unwrap();
+
+    let live: Vec<&String> = created.iter().filter(|n| !deleted.contains(n)).collect();
+    let mut addresses = BTreeSet::new();
+    for name in &live {
+        addresses.insert(running(cluster, &node, &ns, name, "sec").await.1);
+    }
+    assert_eq!(addresses.len(), live.len(), "the live pods' addresses are distinct");
+    let api = Api::<Pod>::namespaced(cluster.admin().await, &ns);
+    wait::until(Duration::from_secs(90), "the deleted pods to be gone", || async {
+        for name in &deleted {
+            if api.get_opt(name).await.ok()?.is_some() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", node.logs()));
+    let failures = cni_failures(cluster, &ns).await;
+    let log = node.containerd().log();
+    let runtime_failures = log
+        .lines()
+        .filter(|l| {
+            l.contains("failed to setup network for sandbox") || l.contains("failed to destroy network for sandbox")
+        })
+        .count();
+    eprintln!(
+        "rolling updates {} while {} pods were created and {} deleted: {} ADD/DEL failure events, {} in the runtime's log",
+        rollouts.join(", "),
+        created.len(),
+        deleted.len(),
+        failures.len(),
+        runtime_failures
+    );
+    assert_eq!(failures, vec![], "no ADD and no DEL failed during the rolling updates");
+    assert_eq!(runtime_failures, 0, "the runtime saw no CNI failure");
+    let holders: BTreeSet<String> = pool_entries(cluster).await.into_iter().map(|(_, podref)| podref).collect();
+    let expected: BTreeSet<String> = live.iter().map(|n| format!("{ns}/{n}")).collect();
+    assert_eq!(holders, expected, "the pools hold exactly the live pods");
+
+    let live: Vec<String> = live.into_iter().cloned().collect();
+    delete_pods(cluster, &node, &ns, &live).await;
+    assert_eq!(pool_entries(cluster).await, vec![]);
+}
+
+/// A pod deleted while its node's reconciler is down, whose DEL could not release (the plugin's kubeconfig was
+/// gone, so the lenient DEL succeeded without releasing), is released by the reconciler when it is back; the
+/// live pod's address stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_the_reconciler_is_down_is_released_when_it_returns() {
+    let (cluster, node) = fresh_node().await;
+    helm_install(cluster, &node, &[]);
+    daemonset_ready(cluster, &node, node::IMAGE).await;
+    let ns = cluster.namespace("down").await;
+    node::default_service_account(cluster, &ns).await;
+    create_nad(
+        cluster,
+        &ns,
+        "sec",
+        hereabouts_ipam(&node, "hereabouts", "hereabouts.d/hereabouts.conf", "198.18.0.0/28"),
+    )
+    .await;
+    for name in ["kept", "gone"] {
+        create_pod(cluster, &ns, name, "sec").await;
+    }
+    let kept = running(cluster, &node, &ns, "kept", "sec").await.1;
+    running(cluster, &node, &ns, "gone", "sec").await;
+
+    // The reconciler goes: no node matches the DaemonSet any more.
+    let daemonsets = Api::<DaemonSet>::namespaced(cluster.admin().await, SYSTEM);
+    let away = json!({"spec": {"template": {"spec": {"nodeSelector": {"hereabouts.test/absent": "true"}}}}});
+    daemonsets.patch("hereabouts", &PatchParams::default(), &Patch::Merge(&away)).await.unwrap();
+    let system_pods = Api::<Pod>::namespaced(cluster.admin().await, SYSTEM);
+    wait::until(Duration::from_secs(60), "the reconciler's pod to be gone", || async {
+        let lp = ListParams::default().labels("app.kubernetes.io/name=hereabouts");
+        system_pods.list(&lp).await.ok()?.items.is_empty().then_some(())
+    })
+    .await
+    .unwrap();
+
+    let kubeconfig = node.cni_conf_dir().join("hereabouts.d/hereabouts.kubeconfig");
+    let aside = kubeconfig.with_extension("aside");
+    std::fs::rename(&kubeconfig, &aside).unwrap();
+    delete_pods(cluster, &node, &ns, &["gone".to_string()]).await;
+    let holders = || async { pool_entries(cluster).await.into_iter().map(|(_, p)| p).collect::<BTreeSet<String>>() };
+    assert!(holders().await.contains(&format!("{ns}/gone")), "DEL without a kubeconfig released nothing");
+    std::fs::rename(&aside, &kubeconfig).unwrap();
+
+    let back = json!({"spec": {"template": {"spec": {"nodeSelector": {"hereabouts.test/absent": null}}}}});
+    daemonsets.patch("hereabouts", &PatchParams::default(), &Patch::Merge(&back)).await.unwrap();
+    daemonset_ready(cluster, &node, node::IMAGE).await;
+    let released = wait::until(Duration::from_secs(90), "the reconciler to release the gone pod", || async {
+        let now = holders().await;
+        (!now.contains(&format!("{ns}/gone"))).then_some(now)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", node.logs()));
+    assert_eq!(released, BTreeSet::from([format!("{ns}/kept")]), "the live pod keeps its address");
+    assert_eq!(reservations(cluster).await.len(), 1, "only the live pod's reservation is left");
+    assert!(ping_self(&node, cluster, &ns, "kept", kept).await);
+}
+
+async fn ping_self(node: &Node, cluster: &TestCluster, ns: &str, name: &str, ip: IpAddr) -> bool {
+    let uid = running(cluster, node, ns, name, "sec").await.0;
+    ping(node, &uid, ip)
+}
+
+/// The switch-over from Whereabouts on a node: pods get addresses from upstream Whereabouts (its binary, flat
+/// file and kubeconfig, as its installer writes them); hereabouts is installed under the `whereabouts` name; new
+/// pods of the same `"type": "whereabouts"` NAD get addresses that collide with none of the old pods', and the old
+/// pods' DEL, now run by hereabouts, gives their addresses back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_switch_over_from_whereabouts_keeps_old_pods_and_serves_new_ones() {
+    let (cluster, node) = fresh_node().await;
+    let wb_dir = node.cni_conf_dir().join("whereabouts.d");
+    std::fs::create_dir_all(&wb_dir).unwrap();
+    std::fs::copy(testenv::tool("whereabouts"), node.cni_bin_dir().join("whereabouts")).unwrap();
+    let wb_kubeconfig = wb_dir.join("whereabouts.kubeconfig");
+    std::fs::copy(cluster.kubeconfig(Identity::Admin, SYSTEM), &wb_kubeconfig).unwrap();
+    let flat = json!({"datastore": "kubernetes", "kubernetes": {"kubeconfig": wb_kubeconfig}});
+    std::fs::write(wb_dir.join("whereabouts.conf"), flat.to_string()).unwrap();
+
+    let ns = cluster.namespace("switch").await;
+    node::default_service_account(cluster, &ns).await;
+    create_nad(
+        cluster,
+        &ns,
+        "wb",
+        hereabouts_ipam(&node, "whereabouts", "whereabouts.d/whereabouts.conf", "198.18.1.0/28"),
+    )
+    .await;
+    let old: Vec<String> = vec!["old-0".into(), "old-1".into()];
+    let mut taken = BTreeSet::new();
+    for name in &old {
+        create_pod(cluster, &ns, name, "wb").await;
+        taken.insert(running(cluster, &node, &ns, name, "wb").await.1);
+    }
+    assert_eq!(taken.len(), 2, "Whereabouts gave the old pods two addresses");
+    assert_eq!(pool_entries(cluster).await.len(), 2, "in Whereabouts' pool");
+
+    helm_install(cluster, &node, &["installAsWhereabouts=true"]);
+    daemonset_ready(cluster, &node, node::IMAGE).await;
+    let served_by = std::fs::read(node.cni_bin_dir().join("whereabouts")).unwrap();
+    assert!(served_by == std::fs::read(plugin::workspace_bin("hereabouts")).unwrap(), "whereabouts is hereabouts now");
+
+    for name in ["new-0", "new-1"] {
+        create_pod(cluster, &ns, name, "wb").await;
+        let ip = running(cluster, &node, &ns, name, "wb").await.1;
+        assert!(taken.insert(ip), "{name} got {ip}, which is taken: {taken:?}");
+    }
+    delete_pods(cluster, &node, &ns, &old).await;
+    let holders: BTreeSet<String> = pool_entries(cluster).await.into_iter().map(|(_, p)| p).collect();
+    assert_eq!(holders, BTreeSet::from([format!("{ns}/new-0"), format!("{ns}/new-1")]), "old pods' DEL released");
+    delete_pods(cluster, &node, &ns, &["new-0".to_string(), "new-1".to_string()]).await;
+    assert_eq!(pool_entries(cluster).await, vec![]);
+    assert_eq!(cni_failures(cluster, &ns).await, vec![], "no ADD or DEL failed, before or after the switch");
 }
