@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make test` (every test, building what is missing first) and `make demo`
-# (as root: the local demo on simulated nodes).
+# (as root: the local demo on a real node).
 SHELL := /bin/bash
 export GOTOOLCHAIN := local
 
@@ -17,7 +17,8 @@ testenv:
 build:
 	cargo build --workspace --bins
 
-## the local demo (root): a control plane, 3 simulated nodes, 12 pods, the reconciler giving addresses back
+## the local demo (root): a control plane and a real kubelet + containerd node, the chart installed by helm, pods
+## through Multus, the reconciler giving addresses back (3 simulated nodes where containerd/runc cannot run)
 demo: testenv build
 	cargo run -q -p hereabouts-tests --bin demo
 

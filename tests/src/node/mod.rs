@@ -9,6 +9,8 @@
 //! one node at a time on a machine ([`Node::start`] holds a lock for the node's life), and a node left by a killed
 //! run is cleaned up by the next one. Needs root, and containerd and runc (`make testenv` installs them).
 
+pub mod workload;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,6 +45,9 @@ const DIR_PREFIX: &str = "hereabouts-node-";
 const DEFAULT_NETWORK: &str = "198.19.255.0/24";
 /// What the kubelet sets on start and a test must give back.
 const SYSCTLS: [&str; 3] = ["vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"];
+
+/// Where the kubelet's pod cgroups are: the `pids` hierarchy of cgroups v1 (hybrid here), or the unified one.
+const KUBEPODS: [&str; 2] = ["/sys/fs/cgroup/pids/kubepods", "/sys/fs/cgroup/kubepods"];
 
 static ONE_NODE: Mutex<()> = Mutex::new(());
 
@@ -305,6 +310,29 @@ nodeStatusUpdateFrequency: 2s
         }
     }
 
+    /// What the containers named `container` of the pods of namespace `ns` whose names start with `pod_prefix`
+    /// wrote, as the kubelet keeps it (CRI log lines, every restart and every pod of the prefix).
+    pub fn container_logs(&self, ns: &str, pod_prefix: &str, container: &str) -> String {
+        let mut out = String::new();
+        let prefix = format!("{ns}_{pod_prefix}");
+        for pod in std::fs::read_dir(self.dir.join("pod-logs")).into_iter().flatten().flatten() {
+            if !pod.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let mut files: Vec<PathBuf> = std::fs::read_dir(pod.path().join(container))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            for file in files {
+                out += &std::fs::read_to_string(file).unwrap_or_default();
+            }
+        }
+        out
+    }
+
     /// The tail of each part's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
@@ -325,7 +353,7 @@ nodeStatusUpdateFrequency: 2s
     /// cgroups: to enter the pod's network namespace.
     pub fn pod_pid(&self, uid: &str) -> Option<u32> {
         let wanted = format!("pod{uid}");
-        let mut stack = vec![PathBuf::from("/sys/fs/cgroup/pids/kubepods")];
+        let mut stack: Vec<PathBuf> = KUBEPODS.iter().map(PathBuf::from).collect();
         while let Some(dir) = stack.pop() {
             for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
                 let path = entry.path();
@@ -368,7 +396,7 @@ impl Drop for Node {
 fn kill_pod_processes() {
     let t0 = Instant::now();
     loop {
-        let pids = procs_under(Path::new("/sys/fs/cgroup/pids/kubepods"));
+        let pids: Vec<u32> = KUBEPODS.iter().flat_map(|root| procs_under(Path::new(root))).collect();
         if pids.is_empty() || t0.elapsed() > Duration::from_secs(10) {
             return;
         }
@@ -408,6 +436,7 @@ fn undo_host_changes(dir: &Path, netns_before: &BTreeSet<String>) {
     for ns in cni_netns().difference(netns_before) {
         let _ = Command::new("ip").args(["netns", "delete", ns]).status();
     }
+    remove_cgroup_tree(Path::new("/sys/fs/cgroup/kubepods"));
     for controller in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
         remove_cgroup_tree(&controller.path().join("kubepods"));
     }
@@ -513,6 +542,20 @@ pub async fn default_service_account(cluster: &TestCluster, ns: &str) {
 
 fn read_sysctl(key: &str) -> String {
     std::fs::read_to_string(Path::new("/proc/sys").join(key)).unwrap_or_default().trim().to_string()
+}
+
+/// Why a node cannot run on this machine, if it cannot: not root, or containerd or runc missing.
+pub fn cannot_run() -> Option<String> {
+    if !is_root() {
+        return Some("not root".into());
+    }
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(tool).is_file()))
+    };
+    ["containerd", "ctr", "runc"]
+        .into_iter()
+        .find(|tool| !on_path(tool))
+        .map(|tool| format!("{tool} is not on PATH (as root, `make testenv` installs Debian's containerd and runc)"))
 }
 
 fn is_root() -> bool {

@@ -1,4 +1,5 @@
-//! `make demo`: hereabouts on a local control plane with three simulated nodes and twelve pods.
+//! `make demo` where a real node cannot run (or with `--simulated`): hereabouts on a local control plane with three
+//! simulated nodes and twelve pods.
 //!
 //! It starts kube-apiserver and etcd (the test control plane, CRDs installed), applies the RBAC of
 //! `deploy/daemonset.yaml`, installs a NetworkAttachmentDefinition, starts one reconciler per node, makes three
@@ -11,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
+
+use super::{Step, detail, print_pool};
 
 use anyhow::{Context as _, bail};
 use hereabouts_ipam::crd::IpPool;
@@ -28,22 +31,6 @@ const NETWORK: &str = "demo-net";
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 const PODS: usize = 12;
 
-struct Step {
-    n: usize,
-    t0: Instant,
-}
-
-impl Step {
-    fn say(&mut self, what: &str) {
-        self.n += 1;
-        println!("[{:>5.1}s] {:>2}. {what}", self.t0.elapsed().as_secs_f64(), self.n);
-    }
-}
-
-fn detail(what: &str) {
-    println!("              {what}");
-}
-
 struct DemoPod {
     name: String,
     node: usize,
@@ -56,29 +43,13 @@ async fn pool(admin: &Client, ns: &str) -> anyhow::Result<IpPool> {
     Api::<IpPool>::namespaced(admin.clone(), ns).get(POOL).await.context("read the pool")
 }
 
-fn print_pool(pool: &IpPool) {
-    let base: std::net::Ipv4Addr = RANGE.split('/').next().unwrap().parse().unwrap();
-    let mut rows: Vec<(u32, &hereabouts_ipam::crd::IpAllocation)> =
-        pool.spec.allocations.iter().filter_map(|(k, a)| Some((k.parse().ok()?, a))).collect();
-    rows.sort_by_key(|(k, _)| *k);
-    detail(&format!("IPPool {POOL}: {} of 254 addresses allocated", rows.len()));
-    detail(&format!("{:<15} {:<16} {:<8} {}", "ADDRESS", "POD", "NODE", "CONTAINER"));
-    for (offset, a) in rows {
-        let addr = std::net::Ipv4Addr::from(u32::from(base) + offset);
-        let pod = a.podref.rsplit('/').next().unwrap_or(&a.podref);
-        let id: String = a.id.chars().take(18).collect();
-        detail(&format!("{:<15} {:<16} {:<8} {id}", addr, pod, a.node.as_deref().unwrap_or("-")));
-    }
-}
-
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
+/// The demo on simulated nodes (network namespaces, `cnitool`, one reconciler process per node).
+pub async fn main(step: &mut Step) -> anyhow::Result<()> {
     if !netns::is_root() {
         bail!("the demo makes network namespaces and needs root: run `sudo make demo`");
     }
-    let mut step = Step { n: 0, t0: Instant::now() };
     let logs = tempfile::Builder::new().prefix("hereabouts-demo-logs-").tempdir()?.keep();
-    let result = run(&mut step, &logs).await;
+    let result = run(step, &logs).await;
     match &result {
         Ok(()) => println!("\nhereabouts' log: {}", logs.join("hereabouts.log").display()),
         Err(e) => eprintln!("\ndemo failed: {e:#}\nlogs: {}", logs.display()),
