@@ -25,6 +25,11 @@ impl Budget {
         Self { deadline: Instant::now() + total }
     }
 
+    /// When the budget runs out.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// What is left of the budget (zero once it has run out).
     pub fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())

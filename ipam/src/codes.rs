@@ -38,6 +38,8 @@ pub enum Code {
     StoreRefused,
     /// 104: a pool object has reached the storage's size limit.
     PoolTooLarge,
+    /// 105: the IaaS provider refused the request, or cannot be trusted (its certificate, its answer).
+    ProviderRefused,
 }
 
 impl Code {
@@ -57,6 +59,7 @@ impl Code {
             Code::AllocationMissing => 102,
             Code::StoreRefused => 103,
             Code::PoolTooLarge => 104,
+            Code::ProviderRefused => 105,
         }
     }
 
@@ -76,6 +79,7 @@ impl Code {
             Code::AllocationMissing => "allocation missing",
             Code::StoreRefused => "API server refused the request",
             Code::PoolTooLarge => "pool object too large",
+            Code::ProviderRefused => "IaaS provider refused the request",
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod crd;
 pub mod entropy;
 pub mod ipam;
 pub mod names;
+pub mod provider;
 pub mod range;
 pub mod slices;
 pub mod store;

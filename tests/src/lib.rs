@@ -17,6 +17,7 @@ pub mod objects;
 mod pki;
 pub mod plugin;
 mod process;
+pub mod provider;
 pub mod rbac;
 pub mod reconciler;
 pub mod runtime;

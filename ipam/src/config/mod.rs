@@ -25,6 +25,7 @@ mod error;
 mod flatfile;
 mod json;
 mod netconf;
+pub mod provider;
 mod ranges;
 mod release;
 #[cfg(test)]

@@ -12,7 +12,7 @@
 mod connect;
 mod kube;
 pub mod memory;
-mod resolve;
+pub mod resolve;
 
 use std::future::Future;
 

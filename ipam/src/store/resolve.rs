@@ -30,17 +30,22 @@ pub async fn pin_server_address(config: &mut kube::Config) -> Result<(), Resolve
     if host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok() {
         return Ok(());
     }
-    let fail = |message: String| ResolveError { host: host.clone(), message };
-    let resolver = resolver().map_err(fail)?;
-    let found = tokio::time::timeout(LOOKUP_TIMEOUT, resolver.lookup_ip(host.as_str()))
-        .await
-        .map_err(|_| fail(format!("no answer within {LOOKUP_TIMEOUT:?}")))?
-        .map_err(|e| fail(e.to_string()))?;
-    let ip = found.iter().next().ok_or_else(|| fail("no address".into()))?;
-    config.cluster_url = with_address(&config.cluster_url, ip).map_err(fail)?;
+    let ip = resolve_host(&host).await.map_err(|message| ResolveError { host: host.clone(), message })?;
+    config.cluster_url =
+        with_address(&config.cluster_url, ip).map_err(|message| ResolveError { host: host.clone(), message })?;
     config.tls_server_name.get_or_insert(host.clone());
     tracing::debug!(host = %host, %ip, "API server host resolved");
     Ok(())
+}
+
+/// An address of `host`, from `/etc/hosts` or the name servers of `/etc/resolv.conf`, without the C library.
+pub async fn resolve_host(host: &str) -> Result<IpAddr, String> {
+    let resolver = resolver()?;
+    let found = tokio::time::timeout(LOOKUP_TIMEOUT, resolver.lookup_ip(host))
+        .await
+        .map_err(|_| format!("no answer within {LOOKUP_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    found.iter().next().ok_or_else(|| "no address".to_string())
 }
 
 /// The system's resolver; without a resolv.conf, one that reads only the hosts file (hickory's own default

@@ -1,0 +1,164 @@
+//! `ipam.iaas_provider`: a range whose addresses are cloud sub-interfaces, created by an IaaS provider over HTTPS
+//! (`../shared/seeds/000_0b6f27cfa83fddaf.txt`). This reads and checks the section; [`crate::provider`] talks to the
+//! provider.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::error::ConfigError;
+use super::json::{check_keys, string};
+use crate::provider::ProviderConfig;
+use crate::provider::duration::{self, GoDuration};
+
+/// The keys of `ipam.iaas_provider`.
+pub const PROVIDER_KEYS: &[&str] =
+    &["url", "ca_file", "client_cert_file", "client_key_file", "http_request_timeout", "parent_interface"];
+
+/// `http_request_timeout` when the key is absent: the seed's default, above a rate-limited provider's worst case
+/// (30 s of queueing and 16 s of cloud call).
+pub const DEFAULT_HTTP_REQUEST_TIMEOUT: &str = "50s";
+
+/// A static ceiling on one provider call, whatever the invocation's budget.
+pub const MAX_HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Reads `section` (the value of `ipam.iaas_provider`) for an invocation whose time budget is `budget`.
+pub fn parse(section: &Map<String, Value>, budget: Duration) -> Result<ProviderConfig, ConfigError> {
+    let key = |k: &str| format!("ipam.iaas_provider.{k}");
+    check_keys(section, PROVIDER_KEYS, &[], key)?;
+    let get = |k: &str| section.get(k).map_or(Ok(None), |v| string(v, &key(k)));
+
+    let url_text = get("url")?.ok_or_else(|| ConfigError::invalid(key("url"), "required: the provider's https URL"))?;
+    let url: http::Uri =
+        url_text.parse().map_err(|e| ConfigError::invalid(key("url"), format!("{url_text:?} is not a URL: {e}")))?;
+    if url.scheme_str() != Some("https") {
+        return Err(ConfigError::invalid(key("url"), format!("{url_text:?}: only https is allowed (TLS is verified)")));
+    }
+    if url.host().is_none_or(str::is_empty) {
+        return Err(ConfigError::invalid(key("url"), format!("{url_text:?} has no host")));
+    }
+    if url.path() != "/" && !url.path().is_empty() {
+        return Err(ConfigError::invalid(
+            key("url"),
+            format!("{url_text:?}: give scheme, host and port only; the API paths are the contract's"),
+        ));
+    }
+    let ca_file = get("ca_file")?.map(PathBuf::from).ok_or_else(|| {
+        ConfigError::invalid(key("ca_file"), "required: the PEM CA the provider's certificate is checked against")
+    })?;
+    let client_cert = match (get("client_cert_file")?, get("client_key_file")?) {
+        (Some(cert), Some(key_file)) => Some((PathBuf::from(cert), PathBuf::from(key_file))),
+        (None, None) => None,
+        (Some(_), None) => return Err(ConfigError::invalid(key("client_key_file"), "required with client_cert_file")),
+        (None, Some(_)) => return Err(ConfigError::invalid(key("client_cert_file"), "required with client_key_file")),
+    };
+    let timeout_text = get("http_request_timeout")?.unwrap_or_else(|| DEFAULT_HTTP_REQUEST_TIMEOUT.to_string());
+    let http_request_timeout = request_timeout(&timeout_text, budget)
+        .map_err(|reason| ConfigError::invalid(key("http_request_timeout"), reason))?;
+    let parent_interface = get("parent_interface")?.ok_or_else(|| {
+        ConfigError::invalid(key("parent_interface"), "required: the host interface the sub-interfaces hang off")
+    })?;
+    if parent_interface.len() > 15
+        || parent_interface.contains(['/', ' ', '\t', '\n', ':'])
+        || parent_interface == "."
+        || parent_interface == ".."
+    {
+        return Err(ConfigError::invalid(
+            key("parent_interface"),
+            format!("{parent_interface:?} is not an interface name"),
+        ));
+    }
+    Ok(ProviderConfig { url, ca_file, client_cert, http_request_timeout, parent_interface })
+}
+
+/// `text` as a Go duration that is > 0, below [`MAX_HTTP_REQUEST_TIMEOUT`] and below `budget`.
+fn request_timeout(text: &str, budget: Duration) -> Result<GoDuration, String> {
+    let d = duration::parse(text).map_err(|e| e.to_string())?;
+    if d.negative || d.value.is_zero() {
+        return Err(format!("{text:?} must be greater than 0"));
+    }
+    if d.value >= MAX_HTTP_REQUEST_TIMEOUT {
+        return Err(format!("{text:?} must be less than 2m"));
+    }
+    if d.value >= budget {
+        return Err(format!(
+            "{text:?} must be less than the invocation's time budget ({}s, ipam.timeout_seconds)",
+            budget.as_secs_f64()
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::codes::Code;
+
+    const BUDGET: Duration = Duration::from_secs(90);
+
+    fn section(extra: Value) -> Map<String, Value> {
+        let mut base = json!({"url": "https://provider.example:8443", "ca_file": "/etc/provider/ca.pem", "parent_interface": "eth1"});
+        base.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        base.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_minimal_section_takes_the_default_timeout() {
+        let c = parse(&section(json!({})), BUDGET).unwrap();
+        assert_eq!(c.http_request_timeout.value, Duration::from_secs(50));
+        assert_eq!(c.http_request_timeout.text, "50s");
+        assert_eq!(c.url.host(), Some("provider.example"));
+        assert_eq!(c.parent_interface, "eth1");
+        assert!(c.client_cert.is_none());
+    }
+
+    #[test]
+    fn every_invalid_http_request_timeout_is_refused_naming_the_key() {
+        for (value, says) in [
+            (json!("50"), "missing unit"),
+            (json!("fifty seconds"), "not a Go duration"),
+            (json!("5sec"), "unknown unit"),
+            (json!("0"), "must be greater than 0"),
+            (json!("0s"), "must be greater than 0"),
+            (json!("-5s"), "must be greater than 0"),
+            (json!("2m"), "must be less than 2m"),
+            (json!("1h"), "must be less than 2m"),
+            (json!("1m30s"), "must be less than the invocation's time budget (90s"),
+            (json!("95s"), "must be less than the invocation's time budget"),
+        ] {
+            let err = parse(&section(json!({"http_request_timeout": value})), BUDGET).unwrap_err();
+            assert_eq!(err.code(), Code::InvalidConfig, "{value}");
+            let text = err.to_string();
+            assert!(text.starts_with("ipam.iaas_provider.http_request_timeout: "), "{text}");
+            assert!(text.contains(says), "{value}: {text}");
+        }
+        let err = parse(&section(json!({"http_request_timeout": 50})), BUDGET).unwrap_err();
+        assert_eq!(err.code(), Code::Decode);
+        assert!(err.to_string().starts_with("ipam.iaas_provider.http_request_timeout: expected a string"), "{err}");
+        assert!(parse(&section(json!({"http_request_timeout": "1m29s"})), BUDGET).is_ok());
+        assert!(parse(&section(json!({"http_request_timeout": "20s"})), Duration::from_secs(20)).is_err());
+    }
+
+    #[test]
+    fn the_other_keys_are_checked() {
+        let refused = |extra: Value, key: &str| {
+            let err = parse(&section(extra.clone()), BUDGET).unwrap_err().to_string();
+            assert!(err.contains(&format!("ipam.iaas_provider.{key}")), "{extra}: {err}");
+        };
+        refused(json!({"url": "http://provider.example"}), "url");
+        refused(json!({"url": "https://provider.example/v1/apis"}), "url");
+        refused(json!({"url": "not a url"}), "url");
+        refused(json!({"url": null}), "url");
+        refused(json!({"ca_file": ""}), "ca_file");
+        refused(json!({"client_cert_file": "/c.pem"}), "client_key_file");
+        refused(json!({"client_key_file": "/k.pem"}), "client_cert_file");
+        refused(json!({"parent_interface": "eth0/1"}), "parent_interface");
+        refused(json!({"parent_interface": "a-name-longer-than-15"}), "parent_interface");
+        refused(json!({"httpRequestTimeout": "50s"}), "httpRequestTimeout");
+        let both = parse(&section(json!({"client_cert_file": "/c.pem", "client_key_file": "/k.pem"})), BUDGET).unwrap();
+        assert_eq!(both.client_cert, Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem"))));
+    }
+}

@@ -1,0 +1,32 @@
+//! IaaS provider mode (`../shared/seeds/000_0b6f27cfa83fddaf.txt`, DESIGN §8): ranges whose addresses are cloud
+//! sub-interfaces that an external provider creates and releases over HTTPS. This module is the provider's client:
+//! the contract's requests and answers, verified TLS, and one call's time budget — the deadline is the earlier of
+//! `http_request_timeout` from now and the invocation's own, and `X-Request-Timeout-Ms` tells the provider what is
+//! left of it just before the request is sent, so that a provider can refuse work it cannot finish before taking
+//! a rate-limit token.
+
+mod client;
+pub mod duration;
+
+use std::path::PathBuf;
+
+pub use client::{
+    ALLOCATE_PATH, AllocateRequest, AllocateResponse, ProviderClient, ProviderError, RELEASE_PATH, ReleaseRequest,
+    SubEniRequest, SubEniResponse, TIMEOUT_HEADER,
+};
+use duration::GoDuration;
+
+/// `ipam.iaas_provider`, checked ([`crate::config::provider::parse`]).
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// `https://host[:port]`; the contract's paths go below it.
+    pub url: http::Uri,
+    /// The PEM CA the provider's certificate must chain to (no system store).
+    pub ca_file: PathBuf,
+    /// A client certificate and its key (PEM), when the provider asks for one.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// The most one call may take, < 2m and < the invocation's budget.
+    pub http_request_timeout: GoDuration,
+    /// The host interface the sub-interfaces hang off; its MAC is the requests' `parentNicMac`.
+    pub parent_interface: String,
+}
