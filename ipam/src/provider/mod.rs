@@ -7,6 +7,7 @@
 
 mod client;
 pub mod duration;
+pub mod placement;
 
 use std::path::PathBuf;
 
