@@ -28,7 +28,7 @@ fn mk_entry(podref: &str, reserved: bool) -> IpAllocation {
 
 fn mk_pool(name: &str, range: &str, entries: &[(u128, &str)]) -> IpPool {
     let allocations = entries.iter().map(|(o, p)| (o.to_string(), mk_entry(p, true))).collect();
-    IpPool::new(name, IpPoolSpec { range: range.into(), allocations })
+    IpPool::new(name, IpPoolSpec { range: range.into(), allocations, ..Default::default() })
 }
 
 fn mk_spec(podref: &str) -> OverlappingRangeIpReservationSpec {

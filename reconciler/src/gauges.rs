@@ -93,8 +93,7 @@ mod tests {
     use super::*;
 
     fn pool(range: &str, usable: Option<&str>) -> IpPool {
-        let mut pool =
-            IpPool::new("p", hereabouts_ipam::crd::IpPoolSpec { range: range.into(), allocations: Default::default() });
+        let mut pool = IpPool::new("p", hereabouts_ipam::crd::IpPoolSpec { range: range.into(), ..Default::default() });
         if let Some(u) = usable {
             pool.metadata.annotations = Some([(USABLE_ANNOTATION.to_string(), u.to_string())].into());
         }

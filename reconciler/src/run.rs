@@ -274,7 +274,8 @@ mod tests {
             .into_iter()
             .map(|(k, n)| (k.to_string(), entry(n)))
             .collect();
-        let mut pool = IpPool::new("p", IpPoolSpec { range: "198.18.0.0/24".into(), allocations });
+        let mut pool =
+            IpPool::new("p", IpPoolSpec { range: "198.18.0.0/24".into(), allocations, ..Default::default() });
         thin(&mut pool, "a");
         assert_eq!(pool.spec.allocations.keys().collect::<Vec<_>>(), ["1", "3"]);
     }

@@ -1,7 +1,6 @@
 //! Killing and restarting the test kube-apiserver (same flags, same port, same etcd), as the fault campaign
 //! does. Alone in its test binary: a restart stops the control plane of every test running beside it.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use hereabouts_ipam::crd::{IpPool, IpPoolSpec};
@@ -10,7 +9,7 @@ use hereabouts_tests::{Identity, TestCluster};
 use kube::api::{Api, PostParams};
 
 fn mk_pool(name: &str, range: &str) -> IpPool {
-    IpPool::new(name, IpPoolSpec { range: range.into(), allocations: BTreeMap::new() })
+    IpPool::new(name, IpPoolSpec { range: range.into(), ..Default::default() })
 }
 
 /// Asserts that `result` failed without an answer from the server.

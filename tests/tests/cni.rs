@@ -307,7 +307,8 @@ async fn whereabouts_written_objects_are_read_extended_and_released() {
             },
         );
     }
-    let pool = IpPool::new("198.18.21.0-24", IpPoolSpec { range: "198.18.21.0/24".into(), allocations });
+    let pool =
+        IpPool::new("198.18.21.0-24", IpPoolSpec { range: "198.18.21.0/24".into(), allocations, ..Default::default() });
     Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pool).await.unwrap();
     for offset in [1u32, 2, 4] {
         let r = OverlappingRangeIpReservation::new(

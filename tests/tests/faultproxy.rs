@@ -1,7 +1,6 @@
 //! The fault proxy (`hereabouts_tests::faultproxy`) on the real control plane: it relays faithfully, and each
 //! action does what it says, seen from the client, from the API server and in the proxy's record.
 
-use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ use tokio::io::AsyncWriteExt as _;
 const POOL: &str = "198.18.0.0-24";
 
 fn mk_pool(name: &str) -> IpPool {
-    IpPool::new(name, IpPoolSpec { range: "198.18.0.0/24".into(), allocations: BTreeMap::new() })
+    IpPool::new(name, IpPoolSpec { range: "198.18.0.0/24".into(), ..Default::default() })
 }
 
 fn add_allocation(offset: u32, id: &str) -> Patch<serde_json::Value> {

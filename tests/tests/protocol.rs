@@ -17,7 +17,7 @@ const POOL: &str = "198.18.0.0-24";
 
 async fn mk_pool(client: Client, ns: &str) -> Api<IpPool> {
     let pools = Api::<IpPool>::namespaced(client, ns);
-    let pool = IpPool::new(POOL, IpPoolSpec { range: "198.18.0.0/24".into(), allocations: BTreeMap::new() });
+    let pool = IpPool::new(POOL, IpPoolSpec { range: "198.18.0.0/24".into(), ..Default::default() });
     pools.create(&PostParams::default(), &pool).await.expect("create pool");
     pools
 }
@@ -107,7 +107,7 @@ async fn stale_replace_conflicts_and_second_create_already_exists() {
     assert!(status.is_conflict() && !status.is_already_exists(), "stale replace: {status:?}");
     assert_eq!(status.code, 409);
 
-    let mut again = IpPool::new(POOL, IpPoolSpec { range: "198.18.0.0/24".into(), allocations: BTreeMap::new() });
+    let mut again = IpPool::new(POOL, IpPoolSpec { range: "198.18.0.0/24".into(), ..Default::default() });
     again.metadata.namespace = Some(ns.clone());
     let err = pools.create(&PostParams::default(), &again).await.unwrap_err();
     let Error::Api(status) = &err else { panic!("expected an API error, got {err}") };

@@ -163,7 +163,11 @@ async fn an_address_held_by_two_pods_is_reported_and_both_kept() {
         };
         let pool = IpPool::new(
             name,
-            IpPoolSpec { range: range.into(), allocations: BTreeMap::from([("5".to_string(), entry)]) },
+            IpPoolSpec {
+                range: range.into(),
+                allocations: BTreeMap::from([("5".to_string(), entry)]),
+                ..Default::default()
+            },
         );
         Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pool).await.unwrap();
     }

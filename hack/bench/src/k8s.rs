@@ -86,7 +86,7 @@ pub async fn create_pools(
             async move {
                 let pool = IpPool {
                     metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-                    spec: IpPoolSpec { range, allocations },
+                    spec: IpPoolSpec { range, allocations, ..Default::default() },
                 };
                 api.create(&PostParams::default(), &pool).await.with_context(|| format!("create pool {name}"))?;
                 Ok(())

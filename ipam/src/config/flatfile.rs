@@ -117,6 +117,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         reconciler_cron_expression: inline.reconciler_cron_expression.or(flat.reconciler_cron_expression),
         strategy: inline.strategy.or(flat.strategy),
         timeout: inline.timeout.or(flat.timeout),
+        iaas_provider: inline.iaas_provider.or(flat.iaas_provider),
         ignored,
     }
 }

@@ -117,6 +117,8 @@ pub struct IpamConfig {
     pub reconciler_cron_expression: Option<String>,
     /// `ipam.timeout_seconds` (ours), default [`DEFAULT_TIMEOUT`]: the time budget of the invocation.
     pub timeout: Duration,
+    /// `ipam.iaas_provider`: the range's addresses are cloud sub-interfaces of this provider (IaaS provider mode).
+    pub provider: Option<crate::provider::ProviderConfig>,
     /// Keys accepted and ignored (legacy Whereabouts keys, flat-file keys without effect, `CNI_ARGS` let through by
     /// `IgnoreUnknown`), named as in messages, for a debug log. Values are left out (`etcd_password`).
     pub ignored: Vec<String>,
@@ -315,6 +317,22 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         ranges::check_node_slice(&ranges, size)?;
     }
     let requested = requested::resolve(&net.runtime_ips, &args.ips, &ranges)?;
+    let timeout = raw.timeout.map_or(DEFAULT_TIMEOUT, |f| f.value);
+    let provider = raw.iaas_provider.as_ref().map(|f| provider::parse(&f.value, timeout)).transpose()?;
+    if provider.is_some() {
+        if raw.node_slice_size.is_some() {
+            return Err(ConfigError::invalid(
+                "ipam.iaas_provider",
+                "not with node_slice_size: a provider-backed range is placed by its provider, not sliced by node",
+            ));
+        }
+        if ranges.len() != 1 {
+            return Err(ConfigError::invalid(
+                "ipam.iaas_provider",
+                "one range only: paired dual-stack sub-interfaces are not supported yet",
+            ));
+        }
+    }
     let mut ignored = raw.ignored;
     ignored.extend(args.ignored);
     Ok(IpamConfig {
@@ -335,7 +353,8 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         pod: PodRef { namespace: args.pod_namespace, name: args.pod_name, uid: args.pod_uid },
         node_slice_size: raw.node_slice_size.map(|f| f.value),
         reconciler_cron_expression: raw.reconciler_cron_expression.map(|f| f.value),
-        timeout: raw.timeout.map_or(DEFAULT_TIMEOUT, |f| f.value),
+        timeout,
+        provider,
         ignored,
         flat_file,
     })

@@ -92,6 +92,8 @@ pub(super) struct RawIpam<'p> {
     pub reconciler_cron_expression: Field<'p, String>,
     pub strategy: Field<'p, Strategy>,
     pub timeout: Field<'p, Duration>,
+    /// `iaas_provider` as given: read by [`super::provider::parse`] once the invocation's budget is known.
+    pub iaas_provider: Field<'p, Map<String, Value>>,
     /// Keys accepted and ignored, named as in messages.
     pub ignored: Vec<String>,
 }
@@ -143,6 +145,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "reconciler_cron_expression",
     "allocation_strategy",
     "timeout_seconds",
+    "iaas_provider",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -252,6 +255,7 @@ fn parse_key<'p>(
             raw.strategy = sourced(origin, string(v, key)?.map(|s| strategy(&s, key)).transpose()?);
         }
         "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
+        "iaas_provider" => raw.iaas_provider = sourced(origin, object(v, key)?.cloned()),
         _ => raw.ignored.push(key.to_string()),
     }
     Ok(())

@@ -26,6 +26,32 @@ pub struct IpPoolSpec {
     // Always written, even when empty: Whereabouts' schema requires it and our guarded patches add keys below it.
     #[serde(default)]
     pub allocations: BTreeMap<String, IpAllocation>,
+    /// IaaS provider mode (hereabouts addition): the cloud sub-interface of each address that has one, by the same
+    /// offset as `allocations`. Written by the CNI plugin when the provider created or moved one, and by the
+    /// provider itself (it may set `vlan` to -1 while it unbinds an idle one, which is then never handed out).
+    /// Kept when the address is released: the sub-interface stays cached on its node for the next pod there.
+    #[serde(default, rename = "subInterfaces", skip_serializing_if = "BTreeMap::is_empty")]
+    pub sub_interfaces: BTreeMap<String, SubInterfaceRecord>,
+}
+
+/// A cloud sub-interface of one address (IaaS provider mode).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubInterfaceRecord {
+    /// The node it is attached to.
+    pub node: String,
+    /// Its MAC address.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mac: String,
+    /// Its VLAN ID; -1 while the provider unbinds it.
+    #[serde(default)]
+    pub vlan: i64,
+    /// The MAC of the host interface it hangs off, when known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent_nic_mac: String,
+    /// In dual stack, the IPv6 address paired with it when it was created; it stays for the sub-interface's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_address: Option<String>,
 }
 
 /// The owner of one allocated address.

@@ -5,7 +5,7 @@ mod ippool;
 mod nodeslice;
 mod reservation;
 
-pub use ippool::{IpAllocation, IpPool, IpPoolSpec};
+pub use ippool::{IpAllocation, IpPool, IpPoolSpec, SubInterfaceRecord};
 pub use nodeslice::{NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
 pub use reservation::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
 

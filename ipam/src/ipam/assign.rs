@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use super::decide::{self, Ask, AtOffset, Me, Plan};
 use super::journal::{Journal, Written, remove_entry};
+use super::placed::Placer;
 use super::reservation::{self, Claimed as Reserved};
 use super::sliced::SlicedAdd;
 use super::{Assigned, IpamError, Request};
@@ -27,6 +28,8 @@ pub async fn assign(
 ) -> Result<Vec<Assigned>, IpamError> {
     let podref = format!("{}/{}", cfg.pod.namespace, cfg.pod.name);
     let me = Me { podref: &podref, ifname: &req.ifname, container: &req.container_id };
+    // a provider's CA and certificates are read before anything is written
+    let placer = Placer::new(cfg, &req.node)?;
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
     for (index, range) in cfg.ranges.iter().enumerate() {
@@ -42,6 +45,7 @@ pub async fn assign(
                 let mut add = RangeAdd::new(store, cfg, req, &me, range, budget);
                 add.requested = requested;
                 add.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
+                add.placer = placer.as_ref();
                 add.run(&mut journal).await
             }
         };
@@ -82,6 +86,8 @@ pub(super) struct RangeAdd<'a, S> {
     pub(super) create_missing: bool,
     /// The entry this sandbox writes.
     entry: IpAllocation,
+    /// For a provider-backed range: prefers cached sub-interfaces, and places the address claimed.
+    pub(super) placer: Option<&'a Placer<'a>>,
 }
 
 /// What keeping an entry the attachment already holds came to.
@@ -144,6 +150,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
                 reserved: cfg.overlapping_ranges,
             },
+            placer: None,
         }
     }
 
@@ -167,12 +174,20 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool)));
             }
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let placed_first = match self.placer {
+                Some(placer) => {
+                    let (unbinding, prefer) = placer.prefer(&pool, self.range, &excluded);
+                    excluded.extend(unbinding);
+                    prefer
+                }
+                None => None,
+            };
             let ask = Ask {
                 me: self.me,
                 range: self.range,
                 requested: self.requested,
                 excluded: &excluded,
-                preferred,
+                preferred: preferred.or(placed_first),
                 strategy: self.cfg.strategy,
                 spread,
                 seed,
@@ -190,7 +205,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                     return Err(IpamError::RequestedTaken { ip, holder });
                 }
                 Plan::Keep { offset, entry } => match self.keep(offset, &entry).await? {
-                    Kept::Done(ip) => return Ok(ip),
+                    Kept::Done(ip) => return self.placed(&pool, offset, ip).await,
                     Kept::NotOurs => {
                         excluded.insert(offset);
                         pool = self.read_pool().await?;
@@ -201,7 +216,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                     }
                 },
                 Plan::Claim(offset) => match self.claim(offset, journal).await? {
-                    Claimed::Done(ip) => return Ok(ip),
+                    Claimed::Done(ip) => return self.placed(&pool, offset, ip).await,
                     Claimed::HeldElsewhere => {
                         excluded.insert(offset);
                     }
@@ -213,6 +228,15 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 },
             }
         }
+    }
+
+    /// `ip` at `offset`, once a provider-backed range's sub-interface is on this node (a failure is rolled back by
+    /// the caller with everything else this ADD wrote).
+    async fn placed(&self, pool: &IpPool, offset: u128, ip: IpAddr) -> Result<IpAddr, IpamError> {
+        if let Some(placer) = self.placer {
+            placer.place(self.store, &self.pool, pool, self.range, offset, self.budget).await?;
+        }
+        Ok(ip)
     }
 
     /// Claims the free `offset`: cluster-wide first (the reservation, when the network reserves), then in the

@@ -179,7 +179,7 @@ mod tests {
 
     fn mk_pool(entries: &[(u128, IpAllocation)]) -> IpPool {
         let allocations = entries.iter().map(|(o, e)| (o.to_string(), e.clone())).collect();
-        IpPool::new("p", IpPoolSpec { range: "10.0.0.0/24".into(), allocations })
+        IpPool::new("p", IpPoolSpec { range: "10.0.0.0/24".into(), allocations, ..Default::default() })
     }
 
     fn mk_range() -> IpRange {

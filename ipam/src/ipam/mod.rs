@@ -5,6 +5,7 @@
 mod assign;
 pub mod decide;
 mod journal;
+mod placed;
 mod reclaim;
 mod release;
 mod reservation;
@@ -164,6 +165,9 @@ pub enum IpamError {
     /// The time budget ran out (the API server is unreachable or overloaded).
     #[error("time budget ran out: {0}")]
     Expired(String),
+    /// The IaaS provider failed or refused to place the address (what was claimed is rolled back).
+    #[error("{0}")]
+    Provider(#[from] crate::provider::ProviderError),
     /// Several failures (DEL and GC keep going after one).
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Many(Vec<IpamError>),
@@ -184,6 +188,7 @@ impl IpamError {
             IpamError::Store(e) if e.failure == Failure::TooLarge => Code::PoolTooLarge,
             IpamError::Store(_) => Code::StoreRefused,
             IpamError::Expired(_) => Code::TryAgainLater,
+            IpamError::Provider(e) => e.code(),
             IpamError::Many(all) => {
                 all.iter().map(IpamError::code).find(|c| *c != Code::TryAgainLater).unwrap_or(Code::TryAgainLater)
             }

@@ -18,7 +18,7 @@ pub use client::{
 use duration::GoDuration;
 
 /// `ipam.iaas_provider`, checked ([`crate::config::provider::parse`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderConfig {
     /// `https://host[:port]`; the contract's paths go below it.
     pub url: http::Uri,

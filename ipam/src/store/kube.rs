@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{Claim, Created, Deleted, Failure, Patched, Store, StoreError, Version};
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
-    OverlappingRangeIpReservationSpec,
+    OverlappingRangeIpReservationSpec, SubInterfaceRecord,
 };
 
 const POOL: &str = "pool";
@@ -132,6 +132,21 @@ fn claim_metadata(current: &OverlappingRangeIpReservation, claim: &Claim) -> (Va
 impl Store for KubeStore {
     fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    async fn set_sub_interface(
+        &self,
+        name: &str,
+        offset: u128,
+        record: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        // a merge patch: it makes the map when the pool has none, and touches no other key of it
+        let patch = json!({"spec": {"subInterfaces": {offset.to_string(): record}}});
+        match self.pools.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(POOL, name, format!("record sub-interface {offset}"), e)),
+        }
     }
 
     async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {

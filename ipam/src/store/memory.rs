@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::{Claim, Created, Deleted, Failure, NODE_LABEL, Patched, Store, StoreError, Version};
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
+    SubInterfaceRecord,
 };
 
 /// A fault injected into one call.
@@ -75,6 +76,7 @@ pub enum Op {
     MoveSlice,
     ListNodeSlices,
     DeletePool,
+    SetSubInterface,
 }
 
 impl Op {
@@ -479,6 +481,22 @@ impl Store for MemoryStore {
             })
             .await,
         )
+    }
+
+    async fn set_sub_interface(
+        &self,
+        name: &str,
+        offset: u128,
+        record: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        self.call(Op::SetSubInterface, "pool", name, |s| {
+            let version = s.bump();
+            let Some(pool) = s.pools.get_mut(name) else { return Ok(Patched::Missing) };
+            pool.spec.sub_interfaces.insert(offset.to_string(), record.clone());
+            pool.metadata.resource_version = Some(version);
+            Ok(Patched::Applied)
+        })
+        .await
     }
 
     async fn remove_allocation(&self, pool: &str, offset: u128, held: &IpAllocation) -> Result<Patched, StoreError> {

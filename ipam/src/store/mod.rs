@@ -23,7 +23,7 @@ pub use resolve::{ResolveError, pin_server_address};
 
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
-    OverlappingRangeIpReservationSpec,
+    OverlappingRangeIpReservationSpec, SubInterfaceRecord,
 };
 
 /// The label that names the node an ADD ran on, on the reservations hereabouts creates, so that a node's
@@ -47,8 +47,7 @@ pub const USABLE_ANNOTATION: &str = "hereabouts.cni.cncf.io/usable-addresses";
 
 /// The pool object `create_pool` writes.
 pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128) -> IpPool {
-    let mut pool =
-        IpPool::new(name, crate::crd::IpPoolSpec { range: range.to_string(), allocations: Default::default() });
+    let mut pool = IpPool::new(name, crate::crd::IpPoolSpec { range: range.to_string(), ..Default::default() });
     pool.metadata.annotations = Some(
         [
             (NETWORK_ANNOTATION.to_string(), network_name.to_string()),
@@ -314,6 +313,16 @@ pub trait Store: Send + Sync {
 
     /// Deletes the pool `name` if it is still at `version` (the leader, before it frees an empty slice).
     fn delete_pool(&self, name: &str, version: &Version) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+
+    /// Records the cloud sub-interface of the address at `offset` of pool `name` (IaaS provider mode), creating
+    /// the pool's map when it has none. Only that offset's record is written: the caller holds its entry, and the
+    /// provider writes back only idle ones.
+    fn set_sub_interface(
+        &self,
+        name: &str,
+        offset: u128,
+        record: &SubInterfaceRecord,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 }
 
 /// `node` as a label value, if it is one: at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and

@@ -99,7 +99,10 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         let name = format!("198.19.{}.0-22", p * 4);
-        let pool = IpPool::new(&name, IpPoolSpec { range: format!("198.19.{}.0/22", p * 4), allocations });
+        let pool = IpPool::new(
+            &name,
+            IpPoolSpec { range: format!("198.19.{}.0/22", p * 4), allocations, ..Default::default() },
+        );
         pools_api.create(&PostParams::default(), &pool).await?;
     }
     println!("created {POOLS} pools of {per_pool} allocations ({total} in all)");

@@ -76,7 +76,7 @@ impl Bench {
         for name in &names {
             let pool = IpPool {
                 metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-                spec: IpPoolSpec { range: "10.0.0.0/8".into(), allocations: BTreeMap::new() },
+                spec: IpPoolSpec { range: "10.0.0.0/8".into(), ..Default::default() },
             };
             api.create(&PostParams::default(), &pool).await?;
         }

@@ -35,6 +35,7 @@ impl Bench {
             spec: hereabouts_ipam::crd::IpPoolSpec {
                 range: range.into(),
                 allocations: fill_entries(&r.ns, "fill-", level),
+                ..Default::default()
             },
         };
         Api::<IpPool>::namespaced(self.admin.clone(), &r.ns)

@@ -1,0 +1,137 @@
+//! ADD of a provider-backed range (IaaS provider mode, global pools): which free address to prefer, and the
+//! provider call that places it on this node when its sub-interface is not cached here. A failed or timed-out
+//! call fails the ADD, and [`super::assign`] rolls back the entry and reservation it claimed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::IpamError;
+use crate::budget::Budget;
+use crate::config::IpamConfig;
+use crate::crd::{IpPool, SubInterfaceRecord};
+use crate::provider::placement::{self, Mode, Pick, SubInterface};
+use crate::provider::{AllocateRequest, ProviderClient, ProviderError, SubEniRequest};
+use crate::range::IpRange;
+use crate::store::{Patched, Store};
+
+/// A provider-backed ADD's client and identity.
+pub(super) struct Placer<'a> {
+    client: ProviderClient,
+    parent_interface: &'a str,
+    cfg: &'a IpamConfig,
+    node: &'a str,
+}
+
+/// What placing an address came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placed {
+    /// Its sub-interface was cached on this node: no provider call.
+    Cached,
+    /// The provider created or moved it here.
+    Called,
+}
+
+impl<'a> Placer<'a> {
+    /// The placer of `cfg`'s provider, `None` for an ordinary range.
+    pub(super) fn new(cfg: &'a IpamConfig, node: &'a str) -> Result<Option<Self>, IpamError> {
+        let Some(provider) = &cfg.provider else { return Ok(None) };
+        let client = ProviderClient::new(provider)?;
+        Ok(Some(Self { client, parent_interface: &provider.parent_interface, cfg, node }))
+    }
+
+    /// The offsets an ADD in `pool` must not take (sub-interfaces the provider is unbinding), and the free one it
+    /// should: a sub-interface cached on this node, else an address with none, else another node's idle one.
+    pub(super) fn prefer(
+        &self,
+        pool: &IpPool,
+        range: &IpRange,
+        excluded: &BTreeSet<u128>,
+    ) -> (Vec<u128>, Option<u128>) {
+        let subs = sub_interfaces(pool);
+        let unbinding: Vec<u128> = subs.iter().filter(|(_, s)| s.unbinding()).map(|(o, _)| *o).collect();
+        let taken: BTreeSet<u128> = pool.spec.allocations.keys().filter_map(|k| k.parse().ok()).collect();
+        let free_here = |o: &u128| !taken.contains(o) && !excluded.contains(o) && range.is_usable(*o);
+        let mut free: Vec<u128> = subs.keys().copied().filter(free_here).collect();
+        // the lowest free address with no sub-interface: every offset skipped on the way is in one of the sets
+        let fresh = range.usable_intervals().flatten().find(|o| free_here(o) && !subs.contains_key(o));
+        free.extend(fresh);
+        free.sort_unstable();
+        let pick = placement::pick(&Mode::Global, self.node, &free, &subs);
+        (unbinding, pick.as_ref().map(Pick::offset))
+    }
+
+    /// Makes sure the sub-interface of the address at `offset` of `pool` (now held by this ADD) is on this node:
+    /// nothing to do when it is cached here, else a provider call within `budget`, recorded in the pool.
+    pub(super) async fn place(
+        &self,
+        store: &impl Store,
+        pool_name: &str,
+        pool: &IpPool,
+        range: &IpRange,
+        offset: u128,
+        budget: &Budget,
+    ) -> Result<Placed, IpamError> {
+        let subs = sub_interfaces(pool);
+        if subs.get(&offset).is_some_and(|s| s.node == self.node && !s.unbinding()) {
+            tracing::info!(pool = %pool_name, offset, "sub-interface cached on this node: no provider call");
+            return Ok(Placed::Cached);
+        }
+        let ip = range.addr_at(offset);
+        let parent_nic_mac = parent_mac(self.parent_interface)?;
+        let mut want = SubEniRequest {
+            parent_nic_mac: parent_nic_mac.clone(),
+            subnet: range.cidr().trunc().to_string(),
+            ..SubEniRequest::default()
+        };
+        if ip.is_ipv4() {
+            want.ipv4_address = ip.to_string();
+            want.ipv4_pool_name = pool_name.to_string();
+        } else {
+            want.ipv6_address = ip.to_string();
+            want.ipv6_pool_name = pool_name.to_string();
+        }
+        let request = AllocateRequest {
+            pod_name: self.cfg.pod.name.clone(),
+            pod_namespace: self.cfg.pod.namespace.clone(),
+            pod_uid: self.cfg.pod.uid.clone().unwrap_or_default(),
+            node_name: self.node.to_string(),
+            sub_eni_requests: vec![want],
+        };
+        let answer = self.client.allocate(&request, budget).await?;
+        let made = answer.sub_eni_responses.first();
+        let record = SubInterfaceRecord {
+            node: self.node.to_string(),
+            mac: made.map(|m| m.mac_address.clone()).unwrap_or_default(),
+            vlan: made.and_then(|m| m.vlan_id).unwrap_or_default(),
+            parent_nic_mac,
+            paired_address: None,
+        };
+        // The sub-interface exists now; a record that cannot be written only costs a provider call next time.
+        match store.set_sub_interface(pool_name, offset, &record).await {
+            Ok(Patched::Applied) => {}
+            Ok(other) => tracing::warn!(pool = %pool_name, offset, ?other, "sub-interface not recorded"),
+            Err(e) => tracing::warn!(pool = %pool_name, offset, error = %e, "sub-interface not recorded"),
+        }
+        tracing::info!(pool = %pool_name, %ip, mac = %record.mac, vlan = record.vlan, "provider placed the sub-interface");
+        Ok(Placed::Called)
+    }
+}
+
+/// The pool's sub-interface records by offset (records whose key is not an offset are passed over).
+fn sub_interfaces(pool: &IpPool) -> BTreeMap<u128, SubInterface> {
+    pool.spec
+        .sub_interfaces
+        .iter()
+        .filter_map(|(k, r)| {
+            let paired = r.paired_address.as_deref().and_then(|a| a.parse().ok());
+            Some((k.parse().ok()?, SubInterface { node: r.node.clone(), mac: r.mac.clone(), vlan: r.vlan, paired }))
+        })
+        .collect()
+}
+
+/// The MAC of the host interface `name` (the plugin runs in the host's network namespace).
+fn parent_mac(name: &str) -> Result<String, ProviderError> {
+    let path = format!("/sys/class/net/{name}/address");
+    std::fs::read_to_string(&path)
+        .map(|mac| mac.trim().to_string())
+        .map_err(|e| ProviderError::Files(format!("parent_interface {name}: read {path}: {e}")))
+}

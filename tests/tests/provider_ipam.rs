@@ -1,0 +1,166 @@
+//! IaaS provider mode end to end (global pools): the compiled plugin, run as a runtime runs it, against the test
+//! API server and the reference provider over HTTPS.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::plugin::Output;
+use hereabouts_tests::provider::{Fault, ProviderOptions, ReferenceProvider};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const ALLOCATE: &str = hereabouts_ipam::provider::ALLOCATE_PATH;
+
+fn config(fx: &CniFixture, provider: &ReferenceProvider, range: &str, extra: Value) -> Value {
+    let mut section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo"});
+    section.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    fx.netconf("1.0.0", "iaas", json!({"range": range, "iaas_provider": section}))
+}
+
+async fn add_on(fx: &CniFixture, config: &Value, node: &str, pod: &str) -> Output {
+    fx.invocation("ADD", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
+}
+
+async fn del_on(fx: &CniFixture, config: &Value, node: &str, pod: &str) -> Output {
+    fx.invocation("DEL", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
+}
+
+fn allocations(provider: &ReferenceProvider) -> usize {
+    provider.calls().iter().filter(|c| c.path == ALLOCATE).count()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A fresh address makes one provider call and records the sub-interface in the pool; DEL releases the address
+/// but keeps the sub-interface cached on its node, so the next ADD there takes it with no call; an ADD on
+/// another node takes a fresh address rather than another node's idle sub-interface.
+#[tokio::test]
+async fn a_global_pool_calls_the_provider_once_per_sub_interface_and_reuses_its_cache() {
+    let fx = CniFixture::new("iaas-cache").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(&fx, &provider, "198.18.40.0/24", json!({}));
+
+    let t0 = Instant::now();
+    let first = add_on(&fx, &cfg, "node-a", "a").await;
+    let with_call = t0.elapsed();
+    assert_eq!(first.ips(), vec![ip("198.18.40.1")], "{}", first.stderr);
+    assert_eq!(allocations(&provider), 1);
+    let call = &provider.calls()[0];
+    assert_eq!(call.body["nodeName"], "node-a");
+    assert_eq!(call.body["subEniRequests"][0]["ipv4Address"], "198.18.40.1");
+    assert_eq!(call.body["subEniRequests"][0]["subnet"], "198.18.40.0/24");
+    assert_eq!(call.body["subEniRequests"][0]["parentNicMac"], "00:00:00:00:00:00", "lo's MAC, read from the host");
+    let pool = fx.pool("198.18.40.0-24").await;
+    let record = &pool.spec.sub_interfaces["1"];
+    assert_eq!(record.node, "node-a");
+    assert_eq!(record.mac, provider.sub_enis()["198.18.40.1"].mac);
+    assert_eq!(record.vlan, provider.sub_enis()["198.18.40.1"].vlan);
+
+    let del = del_on(&fx, &cfg, "node-a", "a").await;
+    assert!(del.success, "{}", del.stdout);
+    let pool = fx.pool("198.18.40.0-24").await;
+    assert!(pool.spec.allocations.is_empty(), "DEL released the address");
+    assert_eq!(pool.spec.sub_interfaces["1"].node, "node-a", "its sub-interface stays cached on node-a");
+    assert_eq!(provider.calls().len(), 1, "DEL made no provider call");
+
+    let t0 = Instant::now();
+    let cached = add_on(&fx, &cfg, "node-a", "b").await;
+    let without_call = t0.elapsed();
+    assert_eq!(cached.ips(), vec![ip("198.18.40.1")], "the cached sub-interface of node-a");
+    assert_eq!(allocations(&provider), 1, "no provider call for a cached sub-interface");
+
+    assert!(del_on(&fx, &cfg, "node-a", "b").await.success);
+    let other = add_on(&fx, &cfg, "node-b", "c").await;
+    assert_eq!(other.ips(), vec![ip("198.18.40.2")], "a fresh address, not node-a's idle sub-interface");
+    assert_eq!(allocations(&provider), 2);
+    assert_eq!(fx.pool("198.18.40.0-24").await.spec.sub_interfaces["1"].node, "node-a", "node-a keeps its cache");
+    eprintln!(
+        "ADD with a provider call {} ms, from the cache {} ms (one run each; the reference provider's cloud delay is 20 ms)",
+        with_call.as_millis(),
+        without_call.as_millis()
+    );
+}
+
+/// When every free address has an idle sub-interface on another node, one is moved here by the provider; one the
+/// provider is unbinding (`vlan: -1`) is never handed out.
+#[tokio::test]
+async fn another_nodes_idle_sub_interface_is_taken_last_and_an_unbinding_one_never() {
+    let fx = CniFixture::new("iaas-steal").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    // a /29: .1 to .6 usable
+    let cfg = config(&fx, &provider, "198.18.41.0/29", json!({}));
+    for pod in ["a", "b", "c", "d", "e", "f"] {
+        assert!(add_on(&fx, &cfg, "node-a", pod).await.success);
+    }
+    for pod in ["a", "b", "c", "d", "e", "f"] {
+        assert!(del_on(&fx, &cfg, "node-a", pod).await.success);
+    }
+    assert_eq!(allocations(&provider), 6);
+    // the provider unbinds .1's idle sub-interface (metadata write-back)
+    let pools = Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+    let unbind = json!({"spec": {"subInterfaces": {"1": {"node": "node-a", "vlan": -1}}}});
+    pools.patch("198.18.41.0-29", &PatchParams::default(), &Patch::Merge(&unbind)).await.unwrap();
+
+    let stolen = add_on(&fx, &cfg, "node-b", "g").await;
+    assert_eq!(stolen.ips(), vec![ip("198.18.41.2")], "node-a's lowest idle sub-interface that is not unbinding");
+    assert_eq!(allocations(&provider), 7, "moved by the provider");
+    let pool = fx.pool("198.18.41.0-29").await;
+    assert_eq!(pool.spec.sub_interfaces["2"].node, "node-b", "now cached on node-b");
+    for pod in ["h", "i", "j", "k"] {
+        assert!(add_on(&fx, &cfg, "node-a", pod).await.success, "node-a's own cache");
+    }
+    let last = add_on(&fx, &cfg, "node-a", "l").await;
+    assert_eq!(last.error_code(), 100, "only the unbinding .1 is left, and it is never handed out: {}", last.stdout);
+    assert!(!fx.pool("198.18.41.0-29").await.spec.allocations.contains_key("1"));
+}
+
+/// A provider that fails, refuses or does not answer in time fails the ADD with its code, and what the ADD
+/// claimed (entry, reservation) is rolled back; the next ADD starts clean and succeeds.
+#[tokio::test]
+async fn a_failed_or_timed_out_provider_call_leaves_nothing_claimed() {
+    let fx = CniFixture::new("iaas-fail").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(&fx, &provider, "198.18.42.0/24", json!({"http_request_timeout": "2s"}));
+    for (fault, code, says) in [
+        (Fault::Status(500), 11, "HTTP 500"),
+        (Fault::Status(400), 105, "HTTP 400"),
+        (Fault::Hang, 11, "provider-interaction timeout: POST"),
+    ] {
+        provider.inject(fault);
+        let out = add_on(&fx, &cfg, "node-a", "a").await;
+        assert_eq!(out.error_code(), code, "{}", out.stdout);
+        assert!(out.stdout.contains(says), "{says}: {}", out.stdout);
+        let pool = fx.pool("198.18.42.0-24").await;
+        assert!(pool.spec.allocations.is_empty(), "rolled back: {:?}", pool.spec.allocations);
+        assert!(pool.spec.sub_interfaces.is_empty());
+        assert!(fx.reservations().await.is_empty(), "the reservation too");
+    }
+    let ok = add_on(&fx, &cfg, "node-a", "a").await;
+    assert_eq!(ok.ips(), vec![ip("198.18.42.1")], "{}", ok.stdout);
+}
+
+/// An untrusted provider certificate fails the ADD clearly (code 105) and leaves nothing; an invalid
+/// `http_request_timeout` is refused before anything is written, naming the key.
+#[tokio::test]
+async fn an_untrusted_provider_and_a_bad_timeout_are_refused_clearly() {
+    let fx = CniFixture::new("iaas-bad").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let stranger = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(&fx, &provider, "198.18.43.0/24", json!({"ca_file": stranger.ca_file()}));
+    let out = add_on(&fx, &cfg, "node-a", "a").await;
+    assert_eq!(out.error_code(), 105, "{}", out.stdout);
+    assert!(out.stdout.contains("invalid peer certificate"), "{}", out.stdout);
+    assert!(fx.pool("198.18.43.0-24").await.spec.allocations.is_empty());
+    assert!(provider.calls().is_empty());
+
+    for bad in ["2m", "0s", "fast", "-1s", "100s"] {
+        let cfg = config(&fx, &provider, "198.18.44.0/24", json!({"http_request_timeout": bad}));
+        let out = add_on(&fx, &cfg, "node-a", "a").await;
+        assert_eq!(out.error_code(), 7, "{bad}: {}", out.stdout);
+        assert!(out.stdout.contains("ipam.iaas_provider.http_request_timeout"), "{bad}: {}", out.stdout);
+        assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.44.0/24"), "{bad}: nothing written");
+    }
+}
