@@ -2,7 +2,7 @@
 //! API server and the reference provider over HTTPS.
 
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::plugin::Output;
@@ -163,4 +163,49 @@ async fn an_untrusted_provider_and_a_bad_timeout_are_refused_clearly() {
         assert!(out.stdout.contains("ipam.iaas_provider.http_request_timeout"), "{bad}: {}", out.stdout);
         assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.44.0/24"), "{bad}: nothing written");
     }
+}
+
+/// Sixteen ADDs at once over two nodes into one provider-backed pool get sixteen distinct addresses, one provider
+/// call each, each sub-interface recorded on its own node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_get_distinct_addresses_and_one_call_each() {
+    let fx = CniFixture::new("iaas-burst").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(&fx, &provider, "198.18.45.0/24", json!({}));
+    let runs = (0..16).map(|i| {
+        let (fx, cfg) = (&fx, &cfg);
+        async move { (i, add_on(fx, cfg, ["node-a", "node-b"][i % 2], &format!("p{i}")).await) }
+    });
+    let outs = futures::future::join_all(runs).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, out) in &outs {
+        assert!(out.success, "p{i}: {}", out.stdout);
+        assert!(seen.insert(out.ips()[0]), "p{i} got a taken address {:?}", out.ips());
+    }
+    assert_eq!(allocations(&provider), 16);
+    let pool = fx.pool("198.18.45.0-24").await;
+    assert_eq!(pool.spec.allocations.len(), 16);
+    for (offset, entry) in &pool.spec.allocations {
+        assert_eq!(Some(&pool.spec.sub_interfaces[offset].node), entry.node.as_ref(), "recorded on its node");
+    }
+}
+
+/// An ADD killed while the provider works (the runtime's timeout) leaves its claim; the runtime's next ADD of
+/// the same pod gets that address back, placed on its node, and nothing is held twice.
+#[tokio::test]
+async fn an_add_killed_during_the_provider_call_is_completed_by_the_next_one() {
+    let fx = CniFixture::new("iaas-kill").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(&fx, &provider, "198.18.46.0/24", json!({}));
+    provider.inject(Fault::Slow(Duration::from_secs(5)));
+    let running = fx.invocation("ADD", &cfg, "a", "c-first").with_env("NODENAME", "node-a").start().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.kill().await;
+    let retry = fx.invocation("ADD", &cfg, "a", "c-second").with_env("NODENAME", "node-a").run().await;
+    assert_eq!(retry.ips(), vec![ip("198.18.46.1")], "{}", retry.stdout);
+    let pool = fx.pool("198.18.46.0-24").await;
+    assert_eq!(pool.spec.allocations.len(), 1, "one address for the pod: {:?}", pool.spec.allocations);
+    assert_eq!(pool.spec.allocations["1"].id, "c-second");
+    assert_eq!(fx.reservations().await.len(), 1);
+    assert_eq!(pool.spec.sub_interfaces["1"].node, "node-a");
 }
