@@ -149,6 +149,15 @@ impl Store for KubeStore {
         }
     }
 
+    async fn remove_sub_interface(&self, name: &str, offset: u128, node: &str) -> Result<Patched, StoreError> {
+        let path = format!("/spec/subInterfaces/{offset}");
+        let ops = vec![
+            json!({"op": "test", "path": format!("{path}/node"), "value": node}),
+            json!({"op": "remove", "path": path}),
+        ];
+        self.patch_pool(name, format!("remove sub-interface {offset}"), ops).await
+    }
+
     async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
         self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
     }

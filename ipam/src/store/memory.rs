@@ -77,6 +77,7 @@ pub enum Op {
     ListNodeSlices,
     DeletePool,
     SetSubInterface,
+    RemoveSubInterface,
 }
 
 impl Op {
@@ -493,6 +494,22 @@ impl Store for MemoryStore {
             let version = s.bump();
             let Some(pool) = s.pools.get_mut(name) else { return Ok(Patched::Missing) };
             pool.spec.sub_interfaces.insert(offset.to_string(), record.clone());
+            pool.metadata.resource_version = Some(version);
+            Ok(Patched::Applied)
+        })
+        .await
+    }
+
+    async fn remove_sub_interface(&self, name: &str, offset: u128, node: &str) -> Result<Patched, StoreError> {
+        self.call(Op::RemoveSubInterface, "pool", name, |s| {
+            let key = offset.to_string();
+            let Some(pool) = s.pools.get(name) else { return Ok(Patched::Missing) };
+            if pool.spec.sub_interfaces.get(&key).is_none_or(|r| r.node != node) {
+                return Ok(Patched::Refused(format!("sub-interface {offset} is not on {node}")));
+            }
+            let version = s.bump();
+            let pool = s.pools.get_mut(name).expect("read above");
+            pool.spec.sub_interfaces.remove(&key);
             pool.metadata.resource_version = Some(version);
             Ok(Patched::Applied)
         })

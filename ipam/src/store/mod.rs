@@ -323,6 +323,15 @@ pub trait Store: Send + Sync {
         offset: u128,
         record: &SubInterfaceRecord,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Removes the sub-interface record at `offset` of pool `name` if it still names `node` (the leader, once the
+    /// provider accepted its release).
+    fn remove_sub_interface(
+        &self,
+        name: &str,
+        offset: u128,
+        node: &str,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 }
 
 /// `node` as a label value, if it is one: at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and
