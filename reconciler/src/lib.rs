@@ -13,6 +13,7 @@ pub mod pods;
 pub mod release;
 pub mod run;
 pub mod schedule;
+pub mod sub_interfaces;
 pub mod sweep;
 
 /// An error and its sources, on one line: for logs that are written once per distinct failure.

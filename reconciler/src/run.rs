@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::provider::ProviderClient;
 use hereabouts_ipam::store::{KubeStore, NODE_LABEL, node_label_value};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
@@ -25,6 +26,7 @@ use crate::node_slices::{self, SliceKeeper};
 use crate::pods::NodeLoop;
 use crate::release::Releaser;
 use crate::schedule::ScheduleSource;
+use crate::sub_interfaces::{self, SubInterfaceKeeper};
 use crate::{gauges, leader, sweep};
 
 /// `run` flags.
@@ -84,7 +86,27 @@ pub struct Args {
     /// still be borrowing from it.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     slice_grace: Duration,
+    /// IaaS provider mode: a JSON file with the networks' `iaas_provider` section (url, ca_file, …). With it, the
+    /// leader has the provider release the sub-interfaces cached on Nodes that are gone (every `slice_interval`).
+    #[arg(long)]
+    iaas_provider_config: Option<PathBuf>,
 }
+
+/// The provider client of `--iaas-provider-config`, and one call's budget (its `http_request_timeout`).
+fn provider_from(path: &std::path::Path) -> anyhow::Result<(ProviderClient, Duration)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let section =
+        value.as_object().ok_or_else(|| anyhow::anyhow!("{}: expected the iaas_provider object", path.display()))?;
+    // no invocation budget here: the section's own bounds (< 2m) are the limit
+    let config = hereabouts_ipam::config::provider::parse(section, MAX_PROVIDER_CALL)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let client = ProviderClient::new(&config).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok((client, config.http_request_timeout.value))
+}
+
+const MAX_PROVIDER_CALL: Duration = Duration::from_secs(121);
 
 /// `90s`, `2m`, `500ms` or a bare number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -137,6 +159,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // an invalid schedule or grace period is a start-up error, not a silent default
     let schedule = source.read()?;
     let grace = grace_from(&args)?;
+    let provider = args.iaas_provider_config.as_deref().map(provider_from).transpose()?;
     let identity = args.identity.clone().unwrap_or_else(|| args.node_name.clone());
     tracing::info!(node = %args.node_name, namespace = %args.namespace, schedule = %schedule.expression,
         grace = ?grace, %identity, "starting");
@@ -223,6 +246,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let keeper =
         SliceKeeper::new(KubeStore::new(client.clone(), &args.namespace), Api::all(client.clone()), args.slice_grace);
     tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
+    if let Some((provider, call_budget)) = provider {
+        let keeper = SubInterfaceKeeper {
+            store: KubeStore::new(client.clone(), &args.namespace),
+            nodes: Api::all(client.clone()),
+            provider,
+            call_budget,
+        };
+        tasks.spawn(sub_interfaces::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
+    }
     let pools = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
     tasks.spawn(gauges::run(pools, health.clone(), leadership.clone(), args.gauge_interval, shutdown.clone()));
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));

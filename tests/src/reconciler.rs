@@ -42,6 +42,8 @@ pub struct ReconcilerOptions {
     /// `--gauge-interval`: how often the leader reads the pools for the gauges.
     pub gauge_interval: String,
     pub slice_grace: String,
+    /// More arguments of `run` (e.g. `--iaas-provider-config`).
+    pub extra_args: Vec<String>,
 }
 
 impl ReconcilerOptions {
@@ -59,6 +61,7 @@ impl ReconcilerOptions {
             slice_interval: "1s".into(),
             gauge_interval: "1s".into(),
             slice_grace: "2s".into(),
+            extra_args: Vec::new(),
             // the Role allows the reconciler this one Lease; Leases are per namespace, so tests do not collide
             lease: deploy::LEASE_NAME.into(),
         }
@@ -97,6 +100,7 @@ impl Reconciler {
             .args(["--slice-interval", &opts.slice_interval, "--slice-grace", &opts.slice_grace])
             .args(["--gauge-interval", &opts.gauge_interval])
             .args(["--listen", &listen])
+            .args(&opts.extra_args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

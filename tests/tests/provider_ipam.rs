@@ -11,6 +11,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const ALLOCATE: &str = hereabouts_ipam::provider::ALLOCATE_PATH;
+const RELEASE: &str = hereabouts_ipam::provider::RELEASE_PATH;
 
 fn config(fx: &CniFixture, provider: &ReferenceProvider, range: &str, extra: Value) -> Value {
     let mut section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo"});
@@ -208,4 +209,93 @@ async fn an_add_killed_during_the_provider_call_is_completed_by_the_next_one() {
     assert_eq!(pool.spec.allocations["1"].id, "c-second");
     assert_eq!(fx.reservations().await.len(), 1);
     assert_eq!(pool.spec.sub_interfaces["1"].node, "node-a");
+}
+
+/// The leader reconciler has the provider release the sub-interfaces cached on a Node that is gone — one it
+/// recorded at ADD (with the parent NIC's MAC) and one the provider wrote back (no `parentNicMac`: sent empty) —
+/// holding each address in the pool while the provider is asked, so the provider's release comes before the
+/// pool's. A release that fails keeps the hold and is retried; a live Node's cache is left alone.
+#[tokio::test]
+async fn the_leader_releases_the_sub_interfaces_of_gone_nodes_through_the_provider() {
+    use hereabouts_ipam::provider::{HOLD_ID, HOLD_PODREF};
+    use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{DeleteParams, PostParams};
+
+    let fx = CniFixture::new("iaas-gone").await;
+    let _rbac = hereabouts_tests::deploy::apply_rbac_in(&fx.admin, &fx.ns).await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(&fx, &provider, "198.18.47.0/24", json!({}));
+    let (live, gone) = (format!("{}-live", fx.ns), format!("{}-gone", fx.ns));
+    let nodes = Api::<Node>::all(fx.admin.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": live}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+
+    assert_eq!(add_on(&fx, &cfg, &gone, "a").await.ips(), vec![ip("198.18.47.1")]);
+    assert_eq!(add_on(&fx, &cfg, &live, "b").await.ips(), vec![ip("198.18.47.2")]);
+    assert!(del_on(&fx, &cfg, &gone, "a").await.success);
+    assert!(del_on(&fx, &cfg, &live, "b").await.success);
+    let pools = Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+    let written_back =
+        json!({"spec": {"subInterfaces": {"10": {"node": gone, "mac": "02:00:00:00:0a:0a", "vlan": 7}}}});
+    pools.patch("198.18.47.0-24", &PatchParams::default(), &Patch::Merge(&written_back)).await.unwrap();
+
+    // the first release fails, the second takes 3 s: long enough to see the pool hold both addresses meanwhile
+    provider.inject(Fault::Status(500));
+    provider.inject(Fault::Slow(Duration::from_secs(3)));
+    let config_file = provider.dir().join("iaas_provider.json");
+    let section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo", "http_request_timeout": "10s"});
+    std::fs::write(&config_file, section.to_string()).unwrap();
+    let opts = ReconcilerOptions {
+        extra_args: vec!["--iaas-provider-config".into(), config_file.display().to_string()],
+        ..ReconcilerOptions::new(&live, &fx.ns)
+    };
+    let reconciler = Reconciler::start(fx.cluster, &opts).await;
+
+    let held_both = hereabouts_tests::wait::until(Duration::from_secs(20), "both holds", || async {
+        let pool = fx.pool("198.18.47.0-24").await;
+        let holds: Vec<&String> = pool
+            .spec
+            .allocations
+            .iter()
+            .filter(|(_, e)| e.id == HOLD_ID && e.podref == HOLD_PODREF)
+            .map(|(k, _)| k)
+            .collect();
+        (holds == ["1", "10"]).then_some(())
+    })
+    .await;
+    assert!(held_both.is_ok(), "both addresses held while the provider is asked: {}", reconciler.logs());
+    let during = provider.calls().iter().filter(|c| c.path == RELEASE && c.status == 200).count();
+    assert_eq!(during, 0, "no release had been accepted yet while the pool held them");
+
+    let done = hereabouts_tests::wait::until(Duration::from_secs(30), "the release", || async {
+        let pool = fx.pool("198.18.47.0-24").await;
+        (pool.spec.allocations.is_empty() && pool.spec.sub_interfaces.len() == 1).then_some(pool)
+    })
+    .await;
+    let pool = done.unwrap_or_else(|e| panic!("{e}: {}", reconciler.logs()));
+    assert_eq!(pool.spec.sub_interfaces["2"].node, live, "the live node's cache stays");
+
+    let releases: Vec<_> = provider.calls().into_iter().filter(|c| c.path == RELEASE).collect();
+    let ok: Vec<&Value> = releases.iter().filter(|c| c.status == 200).map(|c| &c.body).collect();
+    assert_eq!(releases.iter().filter(|c| c.status == 500).count(), 1, "{releases:?}");
+    assert_eq!(ok.len(), 2, "once per sub-interface: {releases:?}");
+    let of = |ip: &str| *ok.iter().find(|b| b["ipAddress"] == ip).unwrap_or_else(|| panic!("{ip}: {ok:?}"));
+    assert_eq!(of("198.18.47.1")["parentNicMac"], "00:00:00:00:00:00", "recorded at ADD");
+    assert_eq!(of("198.18.47.10")["parentNicMac"], "", "written back without one: sent empty");
+    for body in &ok {
+        assert_eq!(body["nodeName"], gone.as_str());
+        assert_eq!(body["subnet"], "198.18.47.0/24");
+        assert_eq!(body["poolName"], "198.18.47.0-24");
+    }
+    assert!(releases.iter().all(|c| c.budget_ms.is_some_and(|ms| ms <= 10_000)), "{releases:?}");
+    assert!(!provider.sub_enis().contains_key("198.18.47.1"), "the provider released it");
+    assert!(provider.sub_enis().contains_key("198.18.47.2"), "the live node's stays");
+    assert!(reconciler.logs().contains("provider released the sub-interface of a gone node"));
+
+    // the released address is fresh again: an ADD on a new node places it with a provider call
+    let calls = allocations(&provider);
+    assert_eq!(add_on(&fx, &cfg, &format!("{}-new", fx.ns), "c").await.ips(), vec![ip("198.18.47.1")]);
+    assert_eq!(allocations(&provider), calls + 1);
+    nodes.delete(&live, &DeleteParams::default()).await.unwrap();
 }

@@ -17,6 +17,19 @@ pub use client::{
 };
 use duration::GoDuration;
 
+use crate::crd::IpAllocation;
+
+/// The container id of the leader's hold on an address whose sub-interface the provider is releasing.
+pub const HOLD_ID: &str = "hereabouts-provider-release";
+/// The pod reference of that hold: not `namespace/name`, so no sweep ever judges it as a pod's.
+pub const HOLD_PODREF: &str = "hereabouts:provider-release";
+
+/// The leader's hold on an address while the provider releases its sub-interface: an entry no pod owns, so no
+/// ADD takes the address (and has the provider move it) while the cloud may be deleting it.
+pub fn hold_entry() -> IpAllocation {
+    IpAllocation { id: HOLD_ID.into(), podref: HOLD_PODREF.into(), ..IpAllocation::default() }
+}
+
 /// `ipam.iaas_provider`, checked ([`crate::config::provider::parse`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderConfig {
