@@ -150,3 +150,28 @@ async fn helm_installs_and_uninstalls_the_objects() {
     assert!(Api::<DaemonSet>::namespaced(admin.clone(), &ns).get_opt("hereabouts").await.unwrap().is_none());
     assert!(Api::<ClusterRole>::all(admin).get_opt("hereabouts").await.unwrap().is_none());
 }
+
+/// `iaasProvider.secretName` mounts that Secret into the reconciler and gives it the provider file; without it
+/// (the default, so the manifest) neither is there.
+#[test]
+fn the_provider_secret_turns_on_the_reconcilers_provider_release() {
+    let reconciler_of = |text: &str| {
+        let objects = deploy::parse(text).unwrap();
+        let pod = find(&objects, "DaemonSet")["spec"]["template"]["spec"].clone();
+        (pod["containers"][0].clone(), pod["volumes"].clone())
+    };
+    let flag = "--iaas-provider-config=/etc/hereabouts-iaas/iaas_provider.json";
+    let (reconciler, volumes) = reconciler_of(&render(&["iaasProvider.secretName=cloud-provider"]));
+    let args: Vec<&str> = reconciler["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(args.contains(&flag), "{args:?}");
+    let mounts = reconciler["volumeMounts"].as_array().unwrap();
+    let mount = mounts.iter().find(|m| m["name"] == "iaas-provider").unwrap_or_else(|| panic!("{mounts:?}"));
+    assert_eq!(mount["mountPath"], "/etc/hereabouts-iaas");
+    assert_eq!(mount["readOnly"], true);
+    let volume = volumes.as_array().unwrap().iter().find(|v| v["name"] == "iaas-provider").unwrap();
+    assert_eq!(volume["secret"]["secretName"], "cloud-provider");
+
+    let (reconciler, volumes) = reconciler_of(&render(&[]));
+    assert!(!reconciler["command"].to_string().contains("iaas"), "off by default");
+    assert!(!volumes.to_string().contains("iaas-provider"), "off by default");
+}
