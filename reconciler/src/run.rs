@@ -247,13 +247,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         SliceKeeper::new(KubeStore::new(client.clone(), &args.namespace), Api::all(client.clone()), args.slice_grace);
     tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
     if let Some((provider, call_budget)) = provider {
-        let keeper = SubInterfaceKeeper {
-            store: KubeStore::new(client.clone(), &args.namespace),
-            nodes: Api::all(client.clone()),
-            provider,
-            call_budget,
-        };
-        tasks.spawn(sub_interfaces::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
+        let keeper =
+            SubInterfaceKeeper { store: KubeStore::new(client.clone(), &args.namespace), provider, call_budget };
+        let nodes = Api::all(client.clone());
+        tasks.spawn(sub_interfaces::run(keeper, nodes, leadership.clone(), args.slice_interval, shutdown.clone()));
     }
     let pools = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
     tasks.spawn(gauges::run(pools, health.clone(), leadership.clone(), args.gauge_interval, shutdown.clone()));

@@ -74,22 +74,19 @@ pub struct Released {
 #[derive(Debug)]
 pub struct SubInterfaceKeeper<S> {
     pub store: S,
-    pub nodes: Api<Node>,
     pub provider: ProviderClient,
     /// One release call's budget (the provider's `http_request_timeout` bounds it too).
     pub call_budget: Duration,
 }
 
 impl<S: Store> SubInterfaceKeeper<S> {
-    /// One pass over every pool of the namespace.
-    pub async fn pass(&self) -> Result<Released, PassError> {
-        let listed = self.nodes.list_metadata(&ListParams::default()).await.map_err(PassError::Nodes)?;
-        let nodes: BTreeSet<String> = listed.items.into_iter().filter_map(|n| n.metadata.name).collect();
+    /// One pass over every pool of the namespace, given the Nodes that exist.
+    pub async fn pass(&self, nodes: &BTreeSet<String>) -> Result<Released, PassError> {
         let pools = self.store.list_pools().await.map_err(PassError::Pools)?;
         let mut done = Released::default();
         for pool in pools.iter().filter(|p| !p.spec.sub_interfaces.is_empty() || has_hold(p)) {
             let name = pool.metadata.name.clone().unwrap_or_default();
-            for step in steps(pool, &nodes) {
+            for step in steps(pool, nodes) {
                 match self.take(&name, pool, step).await {
                     Ok(true) => done.released += 1,
                     Ok(false) => {}
@@ -164,9 +161,15 @@ pub enum PassError {
     Pools(#[source] StoreError),
 }
 
+async fn node_names(nodes: &Api<Node>) -> Result<BTreeSet<String>, PassError> {
+    let listed = nodes.list_metadata(&ListParams::default()).await.map_err(PassError::Nodes)?;
+    Ok(listed.items.into_iter().filter_map(|n| n.metadata.name).collect())
+}
+
 /// Makes a pass every `every` while this instance leads, until `shutdown`.
 pub async fn run<S: Store>(
     keeper: SubInterfaceKeeper<S>,
+    nodes: Api<Node>,
     leadership: Leadership,
     every: Duration,
     shutdown: CancellationToken,
@@ -179,7 +182,11 @@ pub async fn run<S: Store>(
         if !leadership.is_leader() {
             continue;
         }
-        match keeper.pass().await {
+        let passed = match node_names(&nodes).await {
+            Ok(names) => keeper.pass(&names).await,
+            Err(e) => Err(e),
+        };
+        match passed {
             Ok(done) if done != Released::default() => {
                 tracing::info!(released = done.released, failed = done.failed, "sub-interfaces of gone nodes")
             }
