@@ -29,6 +29,20 @@ impl Leadership {
     pub fn is_leader(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
+
+    /// The leader's periodic work: waits `every` (again and again while this instance does not lead), then says
+    /// whether to make a pass now (`true`) or stop (`false`, at `shutdown`).
+    pub async fn next_turn(&self, every: Duration, shutdown: &CancellationToken) -> bool {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = tokio::time::sleep(every) => {}
+            }
+            if self.is_leader() {
+                return true;
+            }
+        }
+    }
 }
 
 /// Why the Lease could not be read or written.

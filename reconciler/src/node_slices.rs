@@ -156,14 +156,7 @@ pub async fn run<S: Store>(
     shutdown: CancellationToken,
 ) {
     let mut failing: Option<String> = None;
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-        }
-        if !leadership.is_leader() {
-            continue;
-        }
+    while leadership.next_turn(every, &shutdown).await {
         match keeper.pass().await {
             Ok(kept) => {
                 failing = None;

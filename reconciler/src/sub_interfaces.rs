@@ -174,14 +174,7 @@ pub async fn run<S: Store>(
     every: Duration,
     shutdown: CancellationToken,
 ) {
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-        }
-        if !leadership.is_leader() {
-            continue;
-        }
+    while leadership.next_turn(every, &shutdown).await {
         let passed = match node_names(&nodes).await {
             Ok(names) => keeper.pass(&names).await,
             Err(e) => Err(e),
