@@ -38,33 +38,23 @@ async fn main() -> anyhow::Result<()> {
     let run = |command: &'static str, cfg: &serde_json::Value, pod: String| {
         fx.invocation(command, cfg, &pod, &format!("c-{pod}")).with_env("NODENAME", "node-a")
     };
-    let mut called = Vec::new();
-    for i in 0..n {
-        let t0 = Instant::now();
-        let out = run("ADD", &cfg, format!("p{i}")).run().await;
-        called.push(t0.elapsed());
-        anyhow::ensure!(out.success, "ADD p{i}: {}", out.stdout);
-    }
-    for i in 0..n {
-        let out = run("DEL", &cfg, format!("p{i}")).run().await;
-        anyhow::ensure!(out.success, "DEL p{i}: {}", out.stdout);
-    }
+    // `n` invocations of `command`, one at a time, for pods `<prefix>0`…; how long each took
+    let each = async |command: &'static str, cfg: &serde_json::Value, prefix: &str| -> anyhow::Result<Vec<Duration>> {
+        let mut took = Vec::with_capacity(n);
+        for i in 0..n {
+            let t0 = Instant::now();
+            let out = run(command, cfg, format!("{prefix}{i}")).run().await;
+            took.push(t0.elapsed());
+            anyhow::ensure!(out.success, "{command} {prefix}{i}: {}", out.stdout);
+        }
+        Ok(took)
+    };
+    let called = each("ADD", &cfg, "p").await?;
+    each("DEL", &cfg, "p").await?;
     let calls_before = provider.calls().len();
-    let mut cached = Vec::new();
-    for i in 0..n {
-        let t0 = Instant::now();
-        let out = run("ADD", &cfg, format!("q{i}")).run().await;
-        cached.push(t0.elapsed());
-        anyhow::ensure!(out.success, "ADD q{i}: {}", out.stdout);
-    }
+    let cached = each("ADD", &cfg, "q").await?;
     anyhow::ensure!(provider.calls().len() == calls_before, "the cached ADDs called the provider");
-    let mut ordinary = Vec::new();
-    for i in 0..n {
-        let t0 = Instant::now();
-        let out = run("ADD", &plain, format!("r{i}")).run().await;
-        ordinary.push(t0.elapsed());
-        anyhow::ensure!(out.success, "ADD r{i}: {}", out.stdout);
-    }
+    let ordinary = each("ADD", &plain, "r").await?;
     println!(
         "reference provider: cloud delay {:?}, queue wait up to {:?}",
         options.cloud_delay, options.max_queue_wait
