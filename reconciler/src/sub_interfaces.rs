@@ -86,8 +86,16 @@ impl<S: Store> SubInterfaceKeeper<S> {
         let mut done = Released::default();
         for pool in pools.iter().filter(|p| !p.spec.sub_interfaces.is_empty() || has_hold(p)) {
             let name = pool.metadata.name.clone().unwrap_or_default();
+            let range = match IpRange::parse(&pool.spec.range, None, None, &[]) {
+                Ok(range) => range,
+                Err(e) => {
+                    done.failed += 1;
+                    tracing::warn!(pool = %name, range = %pool.spec.range, error = %e, "pool range unreadable");
+                    continue;
+                }
+            };
             for step in steps(pool, nodes) {
-                match self.take(&name, pool, step).await {
+                match self.take(&name, &range, step).await {
                     Ok(true) => done.released += 1,
                     Ok(false) => {}
                     Err(e) => {
@@ -103,7 +111,7 @@ impl<S: Store> SubInterfaceKeeper<S> {
     async fn take(
         &self,
         pool_name: &str,
-        pool: &IpPool,
+        range: &IpRange,
         step: Step,
     ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
         let (offset, record) = match step {
@@ -125,9 +133,7 @@ impl<S: Store> SubInterfaceKeeper<S> {
                 (offset, record)
             }
         };
-        let range: IpRange = IpRange::parse(&pool.spec.range, None, None, &[])?;
-        let ip =
-            range.checked_addr_at(offset).ok_or_else(|| format!("offset {offset} is outside {}", pool.spec.range))?;
+        let ip = range.checked_addr_at(offset).ok_or_else(|| format!("offset {offset} is outside {}", range.cidr()))?;
         // Once per sub-interface, by its IPv4 address (the pool's, when it is an IPv4 pool), else its IPv6.
         let request = ReleaseRequest {
             node_name: record.node.clone(),
