@@ -48,6 +48,9 @@ pub const NAME: &str = "hereabouts";
 /// The CNI plugin's ServiceAccount, Role and RoleBinding.
 pub const CNI_NAME: &str = "hereabouts-cni";
 
+/// The CNI plugin's one cluster-wide grant (ClusterRole and ClusterRoleBinding): creating Events on pods.
+pub const CNI_EVENTS_NAME: &str = "hereabouts-cni-events";
+
 /// The reconcilers' leader-election Lease, created by the manifest.
 pub const LEASE_NAME: &str = "hereabouts-reconciler";
 

@@ -32,7 +32,9 @@ impl CniFixture {
         let cluster = TestCluster::get();
         let ns = cluster.namespace(prefix).await;
         let admin = cluster.admin().await;
-        rbac::grant_to(admin.clone(), &ns, "hereabouts-cni", Identity::Cni, rbac::cni_rules()).await;
+        // the namespaced Role, and the ClusterRole's events right within this namespace (where the test pods are)
+        let rules = [rbac::cni_rules(), rbac::cni_event_rules()].concat();
+        rbac::grant_to(admin.clone(), &ns, "hereabouts-cni", Identity::Cni, rules).await;
         let restricted = Api::<IpPool>::namespaced(cluster.client(Identity::Cni).await, &ns);
         wait::until(Duration::from_secs(10), "the CNI role binding to apply", || async {
             restricted.list(&ListParams::default()).await.ok()

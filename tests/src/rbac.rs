@@ -12,6 +12,12 @@ pub fn cni_rules() -> Vec<PolicyRule> {
     deploy::role(deploy::CNI_NAME).rules.unwrap_or_default()
 }
 
+/// The one cluster-wide right of the CNI plugin, ClusterRole `hereabouts-cni-events` as written: creating the
+/// Warning Events of IaaS provider mode on pods.
+pub fn cni_event_rules() -> Vec<PolicyRule> {
+    deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRole>(deploy::CNI_EVENTS_NAME).rules.unwrap_or_default()
+}
+
 /// Binds `rules` to the restricted identity in `namespace` as Role and RoleBinding `name`.
 pub async fn grant(admin: Client, namespace: &str, name: &str, rules: Vec<PolicyRule>) {
     grant_to(admin, namespace, name, Identity::Restricted, rules).await;

@@ -83,7 +83,9 @@ fn objects_come_in_order_in_kube_system() {
         ("ServiceAccount", "hereabouts"),
         ("ServiceAccount", "hereabouts-cni"),
         ("ConfigMap", "hereabouts-config"),
+        ("ClusterRole", "hereabouts-cni-events"),
         ("ClusterRole", "hereabouts"),
+        ("ClusterRoleBinding", "hereabouts-cni-events"),
         ("ClusterRoleBinding", "hereabouts"),
         ("Role", "hereabouts-cni"),
         ("Role", "hereabouts"),
@@ -101,6 +103,19 @@ fn objects_come_in_order_in_kube_system() {
     let crb = deploy::cluster_role_binding();
     assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", deploy::NAME));
     assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::NAME)]);
+    let events = deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(deploy::CNI_EVENTS_NAME);
+    assert_eq!(
+        (events.role_ref.kind.as_str(), events.role_ref.name.as_str()),
+        ("ClusterRole", deploy::CNI_EVENTS_NAME)
+    );
+    assert_eq!(events.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::CNI_NAME)]);
+    let rules = hereabouts_tests::rbac::cni_event_rules();
+    assert_eq!(rules.len(), 1, "one rule");
+    assert_eq!(
+        (rules[0].api_groups.clone(), rules[0].resources.clone(), rules[0].verbs.clone()),
+        (Some(vec![String::new()]), Some(vec!["events".to_string()]), vec!["create".to_string()]),
+        "the CNI's only cluster-wide right: create core Events"
+    );
     for name in [deploy::NAME, deploy::CNI_NAME] {
         let rb = deploy::role_binding(name);
         assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("Role", name));

@@ -87,6 +87,10 @@ pub struct IpamConfig {
     /// `range` first (if set), then `ipRanges` in order. Empty only when `addresses` is not. The gateway is already
     /// excluded from every range that contains it.
     pub ranges: Vec<IpRange>,
+    /// How each of `ranges` is placed: all [`Placement::Ordinary`] without `iaas_provider`. With it, the ranges are
+    /// an interface's *candidates*: one address per IP family, from the first candidate of the highest class that
+    /// gives one ([`crate::provider::placement::narrow`]).
+    pub placements: Vec<crate::provider::placement::Placement>,
     /// `ipam.gateway`, returned with every address taken from a range; never handed out.
     pub gateway: Option<IpAddr>,
     /// `ipam.routes`.
@@ -317,22 +321,15 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         ranges::check_node_slice(&ranges, size)?;
     }
     let requested = requested::resolve(&net.runtime_ips, &args.ips, &ranges)?;
-    let timeout = raw.timeout.map_or(DEFAULT_TIMEOUT, |f| f.value);
+    let timeout = raw.timeout.as_ref().map_or(DEFAULT_TIMEOUT, |f| f.value);
     let provider = raw.iaas_provider.as_ref().map(|f| provider::parse(&f.value, timeout)).transpose()?;
-    if provider.is_some() {
-        if raw.node_slice_size.is_some() {
-            return Err(ConfigError::invalid(
-                "ipam.iaas_provider",
-                "not with node_slice_size: a provider-backed range is placed by its provider, not sliced by node",
-            ));
-        }
-        if ranges.len() != 1 {
-            return Err(ConfigError::invalid(
-                "ipam.iaas_provider",
-                "one range only: paired dual-stack sub-interfaces are not supported yet",
-            ));
-        }
+    if provider.is_some() && raw.node_slice_size.is_some() {
+        return Err(ConfigError::invalid(
+            "ipam.iaas_provider",
+            "not with node_slice_size: a provider-backed range is placed by its provider, not sliced by node",
+        ));
     }
+    let placements = provider::placements(&raw, &ranges, provider.is_some())?;
     let mut ignored = raw.ignored;
     ignored.extend(args.ignored);
     Ok(IpamConfig {
@@ -340,6 +337,7 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         name: net.name,
         network_name: raw.network_name.map(|f| f.value).unwrap_or_default(),
         ranges,
+        placements,
         gateway: raw.gateway.map(|f| f.value),
         routes: raw.routes.map(|f| f.value).unwrap_or_default(),
         dns: raw.dns.into_dns(),

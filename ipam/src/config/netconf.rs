@@ -58,6 +58,10 @@ pub(super) struct RawRange {
     pub range_start: Option<String>,
     pub range_end: Option<String>,
     pub exclude: Vec<String>,
+    /// IaaS provider mode: the node this range's pool is bound to (a node-warm pool).
+    pub node_name: Option<String>,
+    /// IaaS provider mode: `false` keeps this range out of the provider (an ordinary range among the candidates).
+    pub iaas_provider: Option<bool>,
 }
 
 /// `dns`: merged key by key like Whereabouts' `mergo.Merge` does with `cnitypes.DNS`.
@@ -163,7 +167,7 @@ const IPAM_HINTS: &[(&str, &str)] = &[
     ("name", "the network name is the top-level \"name\" of the netconf; pools are named by \"network_name\""),
 ];
 
-const RANGE_KEYS: &[&str] = &["range", "range_start", "range_end", "exclude"];
+const RANGE_KEYS: &[&str] = &["range", "range_start", "range_end", "exclude", "node_name", "iaas_provider"];
 const RANGE_HINTS: &[(&str, &str)] =
     &[("gateway", "the gateway is set once, in \"gateway\" of the ipam object"), ("subnet", "did you mean \"range\"?")];
 const ROUTE_KEYS: &[&str] = &["dst", "gw", "mtu", "advmss", "priority", "table", "scope"];
@@ -298,6 +302,8 @@ fn parse_range_entry(
         range_start: problems.pass(string(get("range_start"), &format!("{key}.range_start")))?.flatten(),
         range_end: problems.pass(string(get("range_end"), &format!("{key}.range_end")))?.flatten(),
         exclude: problems.pass(strings(get("exclude"), &format!("{key}.exclude")))?.flatten().unwrap_or_default(),
+        node_name: problems.pass(string(get("node_name"), &format!("{key}.node_name")))?.flatten(),
+        iaas_provider: problems.pass(boolean(get("iaas_provider"), &format!("{key}.iaas_provider")))?.flatten(),
     })
 }
 

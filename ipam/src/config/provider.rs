@@ -9,8 +9,11 @@ use serde_json::{Map, Value};
 
 use super::error::ConfigError;
 use super::json::{check_keys, string};
+use super::netconf::RawIpam;
 use crate::provider::ProviderConfig;
 use crate::provider::duration::{self, GoDuration};
+use crate::provider::placement::{Mode, Placement};
+use crate::range::IpRange;
 
 /// The keys of `ipam.iaas_provider`.
 pub const PROVIDER_KEYS: &[&str] =
@@ -70,6 +73,46 @@ pub fn parse(section: &Map<String, Value>, budget: Duration) -> Result<ProviderC
         ));
     }
     Ok(ProviderConfig { url, ca_file, client_cert, http_request_timeout, parent_interface })
+}
+
+/// How each of `ranges` (built from `raw`: `range`, then `ipRanges` in order) is placed. Without a provider every
+/// range is ordinary, and an `ipRanges` entry naming `node_name` or `iaas_provider` is refused. With one, `range`
+/// and every entry are provider-backed global pools unless the entry says `"iaas_provider": false` (ordinary) or
+/// names a `node_name` (a node-warm pool bound to that node). (No two ranges share a pool: `ranges` refuses it.)
+pub(super) fn placements(raw: &RawIpam<'_>, ranges: &[IpRange], provider: bool) -> Result<Vec<Placement>, ConfigError> {
+    let mut out = Vec::with_capacity(ranges.len());
+    if raw.range.is_some() {
+        out.push(if provider { Placement::Provider(Mode::Global) } else { Placement::Ordinary });
+    }
+    let entries = raw.ip_ranges.as_ref().map(|l| (l.value.as_slice(), l.origin));
+    for entry in entries.map(|(e, _)| e).unwrap_or_default() {
+        let origin = entries.expect("entries come from the list").1;
+        let key = |k: &str| origin.key(&format!("ipRanges[{}].{k}", entry.index));
+        let placement = match (provider, entry.iaas_provider, &entry.node_name) {
+            (false, Some(_), _) => {
+                return Err(ConfigError::invalid(key("iaas_provider"), "only with ipam.iaas_provider"));
+            }
+            (false, None, Some(_)) => {
+                return Err(ConfigError::invalid(key("node_name"), "only with ipam.iaas_provider (a node-warm pool)"));
+            }
+            (false, None, None) => Placement::Ordinary,
+            (true, Some(false), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    key("node_name"),
+                    "a node-warm pool is provider-backed: not with \"iaas_provider\": false",
+                ));
+            }
+            (true, Some(false), None) => Placement::Ordinary,
+            (true, _, Some(node)) => Placement::Provider(Mode::NodeWarm { node: node.clone() }),
+            (true, _, None) => Placement::Provider(Mode::Global),
+        };
+        out.push(placement);
+    }
+    if out.len() != ranges.len() {
+        // build() refuses an entry it cannot read, so this is a bug, not a config mistake
+        return Err(ConfigError::invalid("ipam.ipRanges", "internal: ranges and their placements differ in number"));
+    }
+    Ok(out)
 }
 
 /// `text` as a Go duration that is > 0, below [`MAX_HTTP_REQUEST_TIMEOUT`] and below `budget`.

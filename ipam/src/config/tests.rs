@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::provider::placement::{Mode, Placement};
 
 const KUBECONFIG: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
 
@@ -775,4 +776,37 @@ fn ranges_a_pool_cannot_serve_are_refused() {
         "ipRanges": [{"range": "10.0.0.0/24", "range_start": "10.0.0.100"}, {"range": "10.0.0.0/20"}]}));
     let c = ok(&overlap, "IP=10.0.0.2;K8S_POD_NAME=p");
     assert_eq!((c.requested_for(0), c.requested_for(1)), (None, Some(ip("10.0.0.2"))));
+}
+
+#[test]
+fn provider_ranges_are_candidates_placed_by_their_entries() {
+    let provider = json!({"url": "https://p.example", "ca_file": "/ca.pem", "parent_interface": "eth1"});
+    let c = ok(
+        &netconf(ranged(json!({"iaas_provider": provider, "ipRanges": [
+            {"range": "10.1.0.0/28", "node_name": "node-a"},
+            {"range": "10.2.0.0/24", "iaas_provider": false},
+            {"range": "10.3.0.0/24", "iaas_provider": true},
+        ]}))),
+        "",
+    );
+    let warm = Placement::Provider(Mode::NodeWarm { node: "node-a".into() });
+    let global = Placement::Provider(Mode::Global);
+    assert_eq!(c.placements, vec![global.clone(), warm, Placement::Ordinary, global]);
+    // without a provider every range is ordinary, and the entry keys of the mode are refused
+    assert_eq!(ok(&netconf(ranged(json!({}))), "").placements, vec![Placement::Ordinary]);
+    for (entry, key) in [
+        (json!({"range": "10.1.0.0/28", "node_name": "node-a"}), "ipam.ipRanges[0].node_name"),
+        (json!({"range": "10.1.0.0/28", "iaas_provider": false}), "ipam.ipRanges[0].iaas_provider"),
+    ] {
+        let err = refused(&netconf(ranged(json!({"ipRanges": [entry]}))), "");
+        assert_eq!(err.code(), 7);
+        assert!(err.to_string().starts_with(&format!("{key}: only with ipam.iaas_provider")), "{err}");
+    }
+    let both = json!({"iaas_provider": provider, "ipRanges": [{"range": "10.1.0.0/28", "node_name": "a", "iaas_provider": false}]});
+    let err = refused(&netconf(ranged(both)), "");
+    assert!(err.to_string().starts_with("ipam.ipRanges[0].node_name: a node-warm pool is provider-backed"), "{err}");
+    let typo = json!({"iaas_provider": provider, "ipRanges": [{"range": "10.1.0.0/28", "nodeName": "a"}]});
+    let err = refused(&netconf(ranged(typo)), "");
+    assert_eq!(err.code(), 2, "camelCase nodeName is not node_name: {err}");
+    assert!(err.to_string().contains("ipRanges[0].nodeName"), "{err}");
 }

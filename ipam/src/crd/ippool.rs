@@ -32,6 +32,10 @@ pub struct IpPoolSpec {
     /// Kept when the address is released: the sub-interface stays cached on its node for the next pod there.
     #[serde(default, rename = "subInterfaces", skip_serializing_if = "BTreeMap::is_empty")]
     pub sub_interfaces: BTreeMap<String, SubInterfaceRecord>,
+    /// IaaS provider mode (hereabouts addition): the node a node-warm pool is bound to, set when the pool is
+    /// created and fixed for its life; absent for every other pool (a global provider pool among them).
+    #[serde(default, rename = "nodeName", skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 /// A cloud sub-interface of one address (IaaS provider mode).

@@ -13,10 +13,11 @@ use super::sliced::SlicedAdd;
 use super::{Assigned, IpamError, Request};
 use crate::budget::Budget;
 use crate::config::IpamConfig;
-use crate::crd::{IpAllocation, IpPool};
+use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
 use crate::names;
+use crate::provider::placement::{self, Candidate, Mode, Narrowed, Placement};
 use crate::range::IpRange;
-use crate::store::{Created, Patched, Store, StoreError};
+use crate::store::{Created, Patched, PodEvent, Store, StoreError};
 
 /// Assigns one address from each range of `cfg` to the attachment `req`. An attachment (pod + interface) that
 /// already holds an address in a pool gets it back. On any failure, what this call wrote is rolled back first.
@@ -29,7 +30,9 @@ pub async fn assign(
     let podref = format!("{}/{}", cfg.pod.namespace, cfg.pod.name);
     let me = Me { podref: &podref, ifname: &req.ifname, container: &req.container_id };
     // a provider's CA and certificates are read before anything is written
-    let placer = Placer::new(cfg, &req.node)?;
+    if let Some(placer) = Placer::new(cfg, &req.node)? {
+        return assign_candidates(store, cfg, req, budget, &me, &placer).await;
+    }
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
     for (index, range) in cfg.ranges.iter().enumerate() {
@@ -45,7 +48,6 @@ pub async fn assign(
                 let mut add = RangeAdd::new(store, cfg, req, &me, range, budget);
                 add.requested = requested;
                 add.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
-                add.placer = placer.as_ref();
                 add.run(&mut journal).await
             }
         };
@@ -64,6 +66,175 @@ pub async fn assign(
         }
     }
     Ok(assigned)
+}
+
+/// The reason of the Warning Event on a pod whose config's candidate ranges mixed classes.
+pub const IGNORED_CANDIDATES_REASON: &str = "HereaboutsIgnoredCandidates";
+
+/// ADD in IaaS provider mode: the config's ranges are the interface's candidates. They are narrowed to the highest
+/// class among them (from the config alone, so every node decides alike; the rest are named in a warning and a
+/// Warning Event on the pod, and never fallen back to); then, for each IP family, the kept candidates that apply
+/// to this node (node-warm pools of other nodes do not) are tried in order, node-warm first, until one gives an
+/// address. A candidate that has nothing to give here is passed over, having written nothing; any other failure
+/// fails the ADD. All or nothing across the families.
+async fn assign_candidates(
+    store: &impl Store,
+    cfg: &IpamConfig,
+    req: &Request,
+    budget: &Budget,
+    me: &Me<'_>,
+    placer: &Placer<'_>,
+) -> Result<Vec<Assigned>, IpamError> {
+    let candidates = cfg
+        .placements
+        .iter()
+        .enumerate()
+        .map(|(index, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: index })
+        .collect();
+    let narrowed = placement::narrow(candidates);
+    if !narrowed.ignored.is_empty() {
+        warn_ignored(store, cfg, req, budget, &narrowed).await;
+    }
+    let mut families: Vec<bool> = Vec::new();
+    for index in &narrowed.kept {
+        let v4 = cfg.ranges[*index].cidr().addr().is_ipv4();
+        if !families.contains(&v4) {
+            families.push(v4);
+        }
+    }
+    let mut journal = Journal::default();
+    let mut assigned: Vec<Assigned> = Vec::with_capacity(families.len());
+    for v4 in families {
+        let mut tried = Vec::new();
+        let mut got = None;
+        let here: Vec<usize> = narrowed
+            .kept
+            .iter()
+            .copied()
+            .filter(|i| cfg.ranges[*i].cidr().addr().is_ipv4() == v4)
+            .filter(|i| cfg.placements[*i].bound_node().is_none_or(|n| n == req.node))
+            .collect();
+        let (order, mut held) = holding_first(store, cfg, me, budget, here).await?;
+        for index in order {
+            let (range, placement) = (&cfg.ranges[index], &cfg.placements[index]);
+            let mut add = RangeAdd::new(store, cfg, req, me, range, budget);
+            add.read = held.take();
+            add.requested = cfg.requested_for(index);
+            add.given = assigned.iter().filter_map(|a| range.offset_of(a.ip)).collect();
+            add.shape = Some(placement.bound_node());
+            if let Placement::Provider(mode) = placement {
+                add.placer = Some((placer, mode));
+            }
+            let mut written = Journal::default();
+            match add.run(&mut written).await {
+                Ok(ip) => {
+                    journal.extend(written);
+                    got = Some(Assigned {
+                        ip,
+                        prefix_len: range.cidr().prefix_len(),
+                        gateway: cfg.gateway.filter(|gw| range.cidr().contains(gw)),
+                    });
+                    break;
+                }
+                Err(e @ (IpamError::Exhausted { .. } | IpamError::NoWarmAddress { .. })) => {
+                    tracing::info!(range = %range.cidr(), error = %e, "candidate range gave no address; trying the next");
+                    for e in written.roll_back(store, budget).await {
+                        tracing::error!(error = %e, "roll-back of a passed-over candidate");
+                    }
+                    tried.push(e);
+                }
+                Err(e) => {
+                    journal.extend(written);
+                    return Err(rolled_back(store, budget, journal, e).await);
+                }
+            }
+        }
+        match got {
+            Some(a) => assigned.push(a),
+            None => {
+                let family = if v4 { "IPv4" } else { "IPv6" };
+                let err = IpamError::NoCandidate { family, node: req.node.clone(), tried };
+                return Err(rolled_back(store, budget, journal, err).await);
+            }
+        }
+    }
+    Ok(assigned)
+}
+
+/// The candidates `here` in the order to try them: when several apply, the one whose pool already holds this
+/// attachment's entry (an ADD retried after its first try was killed) comes first, with that pool as read, so a
+/// retry gets its address back rather than a second one from an earlier candidate. (Otherwise the first
+/// candidate's pool, as read, if it exists.)
+async fn holding_first(
+    store: &impl Store,
+    cfg: &IpamConfig,
+    me: &Me<'_>,
+    budget: &Budget,
+    mut here: Vec<usize>,
+) -> Result<(Vec<usize>, Option<IpPool>), IpamError> {
+    if here.len() < 2 {
+        return Ok((here, None));
+    }
+    let mut first = None;
+    for (at, index) in here.iter().enumerate() {
+        let name = names::pool_name(&cfg.network_name, cfg.ranges[*index].cidr());
+        let pool = budget
+            .retry(StoreError::is_transient, || store.get_pool(&name))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {name}: get"), e))?;
+        match pool {
+            Some(pool) if decide::held_by(&pool, me).is_some() => {
+                let index = here.remove(at);
+                here.insert(0, index);
+                return Ok((here, Some(pool)));
+            }
+            Some(pool) if at == 0 => first = Some(pool),
+            _ => {}
+        }
+    }
+    Ok((here, first))
+}
+
+/// `err`, once what `journal` holds is taken back.
+async fn rolled_back(store: &impl Store, budget: &Budget, journal: Journal, err: IpamError) -> IpamError {
+    for e in journal.roll_back(store, budget).await {
+        tracing::error!(error = %e, "roll-back of a failed ADD");
+    }
+    err
+}
+
+/// Says which candidates of a lower class this ADD leaves out: a warning in the log and a Warning Event on the
+/// pod (best effort: the ADD goes on without it).
+async fn warn_ignored(
+    store: &impl Store,
+    cfg: &IpamConfig,
+    req: &Request,
+    budget: &Budget,
+    narrowed: &Narrowed<usize>,
+) {
+    let list = |items: &[usize]| {
+        items
+            .iter()
+            .map(|i| format!("{} ({:?})", cfg.ranges[*i].cidr(), cfg.placements[*i].class()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let message = format!(
+        "network {}: candidate ranges of a lower class ignored: {}; only {} are used, with no fallback",
+        cfg.name,
+        list(&narrowed.ignored),
+        list(&narrowed.kept)
+    );
+    tracing::warn!(pod = %cfg.pod, container = %req.container_id, ifname = %req.ifname, "{message}");
+    let pod =
+        PodEvent { namespace: &cfg.pod.namespace, name: &cfg.pod.name, uid: cfg.pod.uid.as_deref(), node: &req.node };
+    // an Event must not cost the ADD its budget: a short, bounded try
+    let wait = (budget.remaining() / 4).min(std::time::Duration::from_secs(2));
+    match tokio::time::timeout(wait, store.warn_pod(&pod, IGNORED_CANDIDATES_REASON, &message)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(pod = %cfg.pod, error = %e, "could not put the Warning Event on the pod"),
+        Err(_) => tracing::warn!(pod = %cfg.pod, "no answer in time to the Warning Event on the pod"),
+    }
 }
 
 /// One range's share of an ADD, in one pool (the range's, or one slice's in slice mode).
@@ -86,8 +257,11 @@ pub(super) struct RangeAdd<'a, S> {
     pub(super) create_missing: bool,
     /// The entry this sandbox writes.
     entry: IpAllocation,
-    /// For a provider-backed range: prefers cached sub-interfaces, and places the address claimed.
-    pub(super) placer: Option<&'a Placer<'a>>,
+    /// For a provider-backed range: prefers cached (or warm) sub-interfaces, and places the address claimed.
+    pub(super) placer: Option<(&'a Placer<'a>, &'a Mode)>,
+    /// In a provider config, the node the range's pool must be bound to (`None`: no node): a pool found in
+    /// another shape is refused, since its mode is fixed for its life. `None` here: no check (other configs).
+    pub(super) shape: Option<Option<&'a str>>,
 }
 
 /// What keeping an entry the attachment already holds came to.
@@ -151,6 +325,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 reserved: cfg.overlapping_ranges,
             },
             placer: None,
+            shape: None,
         }
     }
 
@@ -166,7 +341,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         let mut spread = false;
         let mut seed = crate::entropy::random(self.me.container.as_bytes());
         let mut pool = match &self.read {
-            Some(pool) => pool.clone(),
+            Some(pool) => self.in_shape(pool.clone())?,
             None => self.read_pool().await?,
         };
         loop {
@@ -175,13 +350,15 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             }
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let placed_first = match self.placer {
-                Some(placer) => {
-                    let (unbinding, prefer) = placer.prefer(&pool, self.range, &excluded);
+                Some((placer, mode)) => {
+                    let (unbinding, prefer) = placer.prefer(mode, &pool, self.range, &excluded);
                     excluded.extend(unbinding);
                     prefer
                 }
                 None => None,
             };
+            // a node-warm pool hands out only what is warm on this node: no provider call, no other address
+            let warm_only = matches!(self.placer, Some((_, Mode::NodeWarm { .. })));
             let ask = Ask {
                 me: self.me,
                 range: self.range,
@@ -215,7 +392,10 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                         pool = self.read_pool().await?;
                     }
                 },
-                Plan::Claim(offset) => match self.claim(offset, journal).await? {
+                Plan::Claim(offset) if warm_only && Some(offset) != placed_first => {
+                    return Err(IpamError::NoWarmAddress { pool: self.pool.clone(), node: self.node.to_string() });
+                }
+                Plan::Claim(offset) => match self.claim(offset, self.seen_record(&pool, offset), journal).await? {
                     Claimed::Done(ip) => return self.placed(&pool, offset, ip).await,
                     Claimed::HeldElsewhere => {
                         excluded.insert(offset);
@@ -233,15 +413,20 @@ impl<'a, S: Store> RangeAdd<'a, S> {
     /// `ip` at `offset`, once a provider-backed range's sub-interface is on this node (a failure is rolled back by
     /// the caller with everything else this ADD wrote).
     async fn placed(&self, pool: &IpPool, offset: u128, ip: IpAddr) -> Result<IpAddr, IpamError> {
-        if let Some(placer) = self.placer {
-            placer.place(self.store, &self.pool, pool, self.range, offset, self.budget).await?;
+        if let Some((placer, mode)) = self.placer {
+            placer.place(self.store, mode, pool, self.range, offset, self.budget).await?;
         }
         Ok(ip)
     }
 
     /// Claims the free `offset`: cluster-wide first (the reservation, when the network reserves), then in the
     /// pool.
-    async fn claim(&self, offset: u128, journal: &mut Journal) -> Result<Claimed, IpamError> {
+    async fn claim(
+        &self,
+        offset: u128,
+        seen: Option<SubInterfaceRecord>,
+        journal: &mut Journal,
+    ) -> Result<Claimed, IpamError> {
         let ip = self.range.addr_at(offset);
         let reservation = self.cfg.overlapping_ranges.then(|| self.reservation_name(ip));
         if let Some(name) = &reservation {
@@ -261,7 +446,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 return Ok(Claimed::HeldElsewhere);
             }
         }
-        match self.add(offset, reservation.clone(), journal).await? {
+        match self.add(offset, reservation.clone(), seen.as_ref(), journal).await? {
             Added::Done(ip) => Ok(Claimed::Done(ip)),
             Added::MyAttachment(fresh) => Ok(Claimed::MyAttachment(fresh)),
             Added::Lost(fresh) => {
@@ -289,7 +474,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool)))?;
             attempt += 1;
             if let Some(pool) = self.get_pool().await? {
-                return Ok(pool);
+                return self.in_shape(pool);
             }
             if !self.create_missing {
                 tracing::debug!(pool = %self.pool, "pool gone: nothing to borrow from it");
@@ -298,9 +483,12 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             let range = names::range_string(self.range.cidr());
             let usable = self.range.usable_count();
             let network = &self.cfg.network_name;
+            let node_name = self.shape.flatten();
             let created = self
                 .budget
-                .retry(StoreError::is_transient, || self.store.create_pool(&self.pool, &range, network, usable))
+                .retry(StoreError::is_transient, || {
+                    self.store.create_pool(&self.pool, &range, network, usable, node_name)
+                })
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool), e))?;
             if let Created::Created(pool) = created {
@@ -308,6 +496,24 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             }
             // someone else just made it: read it
         }
+    }
+
+    /// `pool`, if it has the shape (node binding) the config gives its range.
+    fn in_shape(&self, pool: IpPool) -> Result<IpPool, IpamError> {
+        let Some(want) = self.shape else { return Ok(pool) };
+        let found = pool.spec.node_name.as_deref();
+        if found == want {
+            return Ok(pool);
+        }
+        let say = |n: Option<&str>| n.map_or("a global pool (no node)".to_string(), |n| format!("node-warm on {n}"));
+        Err(IpamError::PoolPlacement {
+            pool: self.pool.clone(),
+            message: format!(
+                "the pool is {} but the config makes it {}: a pool's placement is fixed for its life",
+                say(found),
+                say(want)
+            ),
+        })
     }
 
     async fn get_pool(&self) -> Result<Option<IpPool>, IpamError> {
@@ -352,13 +558,31 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         })
     }
 
-    /// The guarded patch that claims `offset` in the pool.
-    async fn add(&self, offset: u128, reservation: Option<String>, journal: &mut Journal) -> Result<Added, IpamError> {
+    /// For a provider-backed range, the sub-interface record at `offset` of `pool` as this ADD read it: the claim
+    /// is guarded on it, so one the provider marked unbinding (or moved) since is not taken.
+    fn seen_record(&self, pool: &IpPool, offset: u128) -> Option<SubInterfaceRecord> {
+        self.placer.and_then(|_| pool.spec.sub_interfaces.get(&offset.to_string()).cloned())
+    }
+
+    /// The guarded patch that claims `offset` in the pool (and, when `seen` is given, that its sub-interface record
+    /// is still as read).
+    async fn add(
+        &self,
+        offset: u128,
+        reservation: Option<String>,
+        seen: Option<&SubInterfaceRecord>,
+        journal: &mut Journal,
+    ) -> Result<Added, IpamError> {
         let ip = self.range.addr_at(offset);
         journal.record(Written::Allocation { pool: self.pool.clone(), offset, entry: self.entry.clone(), reservation });
         let outcome = self
             .budget
-            .retry(StoreError::is_transient, || self.store.add_allocation(&self.pool, offset, &self.entry))
+            .retry(StoreError::is_transient, || async {
+                match seen {
+                    Some(seen) => self.store.add_allocation_on(&self.pool, offset, &self.entry, seen).await,
+                    None => self.store.add_allocation(&self.pool, offset, &self.entry).await,
+                }
+            })
             .await
             .map_err(|e| IpamError::from_retry(&format!("pool {}: add allocation {offset}", self.pool), e));
         let outcome = match outcome {
@@ -399,6 +623,14 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 tracing::debug!(pool = %self.pool, offset, %holder, "offset taken concurrently; picking again");
                 Ok(Added::Lost(pool))
             }
+            // the provider marked or moved the sub-interface since we read the pool: pick again
+            AtOffset::Free
+                if seen.is_some_and(|s| !same_place(pool.spec.sub_interfaces.get(&offset.to_string()), s)) =>
+            {
+                journal.forget_allocation(&self.pool, offset);
+                tracing::info!(pool = %self.pool, offset, "sub-interface changed under the claim; picking again");
+                Ok(Added::Lost(pool))
+            }
             AtOffset::Free => match refusal {
                 // the 422 was not our test: a schema or an admission policy refuses the write
                 Some(message) => {
@@ -408,4 +640,9 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             },
         }
     }
+}
+
+/// Whether `now` is the sub-interface record `seen` was: same node, same VLAN.
+fn same_place(now: Option<&SubInterfaceRecord>, seen: &SubInterfaceRecord) -> bool {
+    now.is_some_and(|r| r.node == seen.node && r.vlan == seen.vlan)
 }

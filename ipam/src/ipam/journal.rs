@@ -32,6 +32,11 @@ impl Journal {
         self.0.push(written);
     }
 
+    /// Takes over what `other` wrote (a candidate range that gave its address).
+    pub(super) fn extend(&mut self, other: Journal) {
+        self.0.extend(other.0);
+    }
+
     /// Forgets a reservation that turned out not to be ours to undo (another attachment's).
     pub(super) fn forget_reservation(&mut self, forgotten: &str) {
         self.0.retain(|w| !matches!(w, Written::Reservation { name, .. } if name == forgotten));

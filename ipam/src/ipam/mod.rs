@@ -159,6 +159,33 @@ pub enum IpamError {
         /// What does not match.
         message: String,
     },
+    /// A node-warm pool has no warm address for this node (IaaS provider mode): the next candidate is tried.
+    #[error("pool {pool}: no free warm sub-interface on node {node}")]
+    NoWarmAddress {
+        /// The pool's name.
+        pool: String,
+        /// The node asking.
+        node: String,
+    },
+    /// No candidate range gave an address of a family the config asks for (IaaS provider mode).
+    #[error("no {family} address for node {node}: {}", tried_text(.tried))]
+    NoCandidate {
+        /// `IPv4` or `IPv6`.
+        family: &'static str,
+        /// The node asking.
+        node: String,
+        /// Why each candidate tried gave none (empty: none applies to this node).
+        tried: Vec<IpamError>,
+    },
+    /// The pool exists in another placement mode than the config gives its range (IaaS provider mode: a pool's
+    /// mode is fixed for its life).
+    #[error("pool {pool}: {message}")]
+    PoolPlacement {
+        /// The pool's name.
+        pool: String,
+        /// How the pool and the config differ.
+        message: String,
+    },
     /// An API request failed.
     #[error(transparent)]
     Store(Box<StoreError>),
@@ -173,6 +200,14 @@ pub enum IpamError {
     Many(Vec<IpamError>),
 }
 
+/// What the candidates tried came to, for [`IpamError::NoCandidate`].
+fn tried_text(tried: &[IpamError]) -> String {
+    if tried.is_empty() {
+        return "no candidate range applies to this node (only node-warm pools of other nodes)".into();
+    }
+    tried.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
 impl IpamError {
     /// The CNI error code: spec codes where one fits (11: try again later), ours from 100 up. Several failures
     /// take the first one's code that is not "try again later", so a runtime retries only what can succeed.
@@ -183,7 +218,8 @@ impl IpamError {
             IpamError::Missing { .. } => Code::AllocationMissing,
             IpamError::PoolTooLarge { .. } => Code::PoolTooLarge,
             IpamError::Refused { .. } => Code::StoreRefused,
-            IpamError::SliceMismatch { .. } => Code::InvalidConfig,
+            IpamError::SliceMismatch { .. } | IpamError::PoolPlacement { .. } => Code::InvalidConfig,
+            IpamError::NoWarmAddress { .. } | IpamError::NoCandidate { .. } => Code::RangeExhausted,
             IpamError::Store(e) if e.is_transient() => Code::TryAgainLater,
             IpamError::Store(e) if e.failure == Failure::TooLarge => Code::PoolTooLarge,
             IpamError::Store(_) => Code::StoreRefused,

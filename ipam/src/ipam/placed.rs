@@ -1,6 +1,6 @@
-//! ADD of a provider-backed range (IaaS provider mode, global pools): which free address to prefer, and the
-//! provider call that places it on this node when its sub-interface is not cached here. A failed or timed-out
-//! call fails the ADD, and [`super::assign`] rolls back the entry and reservation it claimed.
+//! ADD of a provider-backed range (IaaS provider mode): which free address to prefer, and the provider call that
+//! places it on this node when its sub-interface is not cached (or warm) here. A failed or timed-out call fails
+//! the ADD, and [`super::assign`] rolls back the entry and reservation it claimed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,9 +39,11 @@ impl<'a> Placer<'a> {
     }
 
     /// The offsets an ADD in `pool` must not take (sub-interfaces the provider is unbinding), and the free one it
-    /// should: a sub-interface cached on this node, else an address with none, else another node's idle one.
+    /// should: in a global pool a sub-interface cached on this node, else an address with none, else another
+    /// node's idle one; in a node-warm pool a warm one on this node, or none.
     pub(super) fn prefer(
         &self,
+        mode: &Mode,
         pool: &IpPool,
         range: &IpRange,
         excluded: &BTreeSet<u128>,
@@ -55,25 +57,30 @@ impl<'a> Placer<'a> {
         let fresh = range.usable_intervals().flatten().find(|o| free_here(o) && !subs.contains_key(o));
         free.extend(fresh);
         free.sort_unstable();
-        let pick = placement::pick(&Mode::Global, self.node, &free, &subs);
+        let pick = placement::pick(mode, self.node, &free, &subs);
         (unbinding, pick.as_ref().map(Pick::offset))
     }
 
-    /// Makes sure the sub-interface of the address at `offset` of `pool` (now held by this ADD) is on this node:
-    /// nothing to do when it is cached here, else a provider call within `budget`, recorded in the pool.
+    /// Makes sure the sub-interface of the address at `offset` of `pool` (as read, now held by this ADD) is on
+    /// this node: nothing to do when it is cached (or warm) here, else a provider call within `budget`, recorded
+    /// in the pool. A node-warm pool never calls the provider: an address of it that is not warm here is an error.
     pub(super) async fn place(
         &self,
         store: &impl Store,
-        pool_name: &str,
+        mode: &Mode,
         pool: &IpPool,
         range: &IpRange,
         offset: u128,
         budget: &Budget,
     ) -> Result<Placed, IpamError> {
+        let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
         let subs = sub_interfaces(pool);
         if subs.get(&offset).is_some_and(|s| s.node == self.node && !s.unbinding()) {
             tracing::info!(pool = %pool_name, offset, "sub-interface cached on this node: no provider call");
             return Ok(Placed::Cached);
+        }
+        if let Mode::NodeWarm { .. } = mode {
+            return Err(IpamError::NoWarmAddress { pool: pool_name.to_string(), node: self.node.to_string() });
         }
         let ip = range.addr_at(offset);
         let parent_nic_mac = parent_mac(self.parent_interface)?;

@@ -36,6 +36,33 @@ pub enum Mode {
     Global,
 }
 
+/// How a range of a config hands out addresses: ordinary, or through the provider in one placement mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// No provider: the range's pool as in every other config.
+    Ordinary,
+    /// Provider-backed, in this mode.
+    Provider(Mode),
+}
+
+impl Placement {
+    /// The candidate class of a range placed so.
+    pub fn class(&self) -> Class {
+        match self {
+            Placement::Ordinary => Class::Ordinary,
+            Placement::Provider(_) => Class::Provider,
+        }
+    }
+
+    /// The node the range's pool is bound to: `Some` for a node-warm pool only.
+    pub fn bound_node(&self) -> Option<&str> {
+        match self {
+            Placement::Provider(Mode::NodeWarm { node }) => Some(node),
+            _ => None,
+        }
+    }
+}
+
 /// The address an ADD takes, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pick {

@@ -6,7 +6,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Precon
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Claim, Created, Deleted, Failure, Patched, Store, StoreError, Version};
+use super::{Claim, Created, Deleted, Failure, Patched, PodEvent, Store, StoreError, Version};
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
     OverlappingRangeIpReservationSpec, SubInterfaceRecord,
@@ -19,6 +19,7 @@ const NODE_SLICES: &str = "nodeslicepool";
 /// The pools and reservations of one namespace on the API server.
 #[derive(Clone)]
 pub struct KubeStore {
+    client: Client,
     pools: Api<IpPool>,
     reservations: Api<OverlappingRangeIpReservation>,
     slices: Api<NodeSlicePool>,
@@ -37,7 +38,8 @@ impl KubeStore {
         Self {
             pools: Api::namespaced(client.clone(), namespace),
             reservations: Api::namespaced(client.clone(), namespace),
-            slices: Api::namespaced(client, namespace),
+            slices: Api::namespaced(client.clone(), namespace),
+            client,
             namespace: namespace.to_string(),
         }
     }
@@ -158,6 +160,44 @@ impl Store for KubeStore {
         self.patch_pool(name, format!("remove sub-interface {offset}"), ops).await
     }
 
+    async fn warn_pod(&self, pod: &PodEvent<'_>, reason: &str, message: &str) -> Result<(), StoreError> {
+        use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", pod.name)),
+                namespace: Some(pod.namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(pod.namespace.to_string()),
+                name: Some(pod.name.to_string()),
+                uid: pod.uid.map(str::to_string),
+                ..ObjectReference::default()
+            },
+            type_: Some("Warning".into()),
+            reason: Some(reason.to_string()),
+            message: Some(message.to_string()),
+            source: Some(EventSource { component: Some("hereabouts".into()), host: Some(pod.node.to_string()) }),
+            reporting_component: Some("hereabouts".into()),
+            reporting_instance: Some(pod.node.to_string()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace);
+        let what = format!("{}/{}", pod.namespace, pod.name);
+        events
+            .create(&PostParams::default(), &event)
+            .await
+            .map(drop)
+            .map_err(|e| error("event on pod", &what, "create", e))
+    }
+
     async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
         self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
     }
@@ -168,8 +208,9 @@ impl Store for KubeStore {
         range: &str,
         network_name: &str,
         usable: u128,
+        node_name: Option<&str>,
     ) -> Result<Created<IpPool>, StoreError> {
-        let pool = super::pool_object(name, range, network_name, usable);
+        let pool = super::pool_object(name, range, network_name, usable, node_name);
         match self.pools.create(&PostParams::default(), &pool).await {
             Ok(created) => Ok(Created::Created(created)),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
@@ -195,6 +236,24 @@ impl Store for KubeStore {
             json!({"op": "add", "path": path, "value": entry}),
         ];
         self.patch_pool(pool, format!("add allocation {offset}"), ops).await
+    }
+
+    async fn add_allocation_on(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        seen: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        let path = entry_path(offset);
+        let record = format!("/spec/subInterfaces/{offset}");
+        let ops = vec![
+            json!({"op": "test", "path": path, "value": null}),
+            json!({"op": "test", "path": format!("{record}/node"), "value": seen.node}),
+            json!({"op": "test", "path": format!("{record}/vlan"), "value": seen.vlan}),
+            json!({"op": "add", "path": path, "value": entry}),
+        ];
+        self.patch_pool(pool, format!("add allocation {offset} on its sub-interface"), ops).await
     }
 
     async fn replace_allocation(

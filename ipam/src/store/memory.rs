@@ -78,6 +78,7 @@ pub enum Op {
     DeletePool,
     SetSubInterface,
     RemoveSubInterface,
+    WarnPod,
 }
 
 impl Op {
@@ -188,6 +189,8 @@ struct State {
     version: u64,
     writes: u64,
     faults: BTreeMap<Fault, u64>,
+    /// Warning Events put on pods: `(namespace/name, reason, message)`.
+    events: Vec<(String, String, String)>,
 }
 
 impl State {
@@ -247,6 +250,11 @@ impl MemoryStore {
     /// The handle's name.
     pub fn name(&self) -> &str {
         &self.actor.name
+    }
+
+    /// The Warning Events put on pods so far: `(namespace/name, reason, message)`.
+    pub fn events(&self) -> Vec<(String, String, String)> {
+        self.state.lock().unwrap().events.clone()
     }
 
     /// Every pool, as stored now.
@@ -424,12 +432,13 @@ impl Store for MemoryStore {
         range: &str,
         network_name: &str,
         usable: u128,
+        node_name: Option<&str>,
     ) -> Result<Created<IpPool>, StoreError> {
         self.call(Op::CreatePool, "pool", name, |s| {
             if s.pools.contains_key(name) {
                 return Ok(Created::Exists);
             }
-            let mut pool = super::pool_object(name, range, network_name, usable);
+            let mut pool = super::pool_object(name, range, network_name, usable, node_name);
             pool.metadata.namespace = Some(self.namespace.clone());
             pool.metadata.resource_version = Some(s.bump());
             pool.metadata.uid = Some(format!("uid-{}", s.version));
@@ -456,6 +465,34 @@ impl Store for MemoryStore {
                         return false;
                     }
                     a.insert(key, entry.clone());
+                    true
+                })
+            })
+            .await,
+        )
+    }
+
+    async fn add_allocation_on(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        seen: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        refused_as_patched(
+            self.call(Op::AddAllocation, "pool", pool, |s| {
+                let key = offset.to_string();
+                let record = s.pools.get(pool).and_then(|p| p.spec.sub_interfaces.get(&key));
+                if record.is_some_and(|r| r.node != seen.node || r.vlan != seen.vlan)
+                    || (record.is_none() && s.pools.contains_key(pool))
+                {
+                    return Ok(Patched::Refused(format!("sub-interface {offset} changed")));
+                }
+                self.patch_pool(s, pool, |a| {
+                    if a.contains_key(&key) {
+                        return false;
+                    }
+                    a.insert(key.clone(), entry.clone());
                     true
                 })
             })
@@ -512,6 +549,15 @@ impl Store for MemoryStore {
             pool.spec.sub_interfaces.remove(&key);
             pool.metadata.resource_version = Some(version);
             Ok(Patched::Applied)
+        })
+        .await
+    }
+
+    async fn warn_pod(&self, pod: &super::PodEvent<'_>, reason: &str, message: &str) -> Result<(), StoreError> {
+        let what = format!("{}/{}", pod.namespace, pod.name);
+        self.call(Op::WarnPod, "event on pod", &what, |s| {
+            s.events.push((what.clone(), reason.to_string(), message.to_string()));
+            Ok(())
         })
         .await
     }

@@ -46,8 +46,13 @@ pub const NETWORK_ANNOTATION: &str = "hereabouts.cni.cncf.io/network-name";
 pub const USABLE_ANNOTATION: &str = "hereabouts.cni.cncf.io/usable-addresses";
 
 /// The pool object `create_pool` writes.
-pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128) -> IpPool {
-    let mut pool = IpPool::new(name, crate::crd::IpPoolSpec { range: range.to_string(), ..Default::default() });
+pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128, node_name: Option<&str>) -> IpPool {
+    let spec = crate::crd::IpPoolSpec {
+        range: range.to_string(),
+        node_name: node_name.map(str::to_string),
+        ..Default::default()
+    };
+    let mut pool = IpPool::new(name, spec);
     pool.metadata.annotations = Some(
         [
             (NETWORK_ANNOTATION.to_string(), network_name.to_string()),
@@ -210,13 +215,15 @@ pub trait Store: Send + Sync {
     fn get_pool(&self, name: &str) -> impl Future<Output = Result<Option<IpPool>, StoreError>> + Send;
 
     /// Creates the pool `name` for `range` of the network `network_name` ([`NETWORK_ANNOTATION`]), `usable` of whose
-    /// addresses the config may hand out ([`USABLE_ANNOTATION`]), with no allocations.
+    /// addresses the config may hand out ([`USABLE_ANNOTATION`]), with no allocations; bound to `node_name` when it
+    /// is a node-warm pool (IaaS provider mode).
     fn create_pool(
         &self,
         name: &str,
         range: &str,
         network_name: &str,
         usable: u128,
+        node_name: Option<&str>,
     ) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
 
     /// Every pool of the namespace.
@@ -231,6 +238,17 @@ pub trait Store: Send + Sync {
         pool: &str,
         offset: u128,
         entry: &IpAllocation,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Adds `entry` at `offset` if, and only if, no entry is there and the sub-interface record at `offset` still
+    /// names `seen`'s node and VLAN (IaaS provider mode): a provider that marked it `vlan: -1` (unbinding) or moved
+    /// it since the ADD read the pool makes the claim fail, so no pod takes a sub-interface being taken away.
+    fn add_allocation_on(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        seen: &SubInterfaceRecord,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
     /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface.
@@ -332,6 +350,25 @@ pub trait Store: Send + Sync {
         offset: u128,
         node: &str,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Puts a Warning Event with `reason` and `message` on `pod`, from the CNI plugin on `node` (e.g. candidate
+    /// ranges a config gave and this ADD left out). Best effort for the caller: an Event is news, not state.
+    fn warn_pod(
+        &self,
+        pod: &PodEvent<'_>,
+        reason: &str,
+        message: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The pod an Event is about, and where it comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct PodEvent<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: Option<&'a str>,
+    /// The node the reporting plugin runs on.
+    pub node: &'a str,
 }
 
 /// `node` as a label value, if it is one: at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and
