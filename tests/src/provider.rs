@@ -2,7 +2,9 @@
 //! on 127.0.0.1 with a CA of its own, a token-bucket rate limit with a bounded queue wait, a simulated cloud delay,
 //! and the budget check the seed asks of a provider — a request whose `X-Request-Timeout-Ms` is below the
 //! provider's own worst case (queue wait + cloud delay) is refused *before* a token is taken. Release is
-//! idempotent. Faults are injected per call: a hang, an HTTP status, extra delay.
+//! idempotent. Faults are injected per call: a hang, an HTTP status, extra delay. Its side of the pool: warm
+//! pre-creation for node-warm pools, and the `vlan: -1` mark before it unbinds idle sub-interfaces above a
+//! watermark.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -12,13 +14,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use hereabouts_ipam::crd::{IpPool, SubInterfaceRecord};
+use hereabouts_ipam::provider::placement::UNBINDING_VLAN;
 use hereabouts_ipam::provider::{
     ALLOCATE_PATH, AllocateRequest, AllocateResponse, RELEASE_PATH, ReleaseRequest, SubEniResponse, TIMEOUT_HEADER,
 };
+use hereabouts_ipam::range::IpRange;
+use hereabouts_ipam::store::pool_object;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -179,6 +187,144 @@ impl ReferenceProvider {
     }
 }
 
+/// The provider's own side of the pool (the seed's metadata write-back): pre-creating a node-warm pool's
+/// sub-interfaces, and taking idle ones away above a watermark — marked `vlan: -1` first, unbound only if no pod
+/// took the address before the mark landed.
+impl ReferenceProvider {
+    /// Pre-creates `count` sub-interfaces on `node` for free addresses of the node-warm pool `pool` of `range`
+    /// (created bound to `node` when missing, as hereabouts would) and records them in the pool. Returns their
+    /// offsets.
+    pub async fn prewarm(
+        &self,
+        pools: &Api<IpPool>,
+        pool: &str,
+        range: &IpRange,
+        node: &str,
+        count: usize,
+    ) -> anyhow::Result<Vec<u128>> {
+        let current = match pools.get_opt(pool).await? {
+            Some(p) => p,
+            None => {
+                let range_string = hereabouts_ipam::names::range_string(range.cidr());
+                let object = pool_object(pool, &range_string, "", range.usable_count(), Some(node));
+                pools.create(&PostParams::default(), &object).await?
+            }
+        };
+        anyhow::ensure!(current.spec.node_name.as_deref() == Some(node), "pool {pool} is not bound to {node}");
+        let taken = |o: &u128| {
+            let key = o.to_string();
+            current.spec.allocations.contains_key(&key) || current.spec.sub_interfaces.contains_key(&key)
+        };
+        let offsets: Vec<u128> = range.usable_intervals().flatten().filter(|o| !taken(o)).take(count).collect();
+        for offset in &offsets {
+            let ip = range.addr_at(*offset);
+            let (mac, vlan) = {
+                let mut s = self.state.lock().unwrap();
+                let vlan = s.next_vlan;
+                s.next_vlan += 1;
+                let eni = SubEni {
+                    node: node.into(),
+                    parent_nic_mac: String::new(),
+                    subnet: range.cidr().trunc().to_string(),
+                    ipv4: if ip.is_ipv4() { ip.to_string() } else { String::new() },
+                    ipv6: if ip.is_ipv6() { ip.to_string() } else { String::new() },
+                    mac: mac_of(vlan),
+                    vlan,
+                    pool: pool.into(),
+                };
+                let mac = eni.mac.clone();
+                s.sub_enis.insert(ip.to_string(), eni);
+                (mac, vlan)
+            };
+            let record = SubInterfaceRecord { node: node.into(), mac, vlan, ..SubInterfaceRecord::default() };
+            let patch = serde_json::json!({"spec": {"subInterfaces": {offset.to_string(): record}}});
+            pools.patch(pool, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+        Ok(offsets)
+    }
+
+    /// Watermark reclaim, step one: while more than `watermark` of the pool's `usable` addresses have a
+    /// sub-interface, marks idle ones (a record, no allocation) `vlan: -1`, lowest first and at most `most` of
+    /// them, each by a patch guarded on the record as read. Returns the offsets marked.
+    pub async fn mark_idle_above_watermark(
+        &self,
+        pools: &Api<IpPool>,
+        pool: &str,
+        usable: u128,
+        watermark: f64,
+        most: usize,
+    ) -> anyhow::Result<Vec<u128>> {
+        let current = pools.get(pool).await?;
+        let records = &current.spec.sub_interfaces;
+        let keep = (watermark * usable as f64).floor() as usize;
+        let live = records.values().filter(|r| r.vlan != UNBINDING_VLAN).count();
+        let idle = records
+            .iter()
+            .filter(|(k, r)| r.vlan != UNBINDING_VLAN && !current.spec.allocations.contains_key(*k))
+            .filter_map(|(k, r)| Some((k.parse::<u128>().ok()?, r)));
+        let mut marked = Vec::new();
+        for (offset, record) in idle.take(live.saturating_sub(keep).min(most)) {
+            let path = format!("/spec/subInterfaces/{offset}");
+            let ops = serde_json::json!([
+                {"op": "test", "path": format!("{path}/node"), "value": record.node},
+                {"op": "test", "path": format!("{path}/vlan"), "value": record.vlan},
+                {"op": "replace", "path": format!("{path}/vlan"), "value": UNBINDING_VLAN},
+            ]);
+            match pools.patch(pool, &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(ops)?)).await {
+                Ok(_) => marked.push(offset),
+                // changed since read (a pod moved it): not idle any more, leave it
+                Err(kube::Error::Api(status)) if status.code == 422 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(marked)
+    }
+
+    /// Watermark reclaim, step two, for every record marked `vlan: -1`: if a pod's entry is on the address (it
+    /// claimed it before the mark landed), the VLAN is given back and the sub-interface stays; otherwise its record
+    /// is dropped and it is unbound in the cloud. No claim can land after the mark: hereabouts guards its claim on
+    /// the record's VLAN as it read it. A record that changed since this read (a pod's ADD had the provider move
+    /// it) is left alone. Returns `(unbound, kept)` offsets.
+    pub async fn unbind_marked(&self, pools: &Api<IpPool>, pool: &str) -> anyhow::Result<(Vec<u128>, Vec<u128>)> {
+        let current = pools.get(pool).await?;
+        let range = IpRange::parse(&current.spec.range, None, None, &[])?;
+        let (mut unbound, mut kept) = (Vec::new(), Vec::new());
+        for (key, record) in current.spec.sub_interfaces.iter().filter(|(_, r)| r.vlan == UNBINDING_VLAN) {
+            let offset: u128 = key.parse()?;
+            let ip = range.addr_at(offset).to_string();
+            let path = format!("/spec/subInterfaces/{key}");
+            let held = current.spec.allocations.contains_key(key);
+            let ops = if held {
+                let vlan = self.state.lock().unwrap().sub_enis.get(&ip).map_or(0, |e| e.vlan);
+                serde_json::json!([
+                    {"op": "test", "path": format!("{path}/vlan"), "value": UNBINDING_VLAN},
+                    {"op": "replace", "path": format!("{path}/vlan"), "value": vlan},
+                ])
+            } else {
+                serde_json::json!([
+                    {"op": "test", "path": format!("{path}/vlan"), "value": UNBINDING_VLAN},
+                    {"op": "test", "path": format!("{path}/node"), "value": record.node},
+                    {"op": "remove", "path": path},
+                ])
+            };
+            match pools.patch(pool, &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(ops)?)).await {
+                Ok(_) if held => kept.push(offset),
+                Ok(_) => {
+                    self.state.lock().unwrap().sub_enis.remove(&ip);
+                    unbound.push(offset);
+                }
+                Err(kube::Error::Api(status)) if status.code == 422 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((unbound, kept))
+    }
+}
+
+fn mac_of(vlan: i64) -> String {
+    format!("02:00:{:02x}:{:02x}:{:02x}:{:02x}", vlan >> 24 & 0xff, vlan >> 16 & 0xff, vlan >> 8 & 0xff, vlan & 0xff)
+}
+
 impl Drop for ReferenceProvider {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
@@ -327,13 +473,7 @@ async fn handle(
                 subnet: want.subnet.clone(),
                 ipv4: want.ipv4_address.clone(),
                 ipv6: want.ipv6_address.clone(),
-                mac: format!(
-                    "02:00:{:02x}:{:02x}:{:02x}:{:02x}",
-                    vlan >> 24 & 0xff,
-                    vlan >> 16 & 0xff,
-                    vlan >> 8 & 0xff,
-                    vlan & 0xff
-                ),
+                mac: mac_of(vlan),
                 vlan,
                 pool: want.ipv4_pool_name.clone(),
             };
