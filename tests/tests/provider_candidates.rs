@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const ALLOCATE: &str = hereabouts_ipam::provider::ALLOCATE_PATH;
-const IGNORED_REASON: &str = "HereaboutsIgnoredCandidates";
+const IGNORED_REASON: &str = hereabouts_ipam::ipam::IGNORED_CANDIDATES_REASON;
 
 fn config(fx: &CniFixture, provider: &ReferenceProvider, ranges: Value) -> Value {
     let section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo"});
@@ -389,4 +389,59 @@ async fn a_retried_add_gets_back_the_candidate_it_already_holds() {
     assert!(fx.pool("198.18.90.0-28").await.spec.allocations.is_empty(), "no second address from the warm pool");
     assert_eq!(fx.pool("198.18.91.0-24").await.spec.allocations["1"].id, "c-second");
     assert_eq!(fx.reservations().await.len(), 1);
+}
+
+/// Paired dual-stack sub-interfaces: one provider call places an IPv4 and an IPv6 address together; the IPv6 one
+/// stays with its sub-interface for its life (a pod reusing the cached sub-interface gets both back with no
+/// call), a new sub-interface never takes an IPv6 address another pairs, and a pair is all or nothing. Mixed with
+/// a plain provider range, the paired one is the class kept.
+#[tokio::test]
+async fn paired_dual_stack_sub_interfaces_keep_their_ipv6_address_and_come_in_pairs_or_not_at_all() {
+    let fx = CniFixture::new("iaas-pair").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    let cfg = config(
+        &fx,
+        &provider,
+        json!([{"range": "198.18.94.0/24"}, {"range": "198.18.93.0/24", "paired_range": "2001:db8:93::/125"}]),
+    );
+    let first = add_on(&fx, &cfg, "node-a", "a").await;
+    assert_eq!(first.ips(), vec![ip("198.18.93.1"), ip("2001:db8:93::1")], "{}", first.stdout);
+    let call = &provider.calls()[0].body["subEniRequests"];
+    assert_eq!(call.as_array().map(Vec::len), Some(1), "one sub-interface for both: {call}");
+    assert_eq!(
+        (call[0]["ipv4Address"].as_str(), call[0]["ipv6Address"].as_str()),
+        (Some("198.18.93.1"), Some("2001:db8:93::1"))
+    );
+    assert_eq!(call[0]["ipv6PoolName"], "2001-db8-93---125");
+    let events = Api::<Event>::namespaced(fx.admin.clone(), &fx.ns);
+    let on_a = events.list(&ListParams::default().fields("involvedObject.name=a")).await.unwrap().items;
+    let message = on_a.first().and_then(|e| e.message.clone()).unwrap_or_default();
+    assert!(message.contains("198.18.94.0/24 (Provider)"), "the plain provider range is left out: {message}");
+    let record = &fx.pool("198.18.93.0-24").await.spec.sub_interfaces["1"];
+    assert_eq!(record.paired_address.as_deref(), Some("2001:db8:93::1"));
+
+    assert_eq!(add_on(&fx, &cfg, "node-a", "b").await.ips(), vec![ip("198.18.93.2"), ip("2001:db8:93::2")]);
+    assert!(del_on(&fx, &cfg, "node-a", "a").await.success);
+    assert!(fx.pool("2001-db8-93---125").await.spec.allocations.len() == 1, "DEL gave back the IPv6 half too");
+    let other = add_on(&fx, &cfg, "node-b", "c").await;
+    assert_eq!(
+        other.ips(),
+        vec![ip("198.18.93.3"), ip("2001:db8:93::3")],
+        "a fresh pair: ::1 is still node-a's idle sub-interface's: {}",
+        other.stdout
+    );
+    assert_eq!(allocations(&provider), 3);
+    let cached = add_on(&fx, &cfg, "node-a", "d").await;
+    assert_eq!(cached.ips(), vec![ip("198.18.93.1"), ip("2001:db8:93::1")], "sticky IPv6: {}", cached.stdout);
+    assert_eq!(allocations(&provider), 3, "from the cache, no call");
+
+    // the /125 has 6 usable IPv6 addresses: .1-.3 pair ::1-::3; three more pairs, then the IPv6 half runs out
+    for pod in ["e", "f", "g"] {
+        assert_eq!(add_on(&fx, &cfg, "node-b", pod).await.ips().len(), 2);
+    }
+    let none = add_on(&fx, &cfg, "node-b", "h").await;
+    assert_eq!(none.error_code(), 100, "no IPv6 half, no pair: {}", none.stdout);
+    let v4 = fx.pool("198.18.93.0-24").await;
+    assert_eq!(v4.spec.allocations.len(), 6, "the IPv4 half of the failed pair was rolled back");
+    assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.94.0/24"), "the plain range was never used");
 }

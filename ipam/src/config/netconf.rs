@@ -62,6 +62,8 @@ pub(super) struct RawRange {
     pub node_name: Option<String>,
     /// IaaS provider mode: `false` keeps this range out of the provider (an ordinary range among the candidates).
     pub iaas_provider: Option<bool>,
+    /// IaaS provider mode: the IPv6 range whose addresses pair with this IPv4 range's on one sub-interface.
+    pub paired_range: Option<String>,
 }
 
 /// `dns`: merged key by key like Whereabouts' `mergo.Merge` does with `cnitypes.DNS`.
@@ -167,7 +169,8 @@ const IPAM_HINTS: &[(&str, &str)] = &[
     ("name", "the network name is the top-level \"name\" of the netconf; pools are named by \"network_name\""),
 ];
 
-const RANGE_KEYS: &[&str] = &["range", "range_start", "range_end", "exclude", "node_name", "iaas_provider"];
+const RANGE_KEYS: &[&str] =
+    &["range", "range_start", "range_end", "exclude", "node_name", "iaas_provider", "paired_range"];
 const RANGE_HINTS: &[(&str, &str)] =
     &[("gateway", "the gateway is set once, in \"gateway\" of the ipam object"), ("subnet", "did you mean \"range\"?")];
 const ROUTE_KEYS: &[&str] = &["dst", "gw", "mtu", "advmss", "priority", "table", "scope"];
@@ -304,6 +307,7 @@ fn parse_range_entry(
         exclude: problems.pass(strings(get("exclude"), &format!("{key}.exclude")))?.flatten().unwrap_or_default(),
         node_name: problems.pass(string(get("node_name"), &format!("{key}.node_name")))?.flatten(),
         iaas_provider: problems.pass(boolean(get("iaas_provider"), &format!("{key}.iaas_provider")))?.flatten(),
+        paired_range: problems.pass(string(get("paired_range"), &format!("{key}.paired_range")))?.flatten(),
     })
 }
 

@@ -78,7 +78,9 @@ pub fn parse(section: &Map<String, Value>, budget: Duration) -> Result<ProviderC
 /// How each of `ranges` (built from `raw`: `range`, then `ipRanges` in order) is placed. Without a provider every
 /// range is ordinary, and an `ipRanges` entry naming `node_name` or `iaas_provider` is refused. With one, `range`
 /// and every entry are provider-backed global pools unless the entry says `"iaas_provider": false` (ordinary) or
-/// names a `node_name` (a node-warm pool bound to that node). (No two ranges share a pool: `ranges` refuses it.)
+/// names a `node_name` (a node-warm pool bound to that node); an IPv4 entry naming a `paired_range` (IPv6, the
+/// range right after it in `ranges`) is a paired dual-stack candidate. (No two ranges share a pool: `ranges`
+/// refuses it.)
 pub(super) fn placements(raw: &RawIpam<'_>, ranges: &[IpRange], provider: bool) -> Result<Vec<Placement>, ConfigError> {
     let mut out = Vec::with_capacity(ranges.len());
     if raw.range.is_some() {
@@ -106,7 +108,28 @@ pub(super) fn placements(raw: &RawIpam<'_>, ranges: &[IpRange], provider: bool) 
             (true, _, Some(node)) => Placement::Provider(Mode::NodeWarm { node: node.clone() }),
             (true, _, None) => Placement::Provider(Mode::Global),
         };
-        out.push(placement);
+        let Some(_) = &entry.paired_range else {
+            out.push(placement);
+            continue;
+        };
+        let refuse = |why: &str| Err(ConfigError::invalid(key("paired_range"), why));
+        match placement {
+            _ if !provider => return refuse("only with ipam.iaas_provider (paired dual-stack sub-interfaces)"),
+            Placement::Ordinary => {
+                return refuse("a paired range is provider-backed: not with \"iaas_provider\": false");
+            }
+            Placement::Provider(Mode::NodeWarm { .. }) => {
+                return refuse("not with node_name: paired sub-interfaces are placed in global pools only");
+            }
+            _ => {}
+        }
+        let (v4, v6) = (out.len(), out.len() + 1);
+        match (ranges.get(v4).map(|r| r.cidr().addr()), ranges.get(v6).map(|r| r.cidr().addr())) {
+            (Some(a), Some(b)) if a.is_ipv4() && b.is_ipv6() => {}
+            _ => return refuse("pairs an IPv4 range (range) with an IPv6 one (paired_range)"),
+        }
+        out.push(Placement::Paired { v6 });
+        out.push(Placement::PairedV6 { v4 });
     }
     if out.len() != ranges.len() {
         // build() refuses an entry it cannot read, so this is a bug, not a config mistake

@@ -113,7 +113,8 @@ fn check_unanchored(raw: &RawIpam<'_>) -> Result<(), ConfigError> {
     }
 }
 
-/// `range`, then the `ipRanges` entries in order; an entry without `range` is an error in its place.
+/// `range`, then the `ipRanges` entries in order (each followed by its `paired_range`, if any); an entry without
+/// `range` is an error in its place.
 fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
     let mut out = Vec::new();
     if let Some(range) = &raw.range {
@@ -147,6 +148,18 @@ fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
                     exclude_key: sub("exclude"),
                 }),
             });
+            // IaaS provider mode: the paired IPv6 range is a range of its own (its pool), right after its IPv4 one
+            if let Some(paired) = entry.paired_range.as_deref() {
+                out.push(Ok(Spec {
+                    key: sub("paired_range"),
+                    range: paired,
+                    range_key: sub("paired_range"),
+                    start: None,
+                    end: None,
+                    exclude: &[],
+                    exclude_key: sub("paired_range"),
+                }));
+            }
         }
     }
     out

@@ -810,3 +810,40 @@ fn provider_ranges_are_candidates_placed_by_their_entries() {
     assert_eq!(err.code(), 2, "camelCase nodeName is not node_name: {err}");
     assert!(err.to_string().contains("ipRanges[0].nodeName"), "{err}");
 }
+
+#[test]
+fn a_paired_range_follows_its_ipv4_range_and_is_refused_where_it_cannot_pair() {
+    let provider = json!({"url": "https://p.example", "ca_file": "/ca.pem", "parent_interface": "eth1"});
+    let with = |entries: Value| {
+        netconf(json!({"type": "hereabouts", "kubernetes": {"kubeconfig": KUBECONFIG},
+        "iaas_provider": provider, "ipRanges": entries}))
+    };
+    let c =
+        ok(&with(json!([{"range": "10.9.0.0/24"}, {"range": "10.1.0.0/24", "paired_range": "2001:db8:1::/64"}])), "");
+    let cidrs: Vec<String> = c.ranges.iter().map(|r| r.cidr().to_string()).collect();
+    assert_eq!(cidrs, ["10.9.0.0/24", "10.1.0.0/24", "2001:db8:1::/64"], "the IPv6 range right after its partner");
+    assert_eq!(
+        c.placements,
+        vec![Placement::Provider(Mode::Global), Placement::Paired { v6: 2 }, Placement::PairedV6 { v4: 1 }]
+    );
+    for (entry, says) in [
+        (
+            json!({"range": "10.1.0.0/24", "paired_range": "10.2.0.0/24"}),
+            "pairs an IPv4 range (range) with an IPv6 one",
+        ),
+        (json!({"range": "2001:db8:2::/64", "paired_range": "2001:db8:1::/64"}), "pairs an IPv4 range (range)"),
+        (json!({"range": "10.1.0.0/24", "paired_range": "2001:db8:1::/64", "node_name": "a"}), "not with node_name"),
+        (json!({"range": "10.1.0.0/24", "paired_range": "2001:db8:1::/64", "iaas_provider": false}), "provider-backed"),
+    ] {
+        let err = refused(&with(json!([entry])), "");
+        assert_eq!(err.code(), 7, "{entry}: {err}");
+        assert!(err.to_string().starts_with("ipam.ipRanges[0].paired_range: "), "{entry}: {err}");
+        assert!(err.to_string().contains(says), "{entry}: {err}");
+    }
+    let plain = netconf(ranged(json!({"ipRanges": [{"range": "10.1.0.0/24", "paired_range": "2001:db8:1::/64"}]})));
+    assert!(refused(&plain, "").to_string().contains("only with ipam.iaas_provider"));
+    // DEL releases in both pools of the pair
+    let stdin = with(json!([{"range": "10.1.0.0/24", "paired_range": "2001:db8:1::/64"}]));
+    let del = load_for_release_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]);
+    assert_eq!(del.ranges.len(), 2);
+}

@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use super::candidates::CandidateAdd;
 use super::decide::{self, Ask, AtOffset, Me, Plan};
 use super::journal::{Journal, Written, remove_entry};
-use super::placed::Placer;
+use super::placed::{At, Placer};
 use super::reservation::{self, Claimed as Reserved};
 use super::sliced::SlicedAdd;
 use super::{Assigned, IpamError, Request};
@@ -15,9 +16,9 @@ use crate::budget::Budget;
 use crate::config::IpamConfig;
 use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
 use crate::names;
-use crate::provider::placement::{self, Candidate, Mode, Narrowed, Placement};
+use crate::provider::placement::Mode;
 use crate::range::IpRange;
-use crate::store::{Created, Patched, PodEvent, Store, StoreError};
+use crate::store::{Created, Patched, Store, StoreError};
 
 /// Assigns one address from each range of `cfg` to the attachment `req`. An attachment (pod + interface) that
 /// already holds an address in a pool gets it back. On any failure, what this call wrote is rolled back first.
@@ -31,7 +32,8 @@ pub async fn assign(
     let me = Me { podref: &podref, ifname: &req.ifname, container: &req.container_id };
     // a provider's CA and certificates are read before anything is written
     if let Some(placer) = Placer::new(cfg, &req.node)? {
-        return assign_candidates(store, cfg, req, budget, &me, &placer).await;
+        let add = CandidateAdd { store, cfg, req, budget, me: &me, placer: &placer };
+        return add.run().await;
     }
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
@@ -68,175 +70,6 @@ pub async fn assign(
     Ok(assigned)
 }
 
-/// The reason of the Warning Event on a pod whose config's candidate ranges mixed classes.
-pub const IGNORED_CANDIDATES_REASON: &str = "HereaboutsIgnoredCandidates";
-
-/// ADD in IaaS provider mode: the config's ranges are the interface's candidates. They are narrowed to the highest
-/// class among them (from the config alone, so every node decides alike; the rest are named in a warning and a
-/// Warning Event on the pod, and never fallen back to); then, for each IP family, the kept candidates that apply
-/// to this node (node-warm pools of other nodes do not) are tried in order, node-warm first, until one gives an
-/// address. A candidate that has nothing to give here is passed over, having written nothing; any other failure
-/// fails the ADD. All or nothing across the families.
-async fn assign_candidates(
-    store: &impl Store,
-    cfg: &IpamConfig,
-    req: &Request,
-    budget: &Budget,
-    me: &Me<'_>,
-    placer: &Placer<'_>,
-) -> Result<Vec<Assigned>, IpamError> {
-    let candidates = cfg
-        .placements
-        .iter()
-        .enumerate()
-        .map(|(index, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: index })
-        .collect();
-    let narrowed = placement::narrow(candidates);
-    if !narrowed.ignored.is_empty() {
-        warn_ignored(store, cfg, req, budget, &narrowed).await;
-    }
-    let mut families: Vec<bool> = Vec::new();
-    for index in &narrowed.kept {
-        let v4 = cfg.ranges[*index].cidr().addr().is_ipv4();
-        if !families.contains(&v4) {
-            families.push(v4);
-        }
-    }
-    let mut journal = Journal::default();
-    let mut assigned: Vec<Assigned> = Vec::with_capacity(families.len());
-    for v4 in families {
-        let mut tried = Vec::new();
-        let mut got = None;
-        let here: Vec<usize> = narrowed
-            .kept
-            .iter()
-            .copied()
-            .filter(|i| cfg.ranges[*i].cidr().addr().is_ipv4() == v4)
-            .filter(|i| cfg.placements[*i].bound_node().is_none_or(|n| n == req.node))
-            .collect();
-        let (order, mut held) = holding_first(store, cfg, me, budget, here).await?;
-        for index in order {
-            let (range, placement) = (&cfg.ranges[index], &cfg.placements[index]);
-            let mut add = RangeAdd::new(store, cfg, req, me, range, budget);
-            add.read = held.take();
-            add.requested = cfg.requested_for(index);
-            add.given = assigned.iter().filter_map(|a| range.offset_of(a.ip)).collect();
-            add.shape = Some(placement.bound_node());
-            if let Placement::Provider(mode) = placement {
-                add.placer = Some((placer, mode));
-            }
-            let mut written = Journal::default();
-            match add.run(&mut written).await {
-                Ok(ip) => {
-                    journal.extend(written);
-                    got = Some(Assigned {
-                        ip,
-                        prefix_len: range.cidr().prefix_len(),
-                        gateway: cfg.gateway.filter(|gw| range.cidr().contains(gw)),
-                    });
-                    break;
-                }
-                Err(e @ (IpamError::Exhausted { .. } | IpamError::NoWarmAddress { .. })) => {
-                    tracing::info!(range = %range.cidr(), error = %e, "candidate range gave no address; trying the next");
-                    for e in written.roll_back(store, budget).await {
-                        tracing::error!(error = %e, "roll-back of a passed-over candidate");
-                    }
-                    tried.push(e);
-                }
-                Err(e) => {
-                    journal.extend(written);
-                    return Err(rolled_back(store, budget, journal, e).await);
-                }
-            }
-        }
-        match got {
-            Some(a) => assigned.push(a),
-            None => {
-                let family = if v4 { "IPv4" } else { "IPv6" };
-                let err = IpamError::NoCandidate { family, node: req.node.clone(), tried };
-                return Err(rolled_back(store, budget, journal, err).await);
-            }
-        }
-    }
-    Ok(assigned)
-}
-
-/// The candidates `here` in the order to try them: when several apply, the one whose pool already holds this
-/// attachment's entry (an ADD retried after its first try was killed) comes first, with that pool as read, so a
-/// retry gets its address back rather than a second one from an earlier candidate. (Otherwise the first
-/// candidate's pool, as read, if it exists.)
-async fn holding_first(
-    store: &impl Store,
-    cfg: &IpamConfig,
-    me: &Me<'_>,
-    budget: &Budget,
-    mut here: Vec<usize>,
-) -> Result<(Vec<usize>, Option<IpPool>), IpamError> {
-    if here.len() < 2 {
-        return Ok((here, None));
-    }
-    let mut first = None;
-    for (at, index) in here.iter().enumerate() {
-        let name = names::pool_name(&cfg.network_name, cfg.ranges[*index].cidr());
-        let pool = budget
-            .retry(StoreError::is_transient, || store.get_pool(&name))
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("pool {name}: get"), e))?;
-        match pool {
-            Some(pool) if decide::held_by(&pool, me).is_some() => {
-                let index = here.remove(at);
-                here.insert(0, index);
-                return Ok((here, Some(pool)));
-            }
-            Some(pool) if at == 0 => first = Some(pool),
-            _ => {}
-        }
-    }
-    Ok((here, first))
-}
-
-/// `err`, once what `journal` holds is taken back.
-async fn rolled_back(store: &impl Store, budget: &Budget, journal: Journal, err: IpamError) -> IpamError {
-    for e in journal.roll_back(store, budget).await {
-        tracing::error!(error = %e, "roll-back of a failed ADD");
-    }
-    err
-}
-
-/// Says which candidates of a lower class this ADD leaves out: a warning in the log and a Warning Event on the
-/// pod (best effort: the ADD goes on without it).
-async fn warn_ignored(
-    store: &impl Store,
-    cfg: &IpamConfig,
-    req: &Request,
-    budget: &Budget,
-    narrowed: &Narrowed<usize>,
-) {
-    let list = |items: &[usize]| {
-        items
-            .iter()
-            .map(|i| format!("{} ({:?})", cfg.ranges[*i].cidr(), cfg.placements[*i].class()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let message = format!(
-        "network {}: candidate ranges of a lower class ignored: {}; only {} are used, with no fallback",
-        cfg.name,
-        list(&narrowed.ignored),
-        list(&narrowed.kept)
-    );
-    tracing::warn!(pod = %cfg.pod, container = %req.container_id, ifname = %req.ifname, "{message}");
-    let pod =
-        PodEvent { namespace: &cfg.pod.namespace, name: &cfg.pod.name, uid: cfg.pod.uid.as_deref(), node: &req.node };
-    // an Event must not cost the ADD its budget: a short, bounded try
-    let wait = (budget.remaining() / 4).min(std::time::Duration::from_secs(2));
-    match tokio::time::timeout(wait, store.warn_pod(&pod, IGNORED_CANDIDATES_REASON, &message)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(pod = %cfg.pod, error = %e, "could not put the Warning Event on the pod"),
-        Err(_) => tracing::warn!(pod = %cfg.pod, "no answer in time to the Warning Event on the pod"),
-    }
-}
-
 /// One range's share of an ADD, in one pool (the range's, or one slice's in slice mode).
 pub(super) struct RangeAdd<'a, S> {
     store: &'a S,
@@ -262,6 +95,9 @@ pub(super) struct RangeAdd<'a, S> {
     /// In a provider config, the node the range's pool must be bound to (`None`: no node): a pool found in
     /// another shape is refused, since its mode is fixed for its life. `None` here: no check (other configs).
     pub(super) shape: Option<Option<&'a str>>,
+    /// Whether `placer` places the address once claimed; `false` for the IPv4 half of a dual-stack pair, placed
+    /// with its IPv6 partner once both are claimed.
+    pub(super) place: bool,
 }
 
 /// What keeping an entry the attachment already holds came to.
@@ -326,6 +162,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             },
             placer: None,
             shape: None,
+            place: true,
         }
     }
 
@@ -413,8 +250,11 @@ impl<'a, S: Store> RangeAdd<'a, S> {
     /// `ip` at `offset`, once a provider-backed range's sub-interface is on this node (a failure is rolled back by
     /// the caller with everything else this ADD wrote).
     async fn placed(&self, pool: &IpPool, offset: u128, ip: IpAddr) -> Result<IpAddr, IpamError> {
-        if let Some((placer, mode)) = self.placer {
-            placer.place(self.store, mode, pool, self.range, offset, self.budget).await?;
+        if let Some((placer, mode)) = self.placer
+            && self.place
+        {
+            let at = At { pool, range: self.range, offset, paired: None };
+            placer.place(self.store, mode, &at, self.budget).await?;
         }
         Ok(ip)
     }
@@ -468,7 +308,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         names::reservation_name(&self.cfg.network_name, ip)
     }
 
-    async fn read_pool(&self) -> Result<IpPool, IpamError> {
+    pub(super) async fn read_pool(&self) -> Result<IpPool, IpamError> {
         let mut attempt = 0;
         loop {
             self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool)))?;

@@ -3,6 +3,7 @@
 //! [`decide`]; the rest reads, asks them, and writes.
 
 mod assign;
+mod candidates;
 pub mod decide;
 mod journal;
 mod placed;
@@ -12,6 +13,7 @@ mod reservation;
 mod sliced;
 
 pub use assign::assign;
+pub use candidates::IGNORED_CANDIDATES_REASON;
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, restore_reservation,
 };
@@ -240,7 +242,7 @@ impl IpamError {
         }
     }
 
-    fn from_retry(what: &str, err: RetryError<StoreError>) -> Self {
+    pub(super) fn from_retry(what: &str, err: RetryError<StoreError>) -> Self {
         match err {
             RetryError::Failed(e) if e.is_transient() => IpamError::Expired(format!("{what}: {e}")),
             RetryError::Failed(e) => IpamError::Store(Box::new(e)),

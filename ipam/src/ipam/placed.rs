@@ -3,6 +3,7 @@
 //! the ADD, and [`super::assign`] rolls back the entry and reservation it claimed.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use super::IpamError;
 use crate::budget::Budget;
@@ -19,6 +20,16 @@ pub(super) struct Placer<'a> {
     parent_interface: &'a str,
     cfg: &'a IpamConfig,
     node: &'a str,
+}
+
+/// The address a placement is for: `offset` of `range`, whose pool is `pool` as read after the claim; in a
+/// dual-stack pair, the IPv6 address (and its pool's name) the sub-interface carries with it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct At<'p> {
+    pub pool: &'p IpPool,
+    pub range: &'p IpRange,
+    pub offset: u128,
+    pub paired: Option<(IpAddr, &'p str)>,
 }
 
 /// What placing an address came to.
@@ -64,18 +75,20 @@ impl<'a> Placer<'a> {
     /// Makes sure the sub-interface of the address at `offset` of `pool` (as read, now held by this ADD) is on
     /// this node: nothing to do when it is cached (or warm) here, else a provider call within `budget`, recorded
     /// in the pool. A node-warm pool never calls the provider: an address of it that is not warm here is an error.
+    /// With `paired` (an IPv6 address and its pool's name, also held by this ADD) the sub-interface carries both;
+    /// a cached one only if it already pairs that address.
     pub(super) async fn place(
         &self,
         store: &impl Store,
         mode: &Mode,
-        pool: &IpPool,
-        range: &IpRange,
-        offset: u128,
+        at: &At<'_>,
         budget: &Budget,
     ) -> Result<Placed, IpamError> {
+        let At { pool, range, offset, paired } = *at;
         let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
         let subs = sub_interfaces(pool);
-        if subs.get(&offset).is_some_and(|s| s.node == self.node && !s.unbinding()) {
+        let pairs = |s: &SubInterface| paired.is_none_or(|(ip, _)| s.paired == Some(ip));
+        if subs.get(&offset).is_some_and(|s| s.node == self.node && !s.unbinding() && pairs(s)) {
             tracing::info!(pool = %pool_name, offset, "sub-interface cached on this node: no provider call");
             return Ok(Placed::Cached);
         }
@@ -96,6 +109,10 @@ impl<'a> Placer<'a> {
             want.ipv6_address = ip.to_string();
             want.ipv6_pool_name = pool_name.to_string();
         }
+        if let Some((v6, v6_pool)) = paired {
+            want.ipv6_address = v6.to_string();
+            want.ipv6_pool_name = v6_pool.to_string();
+        }
         let request = AllocateRequest {
             pod_name: self.cfg.pod.name.clone(),
             pod_namespace: self.cfg.pod.namespace.clone(),
@@ -110,7 +127,7 @@ impl<'a> Placer<'a> {
             mac: made.map(|m| m.mac_address.clone()).unwrap_or_default(),
             vlan: made.and_then(|m| m.vlan_id).unwrap_or_default(),
             parent_nic_mac,
-            paired_address: None,
+            paired_address: paired.map(|(v6, _)| v6.to_string()),
         };
         // The sub-interface exists now; a record that cannot be written only costs a provider call next time.
         match store.set_sub_interface(pool_name, offset, &record).await {

@@ -43,6 +43,12 @@ pub enum Placement {
     Ordinary,
     /// Provider-backed, in this mode.
     Provider(Mode),
+    /// A provider-backed IPv4 range (global pool) whose sub-interfaces also carry an address of the IPv6 range at
+    /// index `v6` of the config's ranges: both or neither, and the IPv6 one chosen at creation stays with the
+    /// sub-interface for its life.
+    Paired { v6: usize },
+    /// The IPv6 range of a pair: never a candidate of its own; its addresses are taken with their IPv4 partner's.
+    PairedV6 { v4: usize },
 }
 
 impl Placement {
@@ -51,7 +57,13 @@ impl Placement {
         match self {
             Placement::Ordinary => Class::Ordinary,
             Placement::Provider(_) => Class::Provider,
+            Placement::Paired { .. } | Placement::PairedV6 { .. } => Class::PairedProvider,
         }
+    }
+
+    /// Whether the range is an interface's candidate of its own (the IPv6 half of a pair is not).
+    pub fn is_candidate(&self) -> bool {
+        !matches!(self, Placement::PairedV6 { .. })
     }
 
     /// The node the range's pool is bound to: `Some` for a node-warm pool only.

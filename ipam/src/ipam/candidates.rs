@@ -1,0 +1,246 @@
+//! ADD in IaaS provider mode: the config's ranges are the interface's *candidates*. They are narrowed to the
+//! highest class among them (from the config alone, so every node decides alike; the rest are named in a warning
+//! and a Warning Event on the pod, and never fallen back to). Then, for each IP family, the kept candidates that
+//! apply to this node (node-warm pools of other nodes do not) are tried in order, node-warm first, until one gives
+//! an address; a paired dual-stack candidate gives both families at once. A candidate with nothing to give here is
+//! passed over having written nothing; any other failure fails the ADD, all or nothing across the families.
+
+use std::net::IpAddr;
+
+use super::assign::RangeAdd;
+use super::decide::{self, Me};
+use super::journal::Journal;
+use super::placed::{At, Placer};
+use super::{Assigned, IpamError, Request};
+use crate::budget::Budget;
+use crate::config::IpamConfig;
+use crate::crd::{IpPool, SubInterfaceRecord};
+use crate::names;
+use crate::provider::placement::{self, Candidate, Mode, Narrowed, Placement};
+use crate::range::IpRange;
+use crate::store::{PodEvent, Store, StoreError};
+
+/// The reason of the Warning Event on a pod whose config's candidate ranges mixed classes.
+pub const IGNORED_CANDIDATES_REASON: &str = "HereaboutsIgnoredCandidates";
+
+/// One provider-mode ADD: the attachment, its config, the store, the budget and the provider's client.
+pub(super) struct CandidateAdd<'a, S> {
+    pub store: &'a S,
+    pub cfg: &'a IpamConfig,
+    pub req: &'a Request,
+    pub budget: &'a Budget,
+    pub me: &'a Me<'a>,
+    pub placer: &'a Placer<'a>,
+}
+
+impl<S: Store> CandidateAdd<'_, S> {
+    pub(super) async fn run(&self) -> Result<Vec<Assigned>, IpamError> {
+        let cfg = self.cfg;
+        let candidates = cfg
+            .placements
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_candidate())
+            .map(|(index, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: index })
+            .collect();
+        let narrowed = placement::narrow(candidates);
+        if !narrowed.ignored.is_empty() {
+            self.warn_ignored(&narrowed).await;
+        }
+        if narrowed.kept.first().is_some_and(|i| matches!(cfg.placements[*i], Placement::Paired { .. })) {
+            return self.pair(&narrowed.kept).await;
+        }
+        let mut families: Vec<bool> = Vec::new();
+        for index in &narrowed.kept {
+            let v4 = cfg.ranges[*index].cidr().addr().is_ipv4();
+            if !families.contains(&v4) {
+                families.push(v4);
+            }
+        }
+        let mut journal = Journal::default();
+        let mut assigned: Vec<Assigned> = Vec::with_capacity(families.len());
+        for v4 in families {
+            let here: Vec<usize> = narrowed
+                .kept
+                .iter()
+                .copied()
+                .filter(|i| cfg.ranges[*i].cidr().addr().is_ipv4() == v4)
+                .filter(|i| cfg.placements[*i].bound_node().is_none_or(|n| n == self.req.node))
+                .collect();
+            match self.one_of(here, &assigned, &mut journal).await {
+                Ok(a) => assigned.push(a),
+                Err(e) => return Err(self.rolled_back(journal, e).await),
+            }
+        }
+        Ok(assigned)
+    }
+
+    /// One address of one family from the first of `here` that gives one; what it wrote goes to `journal`.
+    async fn one_of(
+        &self,
+        here: Vec<usize>,
+        assigned: &[Assigned],
+        journal: &mut Journal,
+    ) -> Result<Assigned, IpamError> {
+        let cfg = self.cfg;
+        let family = if here.first().is_some_and(|i| cfg.ranges[*i].cidr().addr().is_ipv6()) { "IPv6" } else { "IPv4" };
+        let (order, mut held) = self.holding_first(here).await?;
+        let mut tried = Vec::new();
+        for index in order {
+            let (range, placement) = (&cfg.ranges[index], &cfg.placements[index]);
+            let mut add = RangeAdd::new(self.store, cfg, self.req, self.me, range, self.budget);
+            add.read = held.take();
+            add.requested = cfg.requested_for(index);
+            add.given = assigned.iter().filter_map(|a| range.offset_of(a.ip)).collect();
+            add.shape = Some(placement.bound_node());
+            if let Placement::Provider(mode) = placement {
+                add.placer = Some((self.placer, mode));
+            }
+            let mut written = Journal::default();
+            match add.run(&mut written).await {
+                Ok(ip) => {
+                    journal.extend(written);
+                    return Ok(self.assigned(ip, range));
+                }
+                Err(e @ (IpamError::Exhausted { .. } | IpamError::NoWarmAddress { .. })) => {
+                    self.pass_over(range, written, &e).await;
+                    tried.push(e);
+                }
+                Err(e) => {
+                    journal.extend(written);
+                    return Err(e);
+                }
+            }
+        }
+        Err(IpamError::NoCandidate { family, node: self.req.node.clone(), tried })
+    }
+
+    /// The candidates `here` in the order to try them: when several apply, the one whose pool already holds this
+    /// attachment's entry (an ADD retried after its first try was killed) comes first, with that pool as read, so
+    /// a retry gets its address back rather than a second one from an earlier candidate. (Otherwise the first
+    /// candidate's pool, as read, if it exists.)
+    async fn holding_first(&self, mut here: Vec<usize>) -> Result<(Vec<usize>, Option<IpPool>), IpamError> {
+        if here.len() < 2 {
+            return Ok((here, None));
+        }
+        let mut first = None;
+        for (at, index) in here.iter().enumerate() {
+            let name = names::pool_name(&self.cfg.network_name, self.cfg.ranges[*index].cidr());
+            let pool = self
+                .budget
+                .retry(StoreError::is_transient, || self.store.get_pool(&name))
+                .await
+                .map_err(|e| IpamError::from_retry(&format!("pool {name}: get"), e))?;
+            match pool {
+                Some(pool) if decide::held_by(&pool, self.me).is_some() => {
+                    let index = here.remove(at);
+                    here.insert(0, index);
+                    return Ok((here, Some(pool)));
+                }
+                Some(pool) if at == 0 => first = Some(pool),
+                _ => {}
+            }
+        }
+        Ok((here, first))
+    }
+
+    /// A paired dual-stack candidate (the highest class): an IPv4 address and an IPv6 one on one sub-interface,
+    /// both or neither, from the first of `kept` that gives a pair.
+    async fn pair(&self, kept: &[usize]) -> Result<Vec<Assigned>, IpamError> {
+        let mut tried = Vec::new();
+        for &v4 in kept {
+            let Placement::Paired { v6 } = self.cfg.placements[v4] else { continue };
+            let mut written = Journal::default();
+            match self.add_pair(v4, v6, &mut written).await {
+                Ok(pair) => return Ok(pair),
+                Err(e @ IpamError::Exhausted { .. }) => {
+                    self.pass_over(&self.cfg.ranges[v4], written, &e).await;
+                    tried.push(e);
+                }
+                Err(e) => return Err(self.rolled_back(written, e).await),
+            }
+        }
+        Err(IpamError::NoCandidate { family: "IPv4+IPv6 pair", node: self.req.node.clone(), tried })
+    }
+
+    /// One paired candidate: the IPv4 address (preferring a sub-interface cached here, as in any global pool),
+    /// then its IPv6 partner — the one recorded with the sub-interface (`pairedAddress`), which stays for its
+    /// life, or for a new sub-interface one that no other pairs — then the placement of both.
+    async fn add_pair(&self, v4: usize, v6: usize, journal: &mut Journal) -> Result<Vec<Assigned>, IpamError> {
+        let (cfg, range4, range6) = (self.cfg, &self.cfg.ranges[v4], &self.cfg.ranges[v6]);
+        let mut add4 = RangeAdd::new(self.store, cfg, self.req, self.me, range4, self.budget);
+        add4.shape = Some(None);
+        add4.placer = Some((self.placer, &Mode::Global));
+        add4.place = false;
+        let ip4 = add4.run(journal).await?;
+        let offset4 = range4.offset_of(ip4).expect("the range gave it");
+        // the pool as it is now: the claim is ours, its record what the provider and other nodes last wrote
+        let pool4 = add4.read_pool().await?;
+        let paired_of = |r: &SubInterfaceRecord| r.paired_address.as_deref().and_then(|a| a.parse::<IpAddr>().ok());
+        let sticky = pool4.spec.sub_interfaces.get(&offset4.to_string()).and_then(paired_of);
+        let mut add6 = RangeAdd::new(self.store, cfg, self.req, self.me, range6, self.budget);
+        add6.shape = Some(None);
+        match sticky {
+            Some(ip6) => add6.requested = Some(ip6),
+            None => {
+                let paired = pool4.spec.sub_interfaces.values().filter_map(paired_of);
+                add6.given = paired.filter_map(|a| range6.offset_of(a)).collect();
+            }
+        }
+        let ip6 = add6.run(journal).await?;
+        let pool6 = names::pool_name(&cfg.network_name, range6.cidr());
+        let at = At { pool: &pool4, range: range4, offset: offset4, paired: Some((ip6, &pool6)) };
+        self.placer.place(self.store, &Mode::Global, &at, self.budget).await?;
+        Ok(vec![self.assigned(ip4, range4), self.assigned(ip6, range6)])
+    }
+
+    fn assigned(&self, ip: IpAddr, range: &IpRange) -> Assigned {
+        let gateway = self.cfg.gateway.filter(|gw| range.cidr().contains(gw));
+        Assigned { ip, prefix_len: range.cidr().prefix_len(), gateway }
+    }
+
+    /// Takes back what a candidate that gave nothing wrote (a claim its pick lost, nothing else), before the next.
+    async fn pass_over(&self, range: &IpRange, written: Journal, why: &IpamError) {
+        tracing::info!(range = %range.cidr(), error = %why, "candidate range gave no address; trying the next");
+        for e in written.roll_back(self.store, self.budget).await {
+            tracing::error!(error = %e, "roll-back of a passed-over candidate");
+        }
+    }
+
+    /// `err`, once what `journal` holds is taken back.
+    async fn rolled_back(&self, journal: Journal, err: IpamError) -> IpamError {
+        for e in journal.roll_back(self.store, self.budget).await {
+            tracing::error!(error = %e, "roll-back of a failed ADD");
+        }
+        err
+    }
+
+    /// Says which candidates of a lower class this ADD leaves out: a warning in the log and a Warning Event on
+    /// the pod (best effort, and briefly: the ADD goes on without it).
+    async fn warn_ignored(&self, narrowed: &Narrowed<usize>) {
+        let (cfg, req) = (self.cfg, self.req);
+        let list = |items: &[usize]| {
+            let each = items.iter().map(|i| format!("{} ({:?})", cfg.ranges[*i].cidr(), cfg.placements[*i].class()));
+            each.collect::<Vec<_>>().join(", ")
+        };
+        let message = format!(
+            "network {}: candidate ranges of a lower class ignored: {}; only {} are used, with no fallback",
+            cfg.name,
+            list(&narrowed.ignored),
+            list(&narrowed.kept)
+        );
+        tracing::warn!(pod = %cfg.pod, container = %req.container_id, ifname = %req.ifname, "{message}");
+        let pod = PodEvent {
+            namespace: &cfg.pod.namespace,
+            name: &cfg.pod.name,
+            uid: cfg.pod.uid.as_deref(),
+            node: &req.node,
+        };
+        let wait = (self.budget.remaining() / 4).min(std::time::Duration::from_secs(2));
+        match tokio::time::timeout(wait, self.store.warn_pod(&pod, IGNORED_CANDIDATES_REASON, &message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(pod = %cfg.pod, error = %e, "could not put the Warning Event on the pod"),
+            Err(_) => tracing::warn!(pod = %cfg.pod, "no answer in time to the Warning Event on the pod"),
+        }
+    }
+}
