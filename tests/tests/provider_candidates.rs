@@ -65,6 +65,11 @@ async fn a_node_warm_pool_hands_out_its_warm_addresses_with_no_call_then_the_glo
         assert_eq!(out.ips(), vec![ip(want)], "a warm address: {}", out.stdout);
     }
     assert_eq!(allocations(&provider), 0, "warm addresses need no provider call");
+    // CHECK finds the address in one of the candidates, and not for a container that has none
+    let check = fx.invocation("CHECK", &cfg, "a", "c-a").with_env("NODENAME", "node-a").run().await;
+    assert!(check.success, "CHECK: {}", check.stdout);
+    let check = fx.invocation("CHECK", &cfg, "a", "c-other").with_env("NODENAME", "node-a").run().await;
+    assert_eq!(check.error_code(), 102, "{}", check.stdout);
     let fallback = add_on(&fx, &cfg, "node-a", "c").await;
     assert_eq!(fallback.ips(), vec![ip("198.18.81.1")], "no warm address left: the global pool: {}", fallback.stdout);
     assert_eq!(allocations(&provider), 1);
@@ -434,6 +439,8 @@ async fn paired_dual_stack_sub_interfaces_keep_their_ipv6_address_and_come_in_pa
     let cached = add_on(&fx, &cfg, "node-a", "d").await;
     assert_eq!(cached.ips(), vec![ip("198.18.93.1"), ip("2001:db8:93::1")], "sticky IPv6: {}", cached.stdout);
     assert_eq!(allocations(&provider), 3, "from the cache, no call");
+    let check = fx.invocation("CHECK", &cfg, "d", "c-d").with_env("NODENAME", "node-a").run().await;
+    assert!(check.success, "CHECK of both halves of the pair: {}", check.stdout);
 
     // the /125 has 6 usable IPv6 addresses: .1-.3 pair ::1-::3; three more pairs, then the IPv6 half runs out
     for pod in ["e", "f", "g"] {

@@ -50,6 +50,7 @@ pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 
 use crate::allocator::Strategy;
+use crate::provider::placement::{Candidate, Narrowed, Placement, narrow};
 use crate::range::IpRange;
 use json::Problems;
 
@@ -259,6 +260,28 @@ impl IpamConfig {
     /// The prefix length of a node's slice, in slice mode (`node_slice_size`, DESIGN §7).
     pub fn node_slice_prefix(&self) -> Option<u8> {
         self.node_slice_size.as_deref().and_then(netconf::slice_prefix)
+    }
+
+    /// IaaS provider mode: the indices of the ranges that are candidates, narrowed to the highest class among them
+    /// (decided from the config alone, so alike on every node).
+    pub fn candidates(&self) -> Narrowed<usize> {
+        let candidates = self.placements.iter().enumerate().filter(|(_, p)| p.is_candidate());
+        narrow(
+            candidates.map(|(i, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: i }).collect(),
+        )
+    }
+
+    /// IaaS provider mode: the ranges an ADD tries, the candidates of the highest class (with the IPv6 half of each
+    /// kept pair), in the order it tries them.
+    pub fn kept_ranges(&self) -> Vec<&IpRange> {
+        let mut out = Vec::new();
+        for i in self.candidates().kept {
+            out.push(&self.ranges[i]);
+            if let Placement::Paired { v6 } = self.placements[i] {
+                out.push(&self.ranges[v6]);
+            }
+        }
+        out
     }
 
     /// The requested address that range `index` gives, if any: each requested address goes to the first range

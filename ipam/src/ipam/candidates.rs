@@ -16,7 +16,7 @@ use crate::budget::Budget;
 use crate::config::IpamConfig;
 use crate::crd::{IpPool, SubInterfaceRecord};
 use crate::names;
-use crate::provider::placement::{self, Candidate, Mode, Narrowed, Placement};
+use crate::provider::placement::{Mode, Narrowed, Placement};
 use crate::range::IpRange;
 use crate::store::{PodEvent, Store, StoreError};
 
@@ -36,14 +36,7 @@ pub(super) struct CandidateAdd<'a, S> {
 impl<S: Store> CandidateAdd<'_, S> {
     pub(super) async fn run(&self) -> Result<Vec<Assigned>, IpamError> {
         let cfg = self.cfg;
-        let candidates = cfg
-            .placements
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_candidate())
-            .map(|(index, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: index })
-            .collect();
-        let narrowed = placement::narrow(candidates);
+        let narrowed = cfg.candidates();
         if !narrowed.ignored.is_empty() {
             self.warn_ignored(&narrowed).await;
         }

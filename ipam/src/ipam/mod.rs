@@ -17,7 +17,7 @@ pub use candidates::IGNORED_CANDIDATES_REASON;
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, restore_reservation,
 };
-pub use release::{Attachment, check, gc, release};
+pub use release::{Attachment, check, check_candidates, gc, release};
 pub use reservation::release_if_ours;
 
 use std::net::IpAddr;

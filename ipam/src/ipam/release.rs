@@ -228,6 +228,39 @@ pub async fn check(store: &impl Store, scope: &Scope<'_>, req: &Request, budget:
     Ok(())
 }
 
+/// CHECK of a provider config, whose ranges are candidates: for each IP family among `kept` (the candidates an ADD
+/// tries, [`IpamConfig::kept_ranges`](crate::config::IpamConfig::kept_ranges)), one of their pools holds the
+/// attachment's entry.
+pub async fn check_candidates(
+    store: &impl Store,
+    scope: &Scope<'_>,
+    kept: &[&IpRange],
+    req: &Request,
+    budget: &Budget,
+) -> Result<(), IpamError> {
+    let mine = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
+    for v4 in [true, false] {
+        let family: Vec<&IpRange> = kept.iter().copied().filter(|r| r.cidr().addr().is_ipv4() == v4).collect();
+        let Some(first) = family.first() else { continue };
+        let mut found = false;
+        for range in &family {
+            let name = names::pool_name(scope.network_name, range.cidr());
+            if read_pool(store, &name, budget).await?.is_some_and(|p| entries(&p, &mine).next().is_some()) {
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            return Err(IpamError::Missing {
+                pool: names::pool_name(scope.network_name, first.cidr()),
+                container_id: req.container_id.clone(),
+                ifname: req.ifname.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Releases the entries of this network on this node whose attachment is not in `valid`. Entries that do not
 /// record their node and network (written by Whereabouts, or before hereabouts recorded them) are left to the
 /// reconciler: a CNI GC sees one node's runtime only, and a pool may be shared by several networks. So are
