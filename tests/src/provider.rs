@@ -74,6 +74,8 @@ pub enum Fault {
     Status(u16),
     /// Take this long more before doing the work.
     Slow(Duration),
+    /// Do the work but answer with an empty `macAddress` and no `vlanId` (the contract allows it).
+    Blank,
 }
 
 /// A sub-interface as the provider holds it.
@@ -477,13 +479,14 @@ async fn handle(
                 vlan,
                 pool: want.ipv4_pool_name.clone(),
             };
+            let blank = matches!(fault, Some(Fault::Blank));
             responses.push(SubEniResponse {
                 parent_nic_mac: eni.parent_nic_mac.clone(),
                 subnet: eni.subnet.clone(),
                 ipv4_address: eni.ipv4.clone(),
                 ipv6_address: eni.ipv6.clone(),
-                mac_address: eni.mac.clone(),
-                vlan_id: Some(vlan),
+                mac_address: if blank { String::new() } else { eni.mac.clone() },
+                vlan_id: (!blank).then_some(vlan),
             });
             s.sub_enis.insert(key, eni);
         }

@@ -452,3 +452,33 @@ async fn paired_dual_stack_sub_interfaces_keep_their_ipv6_address_and_come_in_pa
     assert_eq!(v4.spec.allocations.len(), 6, "the IPv4 half of the failed pair was rolled back");
     assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.94.0/24"), "the plain range was never used");
 }
+
+/// The seed's merge of the provider's answer: a `macAddress` or `vlanId` the answer leaves empty keeps what the
+/// sub-interface's record had (here, one moved from another node); a filled one replaces it.
+#[tokio::test]
+async fn an_empty_mac_or_vlan_in_the_providers_answer_keeps_what_the_record_had() {
+    let fx = CniFixture::new("iaas-merge").await;
+    let provider = ReferenceProvider::start(ProviderOptions::default()).await;
+    // a /30: .1 and .2 usable
+    let cfg = config(&fx, &provider, json!([{"range": "198.18.95.0/30"}]));
+    for pod in ["a", "b"] {
+        assert!(add_on(&fx, &cfg, "node-a", pod).await.success);
+    }
+    for pod in ["a", "b"] {
+        assert!(del_on(&fx, &cfg, "node-a", pod).await.success);
+    }
+    let before = fx.pool("198.18.95.0-30").await.spec.sub_interfaces["1"].clone();
+    provider.inject(Fault::Blank);
+    let moved = add_on(&fx, &cfg, "node-b", "c").await;
+    assert_eq!(moved.ips(), vec![ip("198.18.95.1")], "{}", moved.stdout);
+    let after = fx.pool("198.18.95.0-30").await.spec.sub_interfaces["1"].clone();
+    assert_eq!((after.node.as_str(), &after.mac, after.vlan), ("node-b", &before.mac, before.vlan));
+    let filled = add_on(&fx, &cfg, "node-b", "d").await;
+    assert_eq!(filled.ips(), vec![ip("198.18.95.2")]);
+    let record = fx.pool("198.18.95.0-30").await.spec.sub_interfaces["2"].clone();
+    assert_eq!(
+        (record.mac.clone(), record.vlan),
+        (provider.sub_enis()["198.18.95.2"].mac.clone(), provider.sub_enis()["198.18.95.2"].vlan)
+    );
+    assert_ne!(record.vlan, before.vlan);
+}

@@ -122,10 +122,16 @@ impl<'a> Placer<'a> {
         };
         let answer = self.client.allocate(&request, budget).await?;
         let made = answer.sub_eni_responses.first();
+        // the seed's merge: an empty macAddress or vlanId keeps what the record already had (a moved one)
+        let before = pool.spec.sub_interfaces.get(&offset.to_string());
         let record = SubInterfaceRecord {
             node: self.node.to_string(),
-            mac: made.map(|m| m.mac_address.clone()).unwrap_or_default(),
-            vlan: made.and_then(|m| m.vlan_id).unwrap_or_default(),
+            mac: made
+                .map(|m| m.mac_address.clone())
+                .filter(|m| !m.is_empty())
+                .or_else(|| before.map(|r| r.mac.clone()))
+                .unwrap_or_default(),
+            vlan: made.and_then(|m| m.vlan_id).or_else(|| before.map(|r| r.vlan)).unwrap_or_default(),
             parent_nic_mac,
             paired_address: paired.map(|(v6, _)| v6.to_string()),
         };
