@@ -82,9 +82,16 @@ async fn a_node_warm_pool_hands_out_its_warm_addresses_with_no_call_then_the_glo
     assert_eq!(again.ips(), vec![ip("198.18.80.1")], "warm again after its pod's DEL");
     assert_eq!(allocations(&provider), 2);
 
+    // an address asked for comes from its own candidate, though a warm one is free
+    assert!(del_on(&fx, &cfg, "node-a", "b").await.success);
+    let mut asked = fx.invocation("ADD", &cfg, "f", "c-f").with_env("NODENAME", "node-a");
+    asked.args.push_str(";IP=198.18.81.9");
+    let asked = asked.run().await;
+    assert_eq!(asked.ips(), vec![ip("198.18.81.9")], "{}", asked.stdout);
+
     let warm_pool = fx.pool("198.18.80.0-28").await;
     assert_eq!(warm_pool.spec.node_name.as_deref(), Some("node-a"));
-    assert_eq!(warm_pool.spec.allocations.len(), 2, "only the two warm addresses were ever taken from it");
+    assert_eq!(warm_pool.spec.allocations.len(), 1, "e's; b's was given back and the asked ADD took none");
     assert_eq!(fx.pool("198.18.81.0-24").await.spec.node_name, None, "the global pool has no node");
 }
 

@@ -53,14 +53,19 @@ impl<S: Store> CandidateAdd<'_, S> {
         let mut journal = Journal::default();
         let mut assigned: Vec<Assigned> = Vec::with_capacity(families.len());
         for v4 in families {
-            let here: Vec<usize> = narrowed
+            let mut here: Vec<usize> = narrowed
                 .kept
                 .iter()
                 .copied()
                 .filter(|i| cfg.ranges[*i].cidr().addr().is_ipv4() == v4)
                 .filter(|i| cfg.placements[*i].bound_node().is_none_or(|n| n == self.req.node))
                 .collect();
-            match self.one_of(here, &assigned, &mut journal).await {
+            // an address asked for (runtimeConfig ips, CNI_ARGS IP) comes from its own range, or from none
+            if here.iter().any(|i| cfg.requested_for(*i).is_some()) {
+                here.retain(|i| cfg.requested_for(*i).is_some());
+            }
+            let family = if v4 { "IPv4" } else { "IPv6" };
+            match self.one_of(family, here, &assigned, &mut journal).await {
                 Ok(a) => assigned.push(a),
                 Err(e) => return Err(self.rolled_back(journal, e).await),
             }
@@ -68,15 +73,15 @@ impl<S: Store> CandidateAdd<'_, S> {
         Ok(assigned)
     }
 
-    /// One address of one family from the first of `here` that gives one; what it wrote goes to `journal`.
+    /// One address of `family` from the first of `here` that gives one; what it wrote goes to `journal`.
     async fn one_of(
         &self,
+        family: &'static str,
         here: Vec<usize>,
         assigned: &[Assigned],
         journal: &mut Journal,
     ) -> Result<Assigned, IpamError> {
         let cfg = self.cfg;
-        let family = if here.first().is_some_and(|i| cfg.ranges[*i].cidr().addr().is_ipv6()) { "IPv6" } else { "IPv4" };
         let (order, mut held) = self.holding_first(here).await?;
         let mut tried = Vec::new();
         for index in order {
