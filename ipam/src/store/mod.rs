@@ -17,7 +17,7 @@ pub mod resolve;
 use std::future::Future;
 
 pub use self::kube::KubeStore;
-pub use connect::{ConnectError, connect, namespace_of};
+pub use connect::{ConnectError, DEFAULT_NAMESPACE, connect, namespace_of};
 pub use memory::MemoryStore;
 pub use resolve::{ResolveError, pin_server_address};
 

@@ -1,0 +1,93 @@
+//! `ipam release --ip X`: gives one address back with the reconciler's guarded writes, after the reconciler's
+//! release rule (`judge`) says its pod no longer holds it — or with `--force`, saying what it overrides.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hereabouts_ipam::budget::Budget;
+use hereabouts_ipam::crd::IpPool;
+use hereabouts_ipam::ipam::{Reclaimed, SETTLE_TIME, pool_scope, reclaim};
+use hereabouts_ipam::store::KubeStore;
+use hereabouts_reconciler::cluster::view_of;
+use hereabouts_reconciler::decide::{Facts, Keep, PodView, Verdict, judge, podref_parts};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::KubeFlags;
+
+/// The time the guarded writes of one release may take.
+const BUDGET: Duration = Duration::from_secs(30);
+
+#[derive(clap::Args, Debug)]
+pub struct ReleaseArgs {
+    /// The address to give back (in every pool of the namespace whose range has it).
+    #[arg(long)]
+    ip: IpAddr,
+    /// Release it even though its pod looks alive, or its entry may belong to an ADD still under way.
+    #[arg(long)]
+    force: bool,
+}
+
+pub async fn run(flags: &KubeFlags, args: &ReleaseArgs) -> anyhow::Result<bool> {
+    let (client, namespace) = crate::client::connect(flags).await?;
+    let pools: Api<IpPool> = Api::namespaced(client.clone(), &namespace);
+    let all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
+    let store = KubeStore::new(client.clone(), &namespace);
+    let mut held = 0;
+    let mut refused = 0;
+    for pool in &all {
+        let Some((range, _)) = pool_scope(pool) else { continue };
+        let Some(offset) = range.offset_of(args.ip) else { continue };
+        let Some(entry) = pool.spec.allocations.get(&offset.to_string()) else { continue };
+        held += 1;
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let view = pod_view(&client, &entry.podref).await?;
+        let facts = Facts { pod: &view, gone_uid: None, now: hereabouts_ipam::clock::now(), grace: SETTLE_TIME };
+        let reason = match judge(entry, &facts) {
+            Verdict::Release(reason) => reason.as_str().to_string(),
+            Verdict::Keep(keep) if args.force => format!("forced over: {}", why_kept(keep, &view)),
+            Verdict::Keep(keep) => {
+                println!(
+                    "refused: {} in pool {name} is held by {}: {}; --force releases it anyway",
+                    args.ip,
+                    entry.podref,
+                    why_kept(keep, &view)
+                );
+                refused += 1;
+                continue;
+            }
+        };
+        match reclaim(&store, pool, offset, entry, &Budget::new(BUDGET)).await? {
+            Reclaimed::Released => println!("released {} in pool {name} from {} ({reason})", args.ip, entry.podref),
+            Reclaimed::Changed => {
+                println!("left alone: {} in pool {name} changed since it was read (released or taken again)", args.ip);
+                refused += 1;
+            }
+        }
+    }
+    if held == 0 {
+        println!("{}: no pool of namespace {namespace} holds it", args.ip);
+    }
+    Ok(refused == 0)
+}
+
+async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> {
+    let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
+    let pod =
+        Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.with_context(|| format!("get pod {podref}"))?;
+    Ok(pod.as_ref().map_or(PodView::Missing, view_of))
+}
+
+fn why_kept(keep: Keep, view: &PodView) -> String {
+    match (keep, view) {
+        (Keep::Live, PodView::Present { uid, .. }) => format!("its pod is alive (uid {uid})"),
+        (Keep::Live, PodView::Missing) => "its pod is alive".into(),
+        (Keep::Fresh, _) => format!(
+            "it was allocated less than {} s ago and its pod is not known gone: an ADD may still be under way",
+            SETTLE_TIME.as_secs()
+        ),
+        (Keep::Unjudgeable, _) => "its podref is not namespace/name, so no pod can be looked up".into(),
+    }
+}

@@ -1,0 +1,169 @@
+//! `ipam show`: per pool, its capacity and what is allocated and free; `--ip`: who holds one address.
+
+use std::net::IpAddr;
+
+use anyhow::Context as _;
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_ipam::ipam::{pool_scope, reservation_of};
+use hereabouts_reconciler::gauges::capacity;
+use kube::Api;
+use kube::api::ListParams;
+use serde::Serialize;
+
+use crate::KubeFlags;
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    /// Who holds this address, in every pool whose range has it.
+    #[arg(long)]
+    ip: Option<IpAddr>,
+    /// `table` or `json`.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    output: String,
+}
+
+/// One pool's numbers.
+#[derive(Debug, Serialize)]
+pub struct PoolRow {
+    pub pool: String,
+    pub range: String,
+    pub network: String,
+    /// The node a node-warm pool is bound to (IaaS provider mode).
+    pub node: Option<String>,
+    pub capacity: String,
+    pub allocated: usize,
+    pub free: String,
+}
+
+/// One address as a pool has it.
+#[derive(Debug, Serialize)]
+pub struct Holding {
+    pub ip: IpAddr,
+    pub pool: String,
+    /// `None`: free in this pool.
+    pub podref: Option<String>,
+    pub container_id: Option<String>,
+    pub ifname: Option<String>,
+    pub node: Option<String>,
+    /// When the ADD took it (RFC 3339), for entries hereabouts wrote.
+    pub since: Option<String>,
+    /// The OverlappingRangeIPReservation of the address, if any: `namespace/name` of its pod.
+    pub reservation: Option<String>,
+}
+
+pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
+    let (client, namespace) = crate::client::connect(flags).await?;
+    let pools: Api<IpPool> = Api::namespaced(client.clone(), &namespace);
+    let mut all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
+    all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let json = args.output == "json";
+    let Some(ip) = args.ip else {
+        let rows: Vec<PoolRow> = all.iter().map(row).collect();
+        if json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print_rows(&rows);
+        }
+        return Ok(true);
+    };
+    let reservations: Api<OverlappingRangeIpReservation> = Api::namespaced(client, &namespace);
+    let mut found = Vec::new();
+    for pool in &all {
+        let Some((range, _)) = pool_scope(pool) else { continue };
+        let Some(offset) = range.offset_of(ip) else { continue };
+        let entry = pool.spec.allocations.get(&offset.to_string());
+        let reservation = match reservation_of(pool, offset) {
+            Some(name) => reservations.get_opt(&name).await.with_context(|| format!("get reservation {name}"))?,
+            None => None,
+        };
+        found.push(Holding {
+            ip,
+            pool: pool.metadata.name.clone().unwrap_or_default(),
+            podref: entry.map(|e| e.podref.clone()),
+            container_id: entry.map(|e| e.id.clone()),
+            ifname: entry.map(|e| e.ifname.clone()).filter(|i| !i.is_empty()),
+            node: entry.and_then(|e| e.node.clone()),
+            since: entry.and_then(|e| e.allocated.clone()),
+            reservation: reservation.map(|r| r.spec.podref),
+        });
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else if found.is_empty() {
+        println!("{ip}: in no pool of namespace {namespace}");
+    } else {
+        for h in &found {
+            println!("{}", describe(h));
+        }
+    }
+    Ok(true)
+}
+
+fn row(pool: &IpPool) -> PoolRow {
+    let cap = capacity(pool);
+    let allocated = pool.spec.allocations.len();
+    let network = pool_scope(pool).map(|(_, n)| n).unwrap_or_default();
+    PoolRow {
+        pool: pool.metadata.name.clone().unwrap_or_default(),
+        range: pool.spec.range.clone(),
+        network,
+        node: pool.spec.node_name.clone(),
+        // u128 does not fit a JSON number for the largest IPv6 ranges
+        capacity: cap.to_string(),
+        allocated,
+        free: cap.saturating_sub(allocated as u128).to_string(),
+    }
+}
+
+fn print_rows(rows: &[PoolRow]) {
+    let header = ["POOL", "RANGE", "NETWORK", "NODE", "CAPACITY", "ALLOCATED", "FREE"];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.pool.clone(),
+                r.range.clone(),
+                if r.network.is_empty() { "-".into() } else { r.network.clone() },
+                r.node.clone().unwrap_or_else(|| "-".into()),
+                r.capacity.clone(),
+                r.allocated.to_string(),
+                r.free.clone(),
+            ]
+        })
+        .collect();
+    let width = |i: usize| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..header.len()).map(width).collect();
+    let line = |cols: Vec<&str>| {
+        let padded: Vec<String> = cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for c in &cells {
+        line(c.iter().map(String::as_str).collect());
+    }
+}
+
+fn describe(h: &Holding) -> String {
+    let Some(podref) = &h.podref else {
+        return format!("{} is free in pool {}", h.ip, h.pool);
+    };
+    let mut s = format!("{} is held by {podref} in pool {}", h.ip, h.pool);
+    if let Some(c) = &h.container_id {
+        s.push_str(&format!(", container {c}"));
+    }
+    if let Some(i) = &h.ifname {
+        s.push_str(&format!(", interface {i}"));
+    }
+    if let Some(n) = &h.node {
+        s.push_str(&format!(", on node {n}"));
+    }
+    if let Some(t) = &h.since {
+        s.push_str(&format!(", since {t}"));
+    }
+    match &h.reservation {
+        Some(r) if r == podref => s.push_str("; reserved cluster-wide"),
+        Some(r) => s.push_str(&format!("; its reservation names {r}")),
+        None => s.push_str("; no reservation"),
+    }
+    s
+}
