@@ -2,6 +2,7 @@
 //! ...` once it is on `PATH`). It reads and writes the same objects the CNI plugin and the reconciler do, with
 //! the same guarded writes and the same release rule.
 
+mod check;
 mod client;
 mod lint;
 mod release;
@@ -38,7 +39,7 @@ struct KubeFlags {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Address management: show, release.
+    /// Address management: show, check, release.
     Ipam {
         #[command(subcommand)]
         command: IpamCommand,
@@ -52,6 +53,9 @@ enum Command {
 enum IpamCommand {
     /// Capacity, allocated and free addresses per pool, or who holds one address.
     Show(show::ShowArgs),
+    /// Every inconsistency (stale entries, missing or orphaned reservations, addresses held twice, offsets
+    /// Whereabouts cannot read, gone nodes' slices); exit status 1 when any. --repair fixes the safe ones.
+    Check(check::CheckArgs),
     /// Gives one address back, guarded: refuses a live pod's address unless --force.
     Release(release::ReleaseArgs),
 }
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Ipam { command: IpamCommand::Show(args) } => show::run(&cli.kube, &args).await,
+            Command::Ipam { command: IpamCommand::Check(args) } => check::run(&cli.kube, &args).await,
             Command::Ipam { command: IpamCommand::Release(args) } => release::run(&cli.kube, &args).await,
             Command::Lint(args) => lint::run(&cli.kube, &args).await,
         }

@@ -109,7 +109,7 @@ fn provider_from(path: &std::path::Path) -> anyhow::Result<(ProviderClient, Dura
 const MAX_PROVIDER_CALL: Duration = Duration::from_secs(121);
 
 /// `90s`, `2m`, `500ms` or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
     let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 60s, 2m or 500ms"))?;

@@ -1,6 +1,7 @@
 //! `kubectl-hereabouts`, the compiled binary, against the test API server: `ipam show` against the objects,
 //! `ipam release` refusing a live pod's address, and `lint` over NetworkAttachmentDefinitions.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use hereabouts_ipam::crd::IpPool;
@@ -183,4 +184,94 @@ async fn lint_flags_the_nads_hereabouts_would_refuse() {
     assert!(list_line.contains("198.18.99.0/33"), "{list_line}");
     assert_eq!(lines[3], "3 config(s) of hereabouts or whereabouts, 2 refused");
     assert!(!out.stdout.contains("other"), "a host-local NAD is not hereabouts': {}", out.stdout);
+}
+
+/// `ipam check` finds each kind of inconsistency planted in the cluster (exit status 1); `--repair` fixes exactly
+/// the safe ones — the gone pod's entry, the orphaned reservation, the missing reservation — with the reconciler's
+/// rule and writes, and leaves what needs a person: the address held twice, the offset Whereabouts cannot read,
+/// the gone node's slice.
+#[tokio::test]
+async fn ipam_check_finds_each_planted_inconsistency_and_repair_fixes_exactly_the_safe_ones() {
+    use hereabouts_ipam::crd::{NodeSlicePool, OverlappingRangeIpReservation};
+    use kube::api::{DeleteParams, PostParams};
+
+    let fx = CniFixture::new("ctl-check").await;
+    let admin = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let ns = fx.ns.clone();
+    let cfg = fx.netconf("1.0.0", "chk", json!({"range": "198.18.101.0/24"}));
+    for pod in ["live", "held", "intruder"] {
+        runtime::create_pod(&fx.admin, &ns, pod, "node-a", &[]).await.unwrap();
+    }
+    for pod in ["live", "gone", "held", "ghost"] {
+        assert!(fx.add(&cfg, pod, &format!("c-{pod}")).await.success);
+    }
+    let reservations = Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &ns);
+    reservations.delete("198.18.101.3", &DeleteParams::default()).await.unwrap();
+    let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &ns);
+    let drop_ghost =
+        Patch::Json::<()>(serde_json::from_value(json!([{"op": "remove", "path": "/spec/allocations/4"}])).unwrap());
+    pools.patch("198.18.101.0-24", &PatchParams::default(), &drop_ghost).await.unwrap();
+    let pool = |name: &str, range: &str, allocations: Value| -> IpPool {
+        serde_json::from_value(json!({"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name}, "spec": {"range": range, "allocations": allocations}}))
+        .unwrap()
+    };
+    let twice =
+        pool("198.18.101.0-25", "198.18.101.0/25", json!({"1": {"id": "c-x", "podref": format!("{ns}/intruder")}}));
+    pools.create(&PostParams::default(), &twice).await.unwrap();
+    let high = json!({"9223372036854775813": {"id": "c-u", "podref": format!("{ns}/intruder")}});
+    pools.create(&PostParams::default(), &pool("2001-db8-65---64", "2001:db8:65::/64", high)).await.unwrap();
+    let slices: NodeSlicePool = serde_json::from_value(json!({"apiVersion": "whereabouts.cni.cncf.io/v1alpha1",
+        "kind": "NodeSlicePool", "metadata": {"name": "slicenet"},
+        "spec": {"range": "198.18.102.0/24", "sliceSize": "/26"},
+        "status": {"allocations": [{"nodeName": "node-gone", "sliceRange": "198.18.102.0/26"},
+                                   {"nodeName": "", "sliceRange": "198.18.102.64/26"}]}}))
+    .unwrap();
+    Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &ns).create(&PostParams::default(), &slices).await.unwrap();
+
+    let ages = ["--grace", "0s", "--orphan-age", "0s"];
+    let check = ctl(&admin, &ns, &[&["ipam", "check"][..], &ages].concat()).await;
+    eprintln!("$ kubectl hereabouts -n {ns} ipam check --grace 0s --orphan-age 0s\n{}", check.stdout);
+    assert!(!check.success, "findings make the exit status 1");
+    let expected = [
+        format!(
+            "stale entry: 198.18.101.2 in pool 198.18.101.0-24 is held by {ns}/gone, whose pod is gone (pod_deleted)"
+        ),
+        format!("missing reservation: 198.18.101.3 in pool 198.18.101.0-24 is held by live pod {ns}/held without one"),
+        format!("orphaned reservation: 198.18.101.4 ({ns}/ghost) has no entry in any pool"),
+        format!("held twice: 198.18.101.1 by {ns}/intruder and {ns}/live"),
+        "unreadable offset: pool 2001-db8-65---64 has an entry at 9223372036854775813, which Whereabouts cannot read"
+            .to_string(),
+        "gone node's slice: 198.18.102.0/26 of slicenet belongs to node node-gone, which is gone".to_string(),
+        "6 found".to_string(),
+    ];
+    let lines: BTreeSet<&str> = check.stdout.lines().collect();
+    for line in &expected {
+        assert!(lines.contains(line.as_str()), "missing {line:?} in:\n{}", check.stdout);
+    }
+    assert_eq!(lines.len(), expected.len(), "{}", check.stdout);
+    assert_eq!(fx.pool("198.18.101.0-24").await.spec.allocations.len(), 3, "check alone changes nothing");
+
+    let repair = ctl(&admin, &ns, &[&["ipam", "check", "--repair"][..], &ages].concat()).await;
+    eprintln!("$ kubectl hereabouts -n {ns} ipam check --repair --grace 0s --orphan-age 0s\n{}", repair.stdout);
+    assert!(!repair.success, "what needs a person is left: {}", repair.stdout);
+    assert!(
+        repair.stdout.contains("repaired: 1 entries released, 1 reservations released, 1 reservations restored"),
+        "{}",
+        repair.stdout
+    );
+    let left: Vec<&str> = repair.stdout.lines().filter(|l| l.starts_with("left: ")).collect();
+    assert_eq!(left.len(), 3, "{}", repair.stdout);
+    assert!(left.iter().any(|l| l.starts_with("left: held twice")), "{left:?}");
+    assert!(left.iter().any(|l| l.starts_with("left: unreadable offset")), "{left:?}");
+    assert!(left.iter().any(|l| l.starts_with("left: gone node's slice")), "{left:?}");
+    let main_pool = fx.pool("198.18.101.0-24").await;
+    let held: Vec<&String> = main_pool.spec.allocations.keys().collect();
+    assert_eq!(held, ["1", "3"], "the gone pod's entry went, the live ones stayed");
+    let names: BTreeSet<String> = fx.reservations().await.into_iter().filter_map(|r| r.metadata.name).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["198.18.101.1".to_string(), "198.18.101.3".to_string()]),
+        "restored .3, released .4"
+    );
 }

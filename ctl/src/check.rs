@@ -1,0 +1,261 @@
+//! `ipam check`: every inconsistency between the pools, the reservations, the pods and the Nodes, read-only; exit
+//! status 1 when any is found. `--repair` then runs the reconciler's own pass (the same judge, the same guarded
+//! writes) and checks again: stale entries and orphaned reservations go, missing reservations come back; what
+//! needs a person (an address held twice, an offset Whereabouts cannot read, a gone node's slice) is reported.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hereabouts_ipam::allocator::MAX_OFFSET;
+use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
+use hereabouts_ipam::ipam::{address_of, reservation_of};
+use hereabouts_ipam::store::{KubeStore, claimed_at};
+use hereabouts_reconciler::cluster::{Cluster, Notice, view_of};
+use hereabouts_reconciler::decide::{
+    EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, Verdict, entry_claim, judge, judge_reservation,
+    podref_parts,
+};
+use hereabouts_reconciler::http::Health;
+use hereabouts_reconciler::metrics::Metrics;
+use hereabouts_reconciler::release::Releaser;
+use hereabouts_reconciler::run::parse_duration;
+use hereabouts_reconciler::sweep::reconcile_once;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use serde::Serialize;
+
+use crate::KubeFlags;
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Fix what is safe to fix, as the reconciler would, then check again.
+    #[arg(long)]
+    repair: bool,
+    /// An entry whose pod is missing is left alone while younger than this (an ADD may be under way); the
+    /// reconciler's `--grace-period`.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    grace: Duration,
+    /// A reservation no entry accounts for is an orphan once its last claim is this old; the reconciler's
+    /// `--orphan-age`.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    orphan_age: Duration,
+    /// `table` or `json`.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    output: String,
+}
+
+/// One inconsistency.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Finding {
+    /// An entry whose pod is gone (deleted, finished, or replaced by a new pod of its name): `--repair` releases it.
+    StaleEntry { pool: String, ip: String, podref: String, reason: String },
+    /// A live pod's entry whose reservation is gone: `--repair` puts it back.
+    MissingReservation { pool: String, ip: String, podref: String },
+    /// A reservation no entry accounts for, older than any ADD runs: `--repair` releases it.
+    OrphanedReservation { reservation: String, podref: String },
+    /// One address held by entries (or an entry and a reservation) of two pods: needs a person.
+    HeldTwice { reservation: String, pods: Vec<String> },
+    /// An entry at an offset Whereabouts reads as negative or drops (2^63 or more): needs a person.
+    UnreadableOffset { pool: String, offset: String },
+    /// A NodeSlicePool slice owned by a Node that no longer exists: the leader reconciler frees it once empty.
+    GoneNodeSlice { node_slice_pool: String, slice: String, node: String },
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::StaleEntry { pool, ip, podref, reason } => {
+                write!(f, "stale entry: {ip} in pool {pool} is held by {podref}, whose pod is gone ({reason})")
+            }
+            Finding::MissingReservation { pool, ip, podref } => {
+                write!(f, "missing reservation: {ip} in pool {pool} is held by live pod {podref} without one")
+            }
+            Finding::OrphanedReservation { reservation, podref } => {
+                write!(f, "orphaned reservation: {reservation} ({podref}) has no entry in any pool")
+            }
+            Finding::HeldTwice { reservation, pods } => {
+                write!(f, "held twice: {reservation} by {}", pods.join(" and "))
+            }
+            Finding::UnreadableOffset { pool, offset } => {
+                write!(f, "unreadable offset: pool {pool} has an entry at {offset}, which Whereabouts cannot read")
+            }
+            Finding::GoneNodeSlice { node_slice_pool, slice, node } => {
+                write!(f, "gone node's slice: {slice} of {node_slice_pool} belongs to node {node}, which is gone")
+            }
+        }
+    }
+}
+
+pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
+    let (client, namespace) = crate::client::connect(flags).await?;
+    let found = check(&client, &namespace, args).await?;
+    if !args.repair {
+        print(&found, &args.output)?;
+        return Ok(found.is_empty());
+    }
+    let releaser = Releaser {
+        store: KubeStore::new(client.clone(), &namespace),
+        cluster: CliCluster(client.clone()),
+        health: Arc::new(Health { ready: true.into(), metrics: Metrics::new() }),
+        grace: args.grace,
+        orphan_age: args.orphan_age,
+    };
+    let summary = reconcile_once(&releaser).await.context("repair")?;
+    let left = check(&client, &namespace, args).await?;
+    if args.output == "json" {
+        let report = serde_json::json!({"found": found, "repaired": {
+            "entries_released": summary.released, "reservations_released": summary.reservations_released,
+            "reservations_restored": summary.restored}, "left": left});
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for f in &found {
+            println!("{f}");
+        }
+        println!(
+            "repaired: {} entries released, {} reservations released, {} reservations restored",
+            summary.released, summary.reservations_released, summary.restored
+        );
+        for f in &left {
+            println!("left: {f}");
+        }
+        println!("{} found, {} left", found.len(), left.len());
+    }
+    Ok(left.is_empty())
+}
+
+fn print(found: &[Finding], output: &str) -> anyhow::Result<()> {
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(found)?);
+    } else {
+        for f in found {
+            println!("{f}");
+        }
+        println!("{} found", found.len());
+    }
+    Ok(())
+}
+
+/// Every inconsistency in `namespace`, read-only.
+pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow::Result<Vec<Finding>> {
+    let lp = ListParams::default();
+    let reservations = Api::<OverlappingRangeIpReservation>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+        .context("list reservations")?
+        .items;
+    let pools = Api::<IpPool>::namespaced(client.clone(), namespace).list(&lp).await.context("list pools")?.items;
+    let listed: HashMap<&str, _> =
+        reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
+    let now = hereabouts_ipam::clock::now();
+    let mut views: HashMap<String, PodView> = HashMap::new();
+    let mut found = BTreeSet::new();
+    for pool in &pools {
+        let pool_name = pool.metadata.name.clone().unwrap_or_default();
+        for (key, entry) in &pool.spec.allocations {
+            let Ok(offset) = key.parse::<u128>() else { continue };
+            if offset > MAX_OFFSET {
+                found.insert(Finding::UnreadableOffset { pool: pool_name.clone(), offset: key.clone() });
+            }
+            let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());
+            if !views.contains_key(&entry.podref) {
+                views.insert(entry.podref.clone(), pod_view(client, &entry.podref).await?);
+            }
+            let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace };
+            match judge(entry, &facts) {
+                Verdict::Release(reason) => {
+                    let reason = reason.as_str().into();
+                    let (pool, podref) = (pool_name.clone(), entry.podref.clone());
+                    found.insert(Finding::StaleEntry { pool, ip, podref, reason });
+                }
+                Verdict::Keep(Keep::Live) => {
+                    let name = reservation_of(pool, offset);
+                    match entry_claim(entry, name.as_deref().and_then(|n| listed.get(n).copied())) {
+                        EntryClaim::Fine => {}
+                        EntryClaim::Missing => {
+                            let (pool, podref) = (pool_name.clone(), entry.podref.clone());
+                            found.insert(Finding::MissingReservation { pool, ip, podref });
+                        }
+                        EntryClaim::Conflict(other) => {
+                            let mut pods = vec![entry.podref.clone(), other];
+                            pods.sort();
+                            found.insert(Finding::HeldTwice { reservation: name.unwrap_or_default(), pods });
+                        }
+                    }
+                }
+                Verdict::Keep(_) => {}
+            }
+        }
+    }
+    let index = Index::new(&pools);
+    for (name, pods) in index.doubly_held() {
+        let pods = pods.into_iter().map(str::to_string).collect();
+        found.insert(Finding::HeldTwice { reservation: name.to_string(), pods });
+    }
+    for reservation in &reservations {
+        let name = reservation.metadata.name.clone().unwrap_or_default();
+        let known = !index.pools_for(&name).is_empty();
+        let verdict = judge_reservation(
+            &reservation.spec,
+            claimed_at(reservation),
+            index.holders(&name),
+            known,
+            now,
+            args.orphan_age,
+        );
+        if verdict == ReservationVerdict::Release {
+            found.insert(Finding::OrphanedReservation { reservation: name, podref: reservation.spec.podref.clone() });
+        }
+    }
+    found.extend(gone_node_slices(client, namespace).await?);
+    Ok(found.into_iter().collect())
+}
+
+/// Slices of NodeSlicePools whose node is not a Node any more.
+async fn gone_node_slices(client: &Client, namespace: &str) -> anyhow::Result<Vec<Finding>> {
+    let lp = ListParams::default();
+    let slices =
+        Api::<NodeSlicePool>::namespaced(client.clone(), namespace).list(&lp).await.context("list NodeSlicePools")?;
+    if slices.items.iter().all(|s| s.status.as_ref().is_none_or(|st| st.allocations.is_empty())) {
+        return Ok(Vec::new());
+    }
+    let nodes = Api::<Node>::all(client.clone()).list_metadata(&lp).await.context("list Nodes")?;
+    let live: BTreeSet<String> = nodes.items.into_iter().filter_map(|n| n.metadata.name).collect();
+    let mut found = Vec::new();
+    for pool in &slices.items {
+        for slice in pool.status.iter().flat_map(|s| &s.allocations) {
+            if !slice.node_name.is_empty() && !live.contains(&slice.node_name) {
+                found.push(Finding::GoneNodeSlice {
+                    node_slice_pool: pool.metadata.name.clone().unwrap_or_default(),
+                    slice: slice.slice_range.clone(),
+                    node: slice.node_name.clone(),
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> {
+    let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
+    let pod =
+        Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.with_context(|| format!("get pod {podref}"))?;
+    Ok(pod.as_ref().map_or(PodView::Missing, view_of))
+}
+
+/// The reconciler's view of the cluster for `--repair`: pods read from the API server; notices printed, not
+/// published as Events (an operator at a terminal is who should hear them).
+pub struct CliCluster(pub Client);
+
+impl Cluster for CliCluster {
+    async fn pod(&self, podref: &str) -> Result<PodView, String> {
+        pod_view(&self.0, podref).await.map_err(|e| format!("{e:#}"))
+    }
+
+    async fn publish(&self, podref: &str, _uid: Option<&str>, notice: Notice) {
+        eprintln!("{podref}: {}: {}", notice.reason, notice.note);
+    }
+}
