@@ -12,17 +12,16 @@ use hereabouts_ipam::allocator::MAX_OFFSET;
 use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
 use hereabouts_ipam::ipam::{address_of, reservation_of};
 use hereabouts_ipam::store::{KubeStore, claimed_at};
-use hereabouts_reconciler::cluster::{Cluster, Notice, view_of};
+use hereabouts_reconciler::cluster::{Cluster, Notice};
 use hereabouts_reconciler::decide::{
     EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, Verdict, entry_claim, judge, judge_reservation,
-    podref_parts,
 };
 use hereabouts_reconciler::http::Health;
 use hereabouts_reconciler::metrics::Metrics;
 use hereabouts_reconciler::release::Releaser;
 use hereabouts_reconciler::run::parse_duration;
 use hereabouts_reconciler::sweep::reconcile_once;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::Serialize;
@@ -162,7 +161,7 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
             }
             let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());
             if !views.contains_key(&entry.podref) {
-                views.insert(entry.podref.clone(), pod_view(client, &entry.podref).await?);
+                views.insert(entry.podref.clone(), crate::client::pod_view(client, &entry.podref).await?);
             }
             let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace };
             match judge(entry, &facts) {
@@ -239,20 +238,13 @@ async fn gone_node_slices(client: &Client, namespace: &str) -> anyhow::Result<Ve
     Ok(found)
 }
 
-async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> {
-    let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
-    let pod =
-        Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.with_context(|| format!("get pod {podref}"))?;
-    Ok(pod.as_ref().map_or(PodView::Missing, view_of))
-}
-
 /// The reconciler's view of the cluster for `--repair`: pods read from the API server; notices printed, not
 /// published as Events (an operator at a terminal is who should hear them).
 pub struct CliCluster(pub Client);
 
 impl Cluster for CliCluster {
     async fn pod(&self, podref: &str) -> Result<PodView, String> {
-        pod_view(&self.0, podref).await.map_err(|e| format!("{e:#}"))
+        crate::client::pod_view(&self.0, podref).await.map_err(|e| format!("{e:#}"))
     }
 
     async fn publish(&self, podref: &str, _uid: Option<&str>, notice: Notice) {

@@ -1,7 +1,10 @@
-//! A client under kubectl's kubeconfig rules, and the namespace of the pools.
+//! A client under kubectl's kubeconfig rules, the namespace of the pools, and pods as the rules see them.
 
 use anyhow::Context as _;
 use hereabouts_ipam::store::DEFAULT_NAMESPACE;
+use hereabouts_reconciler::cluster::view_of;
+use hereabouts_reconciler::decide::{PodView, podref_parts};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -41,4 +44,14 @@ pub async fn connect(flags: &KubeFlags) -> anyhow::Result<(Client, String)> {
 fn context_namespace(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<String> {
     let name = context.or(kubeconfig.current_context.as_deref())?;
     kubeconfig.contexts.iter().find(|c| c.name == name)?.context.as_ref()?.namespace.clone()
+}
+
+/// The pod `podref` names as the API server has it now, as the reconciler's rules see it.
+pub async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> {
+    let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
+    let pod = kube::Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("get pod {podref}"))?;
+    Ok(pod.as_ref().map_or(PodView::Missing, view_of))
 }

@@ -9,11 +9,9 @@ use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::ipam::{Reclaimed, SETTLE_TIME, pool_scope, reclaim};
 use hereabouts_ipam::store::KubeStore;
-use hereabouts_reconciler::cluster::view_of;
-use hereabouts_reconciler::decide::{Facts, Keep, PodView, Verdict, judge, podref_parts};
-use k8s_openapi::api::core::v1::Pod;
+use hereabouts_reconciler::decide::{Facts, Keep, PodView, Verdict, judge};
+use kube::Api;
 use kube::api::ListParams;
-use kube::{Api, Client};
 
 use crate::KubeFlags;
 
@@ -43,7 +41,7 @@ pub async fn run(flags: &KubeFlags, args: &ReleaseArgs) -> anyhow::Result<bool> 
         let Some(entry) = pool.spec.allocations.get(&offset.to_string()) else { continue };
         held += 1;
         let name = pool.metadata.name.as_deref().unwrap_or_default();
-        let view = pod_view(&client, &entry.podref).await?;
+        let view = crate::client::pod_view(&client, &entry.podref).await?;
         let facts = Facts { pod: &view, gone_uid: None, now: hereabouts_ipam::clock::now(), grace: SETTLE_TIME };
         let reason = match judge(entry, &facts) {
             Verdict::Release(reason) => reason.as_str().to_string(),
@@ -71,13 +69,6 @@ pub async fn run(flags: &KubeFlags, args: &ReleaseArgs) -> anyhow::Result<bool> 
         println!("{}: no pool of namespace {namespace} holds it", args.ip);
     }
     Ok(refused == 0)
-}
-
-async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> {
-    let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
-    let pod =
-        Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.with_context(|| format!("get pod {podref}"))?;
-    Ok(pod.as_ref().map_or(PodView::Missing, view_of))
 }
 
 fn why_kept(keep: Keep, view: &PodView) -> String {

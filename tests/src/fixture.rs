@@ -55,6 +55,16 @@ impl CniFixture {
         Invocation::new(command, config, &self.ns, pod, container_id)
     }
 
+    /// ADD for `pod` with container `c-<pod>` on `node` (`NODENAME`).
+    pub async fn add_on(&self, config: &Value, node: &str, pod: &str) -> Output {
+        self.invocation("ADD", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
+    }
+
+    /// DEL for `pod` with container `c-<pod>` on `node`.
+    pub async fn del_on(&self, config: &Value, node: &str, pod: &str) -> Output {
+        self.invocation("DEL", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
+    }
+
     /// ADD for `pod` with container `container_id`.
     pub async fn add(&self, config: &Value, pod: &str, container_id: &str) -> Output {
         self.invocation("ADD", config, pod, container_id).run().await

@@ -176,6 +176,11 @@ impl ReferenceProvider {
         self.state.lock().unwrap().calls.clone()
     }
 
+    /// How many `allocate-ips` requests it received.
+    pub fn allocate_calls(&self) -> usize {
+        self.state.lock().unwrap().calls.iter().filter(|c| c.path == ALLOCATE_PATH).count()
+    }
+
     /// The sub-interfaces it holds, by IPv4 address (IPv6 when there is none).
     pub fn sub_enis(&self) -> BTreeMap<String, SubEni> {
         self.state.lock().unwrap().sub_enis.clone()

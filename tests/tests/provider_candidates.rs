@@ -10,30 +10,17 @@ use hereabouts_ipam::store::{KubeStore, Patched, Store};
 use hereabouts_tests::Identity;
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;
-use hereabouts_tests::plugin::{Output, netconf};
+use hereabouts_tests::plugin::netconf;
 use hereabouts_tests::provider::{Fault, ProviderOptions, ReferenceProvider};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const ALLOCATE: &str = hereabouts_ipam::provider::ALLOCATE_PATH;
 const IGNORED_REASON: &str = hereabouts_ipam::ipam::IGNORED_CANDIDATES_REASON;
 
 fn config(fx: &CniFixture, provider: &ReferenceProvider, ranges: Value) -> Value {
     let section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo"});
     fx.netconf("1.0.0", "iaas", json!({"ipRanges": ranges, "iaas_provider": section}))
-}
-
-async fn add_on(fx: &CniFixture, config: &Value, node: &str, pod: &str) -> Output {
-    fx.invocation("ADD", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
-}
-
-async fn del_on(fx: &CniFixture, config: &Value, node: &str, pod: &str) -> Output {
-    fx.invocation("DEL", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
-}
-
-fn allocations(provider: &ReferenceProvider) -> usize {
-    provider.calls().iter().filter(|c| c.path == ALLOCATE).count()
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -61,29 +48,29 @@ async fn a_node_warm_pool_hands_out_its_warm_addresses_with_no_call_then_the_glo
     assert_eq!(warmed, vec![1, 2]);
 
     for (pod, want) in [("a", "198.18.80.1"), ("b", "198.18.80.2")] {
-        let out = add_on(&fx, &cfg, "node-a", pod).await;
+        let out = fx.add_on(&cfg, "node-a", pod).await;
         assert_eq!(out.ips(), vec![ip(want)], "a warm address: {}", out.stdout);
     }
-    assert_eq!(allocations(&provider), 0, "warm addresses need no provider call");
+    assert_eq!(provider.allocate_calls(), 0, "warm addresses need no provider call");
     // CHECK finds the address in one of the candidates, and not for a container that has none
     let check = fx.invocation("CHECK", &cfg, "a", "c-a").with_env("NODENAME", "node-a").run().await;
     assert!(check.success, "CHECK: {}", check.stdout);
     let check = fx.invocation("CHECK", &cfg, "a", "c-other").with_env("NODENAME", "node-a").run().await;
     assert_eq!(check.error_code(), 102, "{}", check.stdout);
-    let fallback = add_on(&fx, &cfg, "node-a", "c").await;
+    let fallback = fx.add_on(&cfg, "node-a", "c").await;
     assert_eq!(fallback.ips(), vec![ip("198.18.81.1")], "no warm address left: the global pool: {}", fallback.stdout);
-    assert_eq!(allocations(&provider), 1);
-    let elsewhere = add_on(&fx, &cfg, "node-b", "d").await;
+    assert_eq!(provider.allocate_calls(), 1);
+    let elsewhere = fx.add_on(&cfg, "node-b", "d").await;
     assert_eq!(elsewhere.ips(), vec![ip("198.18.81.2")], "node-a's warm pool is not node-b's: {}", elsewhere.stdout);
-    assert_eq!(allocations(&provider), 2);
+    assert_eq!(provider.allocate_calls(), 2);
 
-    assert!(del_on(&fx, &cfg, "node-a", "a").await.success);
-    let again = add_on(&fx, &cfg, "node-a", "e").await;
+    assert!(fx.del_on(&cfg, "node-a", "a").await.success);
+    let again = fx.add_on(&cfg, "node-a", "e").await;
     assert_eq!(again.ips(), vec![ip("198.18.80.1")], "warm again after its pod's DEL");
-    assert_eq!(allocations(&provider), 2);
+    assert_eq!(provider.allocate_calls(), 2);
 
     // an address asked for comes from its own candidate, though a warm one is free
-    assert!(del_on(&fx, &cfg, "node-a", "b").await.success);
+    assert!(fx.del_on(&cfg, "node-a", "b").await.success);
     let mut asked = fx.invocation("ADD", &cfg, "f", "c-f").with_env("NODENAME", "node-a");
     asked.args.push_str(";IP=198.18.81.9");
     let asked = asked.run().await;
@@ -104,7 +91,7 @@ async fn a_pool_is_never_switched_between_placement_modes() {
     let warm = IpRange::parse("198.18.82.0/28", None, None, &[]).unwrap();
     provider.prewarm(&pools(&fx), "198.18.82.0-28", &warm, "node-a", 2).await.unwrap();
     let global = config(&fx, &provider, json!([{"range": "198.18.83.0/24"}]));
-    assert!(add_on(&fx, &global, "node-a", "a").await.success);
+    assert!(fx.add_on(&global, "node-a", "a").await.success);
     let before = (fx.pool("198.18.82.0-28").await, fx.pool("198.18.83.0-24").await, fx.reservations().await.len());
 
     for (ranges, node, says) in [
@@ -125,7 +112,7 @@ async fn a_pool_is_never_switched_between_placement_modes() {
         ),
     ] {
         let cfg = config(&fx, &provider, ranges.clone());
-        let out = add_on(&fx, &cfg, node, "b").await;
+        let out = fx.add_on(&cfg, node, "b").await;
         assert_eq!(out.error_code(), 7, "{ranges}: {}", out.stdout);
         assert!(out.stdout.contains(says), "{ranges}: {}", out.stdout);
     }
@@ -135,10 +122,10 @@ async fn a_pool_is_never_switched_between_placement_modes() {
     assert_eq!(after.2, before.2, "no reservation made");
     // a node-warm pool of another node is no candidate here at all
     let elsewhere = config(&fx, &provider, json!([{"range": "198.18.82.0/28", "node_name": "node-a"}]));
-    let out = add_on(&fx, &elsewhere, "node-b", "c").await;
+    let out = fx.add_on(&elsewhere, "node-b", "c").await;
     assert_eq!(out.error_code(), 100, "{}", out.stdout);
     assert!(out.stdout.contains("no candidate range applies to this node"), "{}", out.stdout);
-    assert_eq!(allocations(&provider), 1, "only the first ADD called the provider");
+    assert_eq!(provider.allocate_calls(), 1, "only the first ADD called the provider");
 }
 
 /// Candidates of mixed classes: the ordinary range is left out (a warning and a Warning Event on the pod), the
@@ -154,7 +141,7 @@ async fn mixed_candidate_classes_keep_the_provider_ranges_with_a_warning_event_a
         json!([{"range": "198.18.84.0/24", "iaas_provider": false}, {"range": "198.18.85.0/30"}]),
     );
 
-    let first = add_on(&fx, &cfg, "node-a", "p1").await;
+    let first = fx.add_on(&cfg, "node-a", "p1").await;
     assert_eq!(first.ips(), vec![ip("198.18.85.1")], "{}", first.stdout);
     let events = Api::<Event>::namespaced(fx.admin.clone(), &fx.ns);
     let on_p1 = events.list(&ListParams::default().fields("involvedObject.name=p1")).await.unwrap().items;
@@ -169,14 +156,14 @@ async fn mixed_candidate_classes_keep_the_provider_ranges_with_a_warning_event_a
         "{message}"
     );
 
-    assert_eq!(add_on(&fx, &cfg, "node-a", "p2").await.ips(), vec![ip("198.18.85.2")]);
-    let full = add_on(&fx, &cfg, "node-a", "p3").await;
+    assert_eq!(fx.add_on(&cfg, "node-a", "p2").await.ips(), vec![ip("198.18.85.2")]);
+    let full = fx.add_on(&cfg, "node-a", "p3").await;
     assert_eq!(full.error_code(), 100, "the provider range is full and there is no fallback: {}", full.stdout);
     assert!(full.stdout.contains("no IPv4 address for node node-a"), "{}", full.stdout);
 
-    assert!(del_on(&fx, &cfg, "node-a", "p2").await.success);
+    assert!(fx.del_on(&cfg, "node-a", "p2").await.success);
     provider.inject(Fault::Status(500));
-    let failed = add_on(&fx, &cfg, "node-b", "p4").await;
+    let failed = fx.add_on(&cfg, "node-b", "p4").await;
     assert_eq!(failed.error_code(), 11, "the provider's failure, not an ordinary address: {}", failed.stdout);
     let pool = fx.pool("198.18.85.0-30").await;
     assert_eq!(pool.spec.allocations.keys().collect::<Vec<_>>(), ["1"], "p2 released, p4 rolled back");
@@ -197,24 +184,24 @@ async fn idle_sub_interfaces_above_the_watermark_are_marked_never_allocated_and_
     let cfg = config(&fx, &provider, json!([{"range": "198.18.86.0/29"}]));
     let pool = "198.18.86.0-29";
     for pod in ["a", "b", "c", "d", "e", "f"] {
-        assert!(add_on(&fx, &cfg, "node-a", pod).await.success);
+        assert!(fx.add_on(&cfg, "node-a", pod).await.success);
     }
     for pod in ["b", "c", "d", "e", "f"] {
-        assert!(del_on(&fx, &cfg, "node-a", pod).await.success);
+        assert!(fx.del_on(&cfg, "node-a", pod).await.success);
     }
-    assert_eq!(allocations(&provider), 6);
+    assert_eq!(provider.allocate_calls(), 6);
     let before_mark = fx.pool(pool).await;
 
     // six sub-interfaces, a watermark of half: three idle ones go, lowest first
     let marked = provider.mark_idle_above_watermark(&pools(&fx), pool, 6, 0.5, usize::MAX).await.unwrap();
     assert_eq!(marked, vec![2, 3, 4]);
     for (pod, want) in [("g", "198.18.86.5"), ("h", "198.18.86.6")] {
-        let out = add_on(&fx, &cfg, "node-a", pod).await;
+        let out = fx.add_on(&cfg, "node-a", pod).await;
         assert_eq!(out.ips(), vec![ip(want)], "node-a's cache, never an unbinding one: {}", out.stdout);
     }
-    let left = add_on(&fx, &cfg, "node-a", "i").await;
+    let left = fx.add_on(&cfg, "node-a", "i").await;
     assert_eq!(left.error_code(), 100, "only unbinding sub-interfaces are free: {}", left.stdout);
-    assert_eq!(allocations(&provider), 6, "no call for any of it");
+    assert_eq!(provider.allocate_calls(), 6, "no call for any of it");
 
     // an ADD that read the pool before the mark cannot claim .2 after it
     let store = KubeStore::new(fx.admin.clone(), &fx.ns);
@@ -234,9 +221,9 @@ async fn idle_sub_interfaces_above_the_watermark_are_marked_never_allocated_and_
     assert!(!provider.sub_enis().contains_key("198.18.86.2"), "unbound in the cloud");
     assert!(provider.sub_enis().contains_key("198.18.86.3"));
 
-    let fresh = add_on(&fx, &cfg, "node-b", "j").await;
+    let fresh = fx.add_on(&cfg, "node-b", "j").await;
     assert_eq!(fresh.ips(), vec![ip("198.18.86.2")], "unbound: fresh again, placed by a call: {}", fresh.stdout);
-    assert_eq!(allocations(&provider), 7);
+    assert_eq!(provider.allocate_calls(), 7);
 }
 
 /// Tries to break the mode under concurrency and faults: sixteen ADDs at once over two nodes (node-a has a warm
@@ -260,10 +247,10 @@ async fn concurrent_adds_with_lost_answers_and_a_reclaiming_provider_never_share
     // idle sub-interfaces cached on both nodes: twelve ADDs and their DELs (node-a's first four are warm)
     for i in 0..12 {
         let node = ["node-a", "node-b"][i % 2];
-        assert!(add_on(&fx, &direct, node, &format!("w{i}")).await.success);
+        assert!(fx.add_on(&direct, node, &format!("w{i}")).await.success);
     }
     for i in 0..12 {
-        assert!(del_on(&fx, &direct, ["node-a", "node-b"][i % 2], &format!("w{i}")).await.success);
+        assert!(fx.del_on(&direct, ["node-a", "node-b"][i % 2], &format!("w{i}")).await.success);
     }
     proxy.add_rule(Rule {
         verb: Verb::Patch,
@@ -292,7 +279,7 @@ async fn concurrent_adds_with_lost_answers_and_a_reclaiming_provider_never_share
             let (fx, faulty) = (&fx, &faulty);
             async move {
                 tokio::time::sleep(std::time::Duration::from_millis(25 * i as u64)).await;
-                (i, add_on(fx, faulty, ["node-a", "node-b"][i % 2], &format!("p{i}")).await)
+                (i, fx.add_on(faulty, ["node-a", "node-b"][i % 2], &format!("p{i}")).await)
             }
         });
         let outs = futures::future::join_all(runs).await;
@@ -350,9 +337,9 @@ async fn a_claim_read_before_the_provider_unbound_its_sub_interface_is_refused_a
     let kubeconfig = proxy.kubeconfig(fx.cluster, Identity::Cni, &fx.ns);
     let held = netconf("1.0.0", "iaas", &kubeconfig, json!({"ipRanges": ranges, "iaas_provider": section}));
     let pool = "198.18.89.0-29";
-    assert!(add_on(&fx, &direct, "node-a", "a").await.success);
-    assert!(del_on(&fx, &direct, "node-a", "a").await.success);
-    assert_eq!(allocations(&provider), 1);
+    assert!(fx.add_on(&direct, "node-a", "a").await.success);
+    assert!(fx.del_on(&direct, "node-a", "a").await.success);
+    assert_eq!(provider.allocate_calls(), 1);
 
     proxy.add_rule(Rule::nth(Verb::Patch, "ippools", 1, Action::Hold));
     let running = fx.invocation("ADD", &held, "b", "c-b").with_env("NODENAME", "node-a").start().await;
@@ -367,7 +354,7 @@ async fn a_claim_read_before_the_provider_unbound_its_sub_interface_is_refused_a
     let record = fx.pool(pool).await.spec.sub_interfaces.get("1").cloned();
     assert_eq!(record.as_ref().map(|r| r.node.as_str()), Some("node-a"), "a sub-interface recorded for the pod");
     assert!(provider.sub_enis().contains_key("198.18.89.1"), "and the cloud has it again");
-    assert_eq!(allocations(&provider), 2, "placed by a provider call after the refused claim");
+    assert_eq!(provider.allocate_calls(), 2, "placed by a provider call after the refused claim");
 }
 
 /// An ADD killed while the provider places its global-pool address leaves its claim there; by the runtime's
@@ -416,7 +403,7 @@ async fn paired_dual_stack_sub_interfaces_keep_their_ipv6_address_and_come_in_pa
         &provider,
         json!([{"range": "198.18.94.0/24"}, {"range": "198.18.93.0/24", "paired_range": "2001:db8:93::/125"}]),
     );
-    let first = add_on(&fx, &cfg, "node-a", "a").await;
+    let first = fx.add_on(&cfg, "node-a", "a").await;
     assert_eq!(first.ips(), vec![ip("198.18.93.1"), ip("2001:db8:93::1")], "{}", first.stdout);
     let call = &provider.calls()[0].body["subEniRequests"];
     assert_eq!(call.as_array().map(Vec::len), Some(1), "one sub-interface for both: {call}");
@@ -432,28 +419,28 @@ async fn paired_dual_stack_sub_interfaces_keep_their_ipv6_address_and_come_in_pa
     let record = &fx.pool("198.18.93.0-24").await.spec.sub_interfaces["1"];
     assert_eq!(record.paired_address.as_deref(), Some("2001:db8:93::1"));
 
-    assert_eq!(add_on(&fx, &cfg, "node-a", "b").await.ips(), vec![ip("198.18.93.2"), ip("2001:db8:93::2")]);
-    assert!(del_on(&fx, &cfg, "node-a", "a").await.success);
+    assert_eq!(fx.add_on(&cfg, "node-a", "b").await.ips(), vec![ip("198.18.93.2"), ip("2001:db8:93::2")]);
+    assert!(fx.del_on(&cfg, "node-a", "a").await.success);
     assert!(fx.pool("2001-db8-93---125").await.spec.allocations.len() == 1, "DEL gave back the IPv6 half too");
-    let other = add_on(&fx, &cfg, "node-b", "c").await;
+    let other = fx.add_on(&cfg, "node-b", "c").await;
     assert_eq!(
         other.ips(),
         vec![ip("198.18.93.3"), ip("2001:db8:93::3")],
         "a fresh pair: ::1 is still node-a's idle sub-interface's: {}",
         other.stdout
     );
-    assert_eq!(allocations(&provider), 3);
-    let cached = add_on(&fx, &cfg, "node-a", "d").await;
+    assert_eq!(provider.allocate_calls(), 3);
+    let cached = fx.add_on(&cfg, "node-a", "d").await;
     assert_eq!(cached.ips(), vec![ip("198.18.93.1"), ip("2001:db8:93::1")], "sticky IPv6: {}", cached.stdout);
-    assert_eq!(allocations(&provider), 3, "from the cache, no call");
+    assert_eq!(provider.allocate_calls(), 3, "from the cache, no call");
     let check = fx.invocation("CHECK", &cfg, "d", "c-d").with_env("NODENAME", "node-a").run().await;
     assert!(check.success, "CHECK of both halves of the pair: {}", check.stdout);
 
     // the /125 has 6 usable IPv6 addresses: .1-.3 pair ::1-::3; three more pairs, then the IPv6 half runs out
     for pod in ["e", "f", "g"] {
-        assert_eq!(add_on(&fx, &cfg, "node-b", pod).await.ips().len(), 2);
+        assert_eq!(fx.add_on(&cfg, "node-b", pod).await.ips().len(), 2);
     }
-    let none = add_on(&fx, &cfg, "node-b", "h").await;
+    let none = fx.add_on(&cfg, "node-b", "h").await;
     assert_eq!(none.error_code(), 100, "no IPv6 half, no pair: {}", none.stdout);
     let v4 = fx.pool("198.18.93.0-24").await;
     assert_eq!(v4.spec.allocations.len(), 6, "the IPv4 half of the failed pair was rolled back");
@@ -469,18 +456,18 @@ async fn an_empty_mac_or_vlan_in_the_providers_answer_keeps_what_the_record_had(
     // a /30: .1 and .2 usable
     let cfg = config(&fx, &provider, json!([{"range": "198.18.95.0/30"}]));
     for pod in ["a", "b"] {
-        assert!(add_on(&fx, &cfg, "node-a", pod).await.success);
+        assert!(fx.add_on(&cfg, "node-a", pod).await.success);
     }
     for pod in ["a", "b"] {
-        assert!(del_on(&fx, &cfg, "node-a", pod).await.success);
+        assert!(fx.del_on(&cfg, "node-a", pod).await.success);
     }
     let before = fx.pool("198.18.95.0-30").await.spec.sub_interfaces["1"].clone();
     provider.inject(Fault::Blank);
-    let moved = add_on(&fx, &cfg, "node-b", "c").await;
+    let moved = fx.add_on(&cfg, "node-b", "c").await;
     assert_eq!(moved.ips(), vec![ip("198.18.95.1")], "{}", moved.stdout);
     let after = fx.pool("198.18.95.0-30").await.spec.sub_interfaces["1"].clone();
     assert_eq!((after.node.as_str(), &after.mac, after.vlan), ("node-b", &before.mac, before.vlan));
-    let filled = add_on(&fx, &cfg, "node-b", "d").await;
+    let filled = fx.add_on(&cfg, "node-b", "d").await;
     assert_eq!(filled.ips(), vec![ip("198.18.95.2")]);
     let record = fx.pool("198.18.95.0-30").await.spec.sub_interfaces["2"].clone();
     assert_eq!(

@@ -5,30 +5,16 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use hereabouts_tests::fixture::CniFixture;
-use hereabouts_tests::plugin::Output;
 use hereabouts_tests::provider::{Fault, ProviderOptions, ReferenceProvider};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const ALLOCATE: &str = hereabouts_ipam::provider::ALLOCATE_PATH;
 const RELEASE: &str = hereabouts_ipam::provider::RELEASE_PATH;
 
 fn config(fx: &CniFixture, provider: &ReferenceProvider, range: &str, extra: Value) -> Value {
     let mut section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo"});
     section.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     fx.netconf("1.0.0", "iaas", json!({"range": range, "iaas_provider": section}))
-}
-
-async fn add_on(fx: &CniFixture, config: &Value, node: &str, pod: &str) -> Output {
-    fx.invocation("ADD", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
-}
-
-async fn del_on(fx: &CniFixture, config: &Value, node: &str, pod: &str) -> Output {
-    fx.invocation("DEL", config, pod, &format!("c-{pod}")).with_env("NODENAME", node).run().await
-}
-
-fn allocations(provider: &ReferenceProvider) -> usize {
-    provider.calls().iter().filter(|c| c.path == ALLOCATE).count()
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -45,10 +31,10 @@ async fn a_global_pool_calls_the_provider_once_per_sub_interface_and_reuses_its_
     let cfg = config(&fx, &provider, "198.18.40.0/24", json!({}));
 
     let t0 = Instant::now();
-    let first = add_on(&fx, &cfg, "node-a", "a").await;
+    let first = fx.add_on(&cfg, "node-a", "a").await;
     let with_call = t0.elapsed();
     assert_eq!(first.ips(), vec![ip("198.18.40.1")], "{}", first.stderr);
-    assert_eq!(allocations(&provider), 1);
+    assert_eq!(provider.allocate_calls(), 1);
     let call = &provider.calls()[0];
     assert_eq!(call.body["nodeName"], "node-a");
     assert_eq!(call.body["subEniRequests"][0]["ipv4Address"], "198.18.40.1");
@@ -60,7 +46,7 @@ async fn a_global_pool_calls_the_provider_once_per_sub_interface_and_reuses_its_
     assert_eq!(record.mac, provider.sub_enis()["198.18.40.1"].mac);
     assert_eq!(record.vlan, provider.sub_enis()["198.18.40.1"].vlan);
 
-    let del = del_on(&fx, &cfg, "node-a", "a").await;
+    let del = fx.del_on(&cfg, "node-a", "a").await;
     assert!(del.success, "{}", del.stdout);
     let pool = fx.pool("198.18.40.0-24").await;
     assert!(pool.spec.allocations.is_empty(), "DEL released the address");
@@ -68,15 +54,15 @@ async fn a_global_pool_calls_the_provider_once_per_sub_interface_and_reuses_its_
     assert_eq!(provider.calls().len(), 1, "DEL made no provider call");
 
     let t0 = Instant::now();
-    let cached = add_on(&fx, &cfg, "node-a", "b").await;
+    let cached = fx.add_on(&cfg, "node-a", "b").await;
     let without_call = t0.elapsed();
     assert_eq!(cached.ips(), vec![ip("198.18.40.1")], "the cached sub-interface of node-a");
-    assert_eq!(allocations(&provider), 1, "no provider call for a cached sub-interface");
+    assert_eq!(provider.allocate_calls(), 1, "no provider call for a cached sub-interface");
 
-    assert!(del_on(&fx, &cfg, "node-a", "b").await.success);
-    let other = add_on(&fx, &cfg, "node-b", "c").await;
+    assert!(fx.del_on(&cfg, "node-a", "b").await.success);
+    let other = fx.add_on(&cfg, "node-b", "c").await;
     assert_eq!(other.ips(), vec![ip("198.18.40.2")], "a fresh address, not node-a's idle sub-interface");
-    assert_eq!(allocations(&provider), 2);
+    assert_eq!(provider.allocate_calls(), 2);
     assert_eq!(fx.pool("198.18.40.0-24").await.spec.sub_interfaces["1"].node, "node-a", "node-a keeps its cache");
     eprintln!(
         "ADD with a provider call {} ms, from the cache {} ms (one run each; the reference provider's cloud delay is 20 ms)",
@@ -94,26 +80,26 @@ async fn another_nodes_idle_sub_interface_is_taken_last_and_an_unbinding_one_nev
     // a /29: .1 to .6 usable
     let cfg = config(&fx, &provider, "198.18.41.0/29", json!({}));
     for pod in ["a", "b", "c", "d", "e", "f"] {
-        assert!(add_on(&fx, &cfg, "node-a", pod).await.success);
+        assert!(fx.add_on(&cfg, "node-a", pod).await.success);
     }
     for pod in ["a", "b", "c", "d", "e", "f"] {
-        assert!(del_on(&fx, &cfg, "node-a", pod).await.success);
+        assert!(fx.del_on(&cfg, "node-a", pod).await.success);
     }
-    assert_eq!(allocations(&provider), 6);
+    assert_eq!(provider.allocate_calls(), 6);
     // the provider unbinds .1's idle sub-interface (metadata write-back)
     let pools = Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns);
     let unbind = json!({"spec": {"subInterfaces": {"1": {"node": "node-a", "vlan": -1}}}});
     pools.patch("198.18.41.0-29", &PatchParams::default(), &Patch::Merge(&unbind)).await.unwrap();
 
-    let stolen = add_on(&fx, &cfg, "node-b", "g").await;
+    let stolen = fx.add_on(&cfg, "node-b", "g").await;
     assert_eq!(stolen.ips(), vec![ip("198.18.41.2")], "node-a's lowest idle sub-interface that is not unbinding");
-    assert_eq!(allocations(&provider), 7, "moved by the provider");
+    assert_eq!(provider.allocate_calls(), 7, "moved by the provider");
     let pool = fx.pool("198.18.41.0-29").await;
     assert_eq!(pool.spec.sub_interfaces["2"].node, "node-b", "now cached on node-b");
     for pod in ["h", "i", "j", "k"] {
-        assert!(add_on(&fx, &cfg, "node-a", pod).await.success, "node-a's own cache");
+        assert!(fx.add_on(&cfg, "node-a", pod).await.success, "node-a's own cache");
     }
-    let last = add_on(&fx, &cfg, "node-a", "l").await;
+    let last = fx.add_on(&cfg, "node-a", "l").await;
     assert_eq!(last.error_code(), 100, "only the unbinding .1 is left, and it is never handed out: {}", last.stdout);
     assert!(!fx.pool("198.18.41.0-29").await.spec.allocations.contains_key("1"));
 }
@@ -131,7 +117,7 @@ async fn a_failed_or_timed_out_provider_call_leaves_nothing_claimed() {
         (Fault::Hang, 11, "provider-interaction timeout: POST"),
     ] {
         provider.inject(fault);
-        let out = add_on(&fx, &cfg, "node-a", "a").await;
+        let out = fx.add_on(&cfg, "node-a", "a").await;
         assert_eq!(out.error_code(), code, "{}", out.stdout);
         assert!(out.stdout.contains(says), "{says}: {}", out.stdout);
         let pool = fx.pool("198.18.42.0-24").await;
@@ -139,7 +125,7 @@ async fn a_failed_or_timed_out_provider_call_leaves_nothing_claimed() {
         assert!(pool.spec.sub_interfaces.is_empty());
         assert!(fx.reservations().await.is_empty(), "the reservation too");
     }
-    let ok = add_on(&fx, &cfg, "node-a", "a").await;
+    let ok = fx.add_on(&cfg, "node-a", "a").await;
     assert_eq!(ok.ips(), vec![ip("198.18.42.1")], "{}", ok.stdout);
 }
 
@@ -151,7 +137,7 @@ async fn an_untrusted_provider_and_a_bad_timeout_are_refused_clearly() {
     let provider = ReferenceProvider::start(ProviderOptions::default()).await;
     let stranger = ReferenceProvider::start(ProviderOptions::default()).await;
     let cfg = config(&fx, &provider, "198.18.43.0/24", json!({"ca_file": stranger.ca_file()}));
-    let out = add_on(&fx, &cfg, "node-a", "a").await;
+    let out = fx.add_on(&cfg, "node-a", "a").await;
     assert_eq!(out.error_code(), 105, "{}", out.stdout);
     assert!(out.stdout.contains("invalid peer certificate"), "{}", out.stdout);
     assert!(fx.pool("198.18.43.0-24").await.spec.allocations.is_empty());
@@ -159,7 +145,7 @@ async fn an_untrusted_provider_and_a_bad_timeout_are_refused_clearly() {
 
     for bad in ["2m", "0s", "fast", "-1s", "100s"] {
         let cfg = config(&fx, &provider, "198.18.44.0/24", json!({"http_request_timeout": bad}));
-        let out = add_on(&fx, &cfg, "node-a", "a").await;
+        let out = fx.add_on(&cfg, "node-a", "a").await;
         assert_eq!(out.error_code(), 7, "{bad}: {}", out.stdout);
         assert!(out.stdout.contains("ipam.iaas_provider.http_request_timeout"), "{bad}: {}", out.stdout);
         assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.44.0/24"), "{bad}: nothing written");
@@ -175,7 +161,7 @@ async fn concurrent_adds_get_distinct_addresses_and_one_call_each() {
     let cfg = config(&fx, &provider, "198.18.45.0/24", json!({}));
     let runs = (0..16).map(|i| {
         let (fx, cfg) = (&fx, &cfg);
-        async move { (i, add_on(fx, cfg, ["node-a", "node-b"][i % 2], &format!("p{i}")).await) }
+        async move { (i, fx.add_on(cfg, ["node-a", "node-b"][i % 2], &format!("p{i}")).await) }
     });
     let outs = futures::future::join_all(runs).await;
     let mut seen = std::collections::BTreeSet::new();
@@ -183,7 +169,7 @@ async fn concurrent_adds_get_distinct_addresses_and_one_call_each() {
         assert!(out.success, "p{i}: {}", out.stdout);
         assert!(seen.insert(out.ips()[0]), "p{i} got a taken address {:?}", out.ips());
     }
-    assert_eq!(allocations(&provider), 16);
+    assert_eq!(provider.allocate_calls(), 16);
     let pool = fx.pool("198.18.45.0-24").await;
     assert_eq!(pool.spec.allocations.len(), 16);
     for (offset, entry) in &pool.spec.allocations {
@@ -231,10 +217,10 @@ async fn the_leader_releases_the_sub_interfaces_of_gone_nodes_through_the_provid
     let node: Node = serde_json::from_value(json!({"metadata": {"name": live}})).unwrap();
     nodes.create(&PostParams::default(), &node).await.unwrap();
 
-    assert_eq!(add_on(&fx, &cfg, &gone, "a").await.ips(), vec![ip("198.18.47.1")]);
-    assert_eq!(add_on(&fx, &cfg, &live, "b").await.ips(), vec![ip("198.18.47.2")]);
-    assert!(del_on(&fx, &cfg, &gone, "a").await.success);
-    assert!(del_on(&fx, &cfg, &live, "b").await.success);
+    assert_eq!(fx.add_on(&cfg, &gone, "a").await.ips(), vec![ip("198.18.47.1")]);
+    assert_eq!(fx.add_on(&cfg, &live, "b").await.ips(), vec![ip("198.18.47.2")]);
+    assert!(fx.del_on(&cfg, &gone, "a").await.success);
+    assert!(fx.del_on(&cfg, &live, "b").await.success);
     let pools = Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns);
     let written_back =
         json!({"spec": {"subInterfaces": {"10": {"node": gone, "mac": "02:00:00:00:0a:0a", "vlan": 7}}}});
@@ -294,8 +280,8 @@ async fn the_leader_releases_the_sub_interfaces_of_gone_nodes_through_the_provid
     assert!(reconciler.logs().contains("provider released the sub-interface of a gone node"));
 
     // the released address is fresh again: an ADD on a new node places it with a provider call
-    let calls = allocations(&provider);
-    assert_eq!(add_on(&fx, &cfg, &format!("{}-new", fx.ns), "c").await.ips(), vec![ip("198.18.47.1")]);
-    assert_eq!(allocations(&provider), calls + 1);
+    let calls = provider.allocate_calls();
+    assert_eq!(fx.add_on(&cfg, &format!("{}-new", fx.ns), "c").await.ips(), vec![ip("198.18.47.1")]);
+    assert_eq!(provider.allocate_calls(), calls + 1);
     nodes.delete(&live, &DeleteParams::default()).await.unwrap();
 }
