@@ -12,7 +12,7 @@ use crate::crd::{IpPool, SubInterfaceRecord};
 use crate::provider::placement::{self, Mode, Pick, SubInterface};
 use crate::provider::{AllocateRequest, ProviderClient, ProviderError, SubEniRequest};
 use crate::range::IpRange;
-use crate::store::{Patched, Store};
+use crate::store::{Failure, Patched, Store, StoreError};
 
 /// A provider-backed ADD's client and identity.
 pub(super) struct Placer<'a> {
@@ -135,11 +135,18 @@ impl<'a> Placer<'a> {
             parent_nic_mac,
             paired_address: paired.map(|(v6, _)| v6.to_string()),
         };
-        // The sub-interface exists now; a record that cannot be written only costs a provider call next time.
-        match store.set_sub_interface(pool_name, offset, &record).await {
+        // The sub-interface exists now, and only the record says where: without it the address looks fresh (the
+        // next ADD elsewhere asks the provider to create it again) and the leader cannot release it when the node
+        // goes. So the write (a merge patch, the same whatever the retries) is retried within the budget — a 403
+        // too: this ADD's claim, a patch of the same pool, was just allowed, so a refusal now is an authorizer
+        // that is not ready (a restarted API server answers 403 until its RBAC caches fill). Only a record that
+        // still cannot be written is given up, with the ADD kept, since the pod holds the address.
+        let again = |e: &StoreError| e.is_transient() || e.failure == Failure::Refused(403);
+        let written = budget.retry(again, || store.set_sub_interface(pool_name, offset, &record)).await;
+        match written {
             Ok(Patched::Applied) => {}
             Ok(other) => tracing::warn!(pool = %pool_name, offset, ?other, "sub-interface not recorded"),
-            Err(e) => tracing::warn!(pool = %pool_name, offset, error = %e, "sub-interface not recorded"),
+            Err(e) => tracing::warn!(pool = %pool_name, offset, error = ?e, "sub-interface not recorded"),
         }
         tracing::info!(pool = %pool_name, %ip, mac = %record.mac, vlan = record.vlan, "provider placed the sub-interface");
         Ok(Placed::Called)
