@@ -15,5 +15,6 @@ pub mod ipam;
 pub mod names;
 pub mod provider;
 pub mod range;
+pub mod selector;
 pub mod slices;
 pub mod store;

@@ -50,6 +50,8 @@ pub const CNI_NAME: &str = "hereabouts-cni";
 
 /// The CNI plugin's one cluster-wide grant (ClusterRole and ClusterRoleBinding): creating Events on pods.
 pub const CNI_EVENTS_NAME: &str = "hereabouts-cni-events";
+/// The CNI plugin's ClusterRole (and binding) for ranges chosen per pod or node: get pods, namespaces, nodes.
+pub const CNI_RANGES_NAME: &str = "hereabouts-cni-ranges";
 
 /// The reconcilers' leader-election Lease, created by the manifest.
 pub const LEASE_NAME: &str = "hereabouts-reconciler";
@@ -505,7 +507,7 @@ pub fn claims(token: &str) -> Value {
 }
 
 /// Creates `object`, or replaces it at the version read when it exists and differs.
-async fn create_or_replace<K>(api: &Api<K>, mut object: K) -> anyhow::Result<()>
+pub(crate) async fn create_or_replace<K>(api: &Api<K>, mut object: K) -> anyhow::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {

@@ -18,6 +18,30 @@ pub fn cni_event_rules() -> Vec<PolicyRule> {
     deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRole>(deploy::CNI_EVENTS_NAME).rules.unwrap_or_default()
 }
 
+/// The CNI plugin's read rights for ranges chosen per pod or node, ClusterRole `hereabouts-cni-ranges` as written.
+pub fn cni_ranges_rules() -> Vec<PolicyRule> {
+    deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRole>(deploy::CNI_RANGES_NAME).rules.unwrap_or_default()
+}
+
+/// Applies the manifest's ClusterRole and ClusterRoleBinding `hereabouts-cni-ranges` as written (cluster-wide, to
+/// the CNI's ServiceAccount, which [`Identity::Cni`] authenticates as), and waits until the authorizer grants them.
+pub async fn grant_cni_ranges(admin: &Client) {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let role = deploy::typed::<ClusterRole>(deploy::CNI_RANGES_NAME);
+    let binding = deploy::typed::<ClusterRoleBinding>(deploy::CNI_RANGES_NAME);
+    deploy::create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
+    deploy::create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), binding)
+        .await
+        .expect("apply the ClusterRoleBinding");
+    let nodes = Api::<Node>::all(crate::TestCluster::get().client(Identity::Cni).await);
+    crate::wait::until(std::time::Duration::from_secs(10), "the CNI's ranges ClusterRole to apply", || async {
+        nodes.get_metadata_opt("no-such-node").await.ok()
+    })
+    .await
+    .unwrap();
+}
+
 /// Binds `rules` to the restricted identity in `namespace` as Role and RoleBinding `name`.
 pub async fn grant(admin: Client, namespace: &str, name: &str, rules: Vec<PolicyRule>) {
     grant_to(admin, namespace, name, Identity::Restricted, rules).await;

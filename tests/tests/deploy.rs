@@ -84,8 +84,10 @@ fn objects_come_in_order_in_kube_system() {
         ("ServiceAccount", "hereabouts-cni"),
         ("ConfigMap", "hereabouts-config"),
         ("ClusterRole", "hereabouts-cni-events"),
+        ("ClusterRole", "hereabouts-cni-ranges"),
         ("ClusterRole", "hereabouts"),
         ("ClusterRoleBinding", "hereabouts-cni-events"),
+        ("ClusterRoleBinding", "hereabouts-cni-ranges"),
         ("ClusterRoleBinding", "hereabouts"),
         ("Role", "hereabouts-cni"),
         ("Role", "hereabouts"),
@@ -103,12 +105,24 @@ fn objects_come_in_order_in_kube_system() {
     let crb = deploy::cluster_role_binding();
     assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", deploy::NAME));
     assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::NAME)]);
-    let events = deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(deploy::CNI_EVENTS_NAME);
+    for name in [deploy::CNI_EVENTS_NAME, deploy::CNI_RANGES_NAME] {
+        let binding = deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(name);
+        assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("ClusterRole", name));
+        assert_eq!(binding.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::CNI_NAME)]);
+    }
+    assert_eq!(deploy::CNI_RANGES_NAME, hereabouts_ipam::ipam::RANGES_CLUSTER_ROLE, "the name errors give");
+    let rules = hereabouts_tests::rbac::cni_ranges_rules();
+    assert_eq!(rules.len(), 1, "one rule");
     assert_eq!(
-        (events.role_ref.kind.as_str(), events.role_ref.name.as_str()),
-        ("ClusterRole", deploy::CNI_EVENTS_NAME)
+        (rules[0].api_groups.clone(), rules[0].resources.clone(), rules[0].verbs.clone(), &rules[0].resource_names),
+        (
+            Some(vec![String::new()]),
+            Some(["pods", "namespaces", "nodes"].map(String::from).to_vec()),
+            vec!["get".to_string()],
+            &None
+        ),
+        "ranges chosen per pod or node: get the one pod, namespace and node, nothing more"
     );
-    assert_eq!(events.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::CNI_NAME)]);
     let rules = hereabouts_tests::rbac::cni_event_rules();
     assert_eq!(rules.len(), 1, "one rule");
     assert_eq!(

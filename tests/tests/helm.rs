@@ -125,6 +125,17 @@ fn each_value_lands_where_the_objects_use_it() {
     }
 }
 
+#[test]
+fn range_choice_off_leaves_the_cni_read_rights_out() {
+    let chart = chart();
+    let text = helm(&["template", "hereabouts", chart.to_str().unwrap(), "--set", "cni.rangeChoice=false"]);
+    let objects = deploy::parse(&text).unwrap();
+    let named = |o: &&Value| o["metadata"]["name"] == deploy::CNI_RANGES_NAME;
+    assert_eq!(objects.iter().filter(named).count(), 0, "no ClusterRole or binding {}", deploy::CNI_RANGES_NAME);
+    assert_eq!(objects.len() + 2, deploy::manifest().len(), "only those two left out");
+    assert_eq!(deploy::manifest().iter().filter(named).count(), 2, "the default keeps both");
+}
+
 /// `helm install` on the test API server, into a namespace of its own, creates every object of the manifest there
 /// (no node runs the DaemonSet's pods here), and `helm uninstall` removes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use std::path::Path;
 use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::codes::Code;
 use hereabouts_ipam::config::{self, LogLevel};
-use hereabouts_ipam::ipam::{Request, Scope};
+use hereabouts_ipam::ipam::{self, Request, Scope};
 use hereabouts_ipam::names;
 use hereabouts_ipam::store::{self, ConnectError, KubeStore, Store};
 
@@ -102,15 +102,24 @@ async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Op
         CniError::new(code, e.to_string())
     })?;
     let req = request(env, cfg.flat_file.as_deref());
-    let _lock = match env.command {
-        Command::Add => host_lock(&store, &Scope::from(&cfg), &req.node, &budget).await,
-        _ => None,
-    };
-    let outcome = match env.command {
-        Command::Add => add::run(&store, &cfg, &req, &budget).await.map(Some),
-        Command::Check => check::run(&store, &cfg, &req, &budget).await.map(|()| None),
-        _ => status::run(&store, &budget).await.map(|()| None),
-    };
+    let outcome = async {
+        // ranges chosen per pod or node: ADD and CHECK use only those (a config that chooses nothing reads nothing)
+        let chosen = match env.command {
+            Command::Add | Command::Check => ipam::choose_ranges(&store, &cfg, &req.node, &budget).await?,
+            _ => None,
+        };
+        let cfg = chosen.as_ref().unwrap_or(&cfg);
+        let _lock = match env.command {
+            Command::Add => host_lock(&store, &Scope::from(cfg), &req.node, &budget).await,
+            _ => None,
+        };
+        match env.command {
+            Command::Add => add::run(&store, cfg, &req, &budget).await.map(Some),
+            Command::Check => check::run(&store, cfg, &req, &budget).await.map(|()| None),
+            _ => status::run(&store, &budget).await.map(|()| None),
+        }
+    }
+    .await;
     if let Err(e) = &outcome {
         tracing::error!(code = e.code.number(), msg = e.msg(), details = %e.details, "failed");
     }

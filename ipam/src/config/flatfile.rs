@@ -118,6 +118,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         strategy: inline.strategy.or(flat.strategy),
         timeout: inline.timeout.or(flat.timeout),
         iaas_provider: inline.iaas_provider.or(flat.iaas_provider),
+        pod_ranges: inline.pod_ranges.or(flat.pod_ranges),
         ignored,
     }
 }

@@ -33,6 +33,9 @@ mod release_props;
 #[cfg(test)]
 mod release_tests;
 mod requested;
+mod selection;
+#[cfg(test)]
+mod selection_tests;
 #[cfg(test)]
 mod tests;
 
@@ -48,6 +51,7 @@ pub use error::{ConfigError, UnknownKey};
 pub use flatfile::{DEFAULT_FLAT_FILE_PATHS, NODE_NAME_FILE};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
+pub use selection::{RANGES_ANNOTATION, RangeFacts, RangeSelection};
 
 use crate::allocator::Strategy;
 use crate::provider::placement::{Candidate, Narrowed, Placement, narrow};
@@ -124,6 +128,9 @@ pub struct IpamConfig {
     pub timeout: Duration,
     /// `ipam.iaas_provider`: the range's addresses are cloud sub-interfaces of this provider (IaaS provider mode).
     pub provider: Option<crate::provider::ProviderConfig>,
+    /// `ipam.pod_ranges` and each range's `name` and `node_selector`: how an ADD chooses among the ranges
+    /// ([`IpamConfig::choose_ranges`]). Inactive by default: every range gives an address, as in Whereabouts.
+    pub selection: RangeSelection,
     /// Keys accepted and ignored (legacy Whereabouts keys, flat-file keys without effect, `CNI_ARGS` let through by
     /// `IgnoreUnknown`), named as in messages, for a debug log. Values are left out (`etcd_password`).
     pub ignored: Vec<String>,
@@ -353,6 +360,7 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         ));
     }
     let placements = provider::placements(&raw, &ranges, provider.is_some())?;
+    let selection = selection::parse(&raw, &ranges, provider.is_some())?;
     let mut ignored = raw.ignored;
     ignored.extend(args.ignored);
     Ok(IpamConfig {
@@ -376,6 +384,7 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         reconciler_cron_expression: raw.reconciler_cron_expression.map(|f| f.value),
         timeout,
         provider,
+        selection,
         ignored,
         flat_file,
     })

@@ -64,6 +64,10 @@ pub(super) struct RawRange {
     pub iaas_provider: Option<bool>,
     /// IaaS provider mode: the IPv6 range whose addresses pair with this IPv4 range's on one sub-interface.
     pub paired_range: Option<String>,
+    /// The name a pod's range choice may use for this range (besides its CIDR).
+    pub name: Option<String>,
+    /// The nodes this range serves, as a label selector.
+    pub node_selector: Option<String>,
 }
 
 /// `dns`: merged key by key like Whereabouts' `mergo.Merge` does with `cnitypes.DNS`.
@@ -100,6 +104,8 @@ pub(super) struct RawIpam<'p> {
     pub timeout: Field<'p, Duration>,
     /// `iaas_provider` as given: read by [`super::provider::parse`] once the invocation's budget is known.
     pub iaas_provider: Field<'p, Map<String, Value>>,
+    /// `pod_ranges`: a pod (or its namespace) chooses which ranges its ADD uses.
+    pub pod_ranges: Field<'p, bool>,
     /// Keys accepted and ignored, named as in messages.
     pub ignored: Vec<String>,
 }
@@ -152,6 +158,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "allocation_strategy",
     "timeout_seconds",
     "iaas_provider",
+    "pod_ranges",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -169,8 +176,17 @@ const IPAM_HINTS: &[(&str, &str)] = &[
     ("name", "the network name is the top-level \"name\" of the netconf; pools are named by \"network_name\""),
 ];
 
-const RANGE_KEYS: &[&str] =
-    &["range", "range_start", "range_end", "exclude", "node_name", "iaas_provider", "paired_range"];
+const RANGE_KEYS: &[&str] = &[
+    "range",
+    "range_start",
+    "range_end",
+    "exclude",
+    "node_name",
+    "iaas_provider",
+    "paired_range",
+    "name",
+    "node_selector",
+];
 const RANGE_HINTS: &[(&str, &str)] =
     &[("gateway", "the gateway is set once, in \"gateway\" of the ipam object"), ("subnet", "did you mean \"range\"?")];
 const ROUTE_KEYS: &[&str] = &["dst", "gw", "mtu", "advmss", "priority", "table", "scope"];
@@ -263,6 +279,7 @@ fn parse_key<'p>(
         }
         "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
         "iaas_provider" => raw.iaas_provider = sourced(origin, object(v, key)?.cloned()),
+        "pod_ranges" => raw.pod_ranges = sourced(origin, boolean(v, key)?),
         _ => raw.ignored.push(key.to_string()),
     }
     Ok(())
@@ -308,6 +325,8 @@ fn parse_range_entry(
         node_name: problems.pass(string(get("node_name"), &format!("{key}.node_name")))?.flatten(),
         iaas_provider: problems.pass(boolean(get("iaas_provider"), &format!("{key}.iaas_provider")))?.flatten(),
         paired_range: problems.pass(string(get("paired_range"), &format!("{key}.paired_range")))?.flatten(),
+        name: problems.pass(string(get("name"), &format!("{key}.name")))?.flatten(),
+        node_selector: problems.pass(string(get("node_selector"), &format!("{key}.node_selector")))?.flatten(),
     })
 }
 

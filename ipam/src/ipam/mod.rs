@@ -4,6 +4,7 @@
 
 mod assign;
 mod candidates;
+mod choose;
 pub mod decide;
 mod journal;
 mod placed;
@@ -14,6 +15,7 @@ mod sliced;
 
 pub use assign::assign;
 pub use candidates::IGNORED_CANDIDATES_REASON;
+pub use choose::{RANGES_CLUSTER_ROLE, choose_ranges};
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, restore_reservation,
 };
@@ -197,6 +199,10 @@ pub enum IpamError {
     /// The IaaS provider failed or refused to place the address (what was claimed is rolled back).
     #[error("{0}")]
     Provider(#[from] crate::provider::ProviderError),
+    /// The ranges a pod chose cannot be used (ranges chosen per pod): an unknown name, a range that does not serve
+    /// the node, a malformed annotation.
+    #[error(transparent)]
+    Choice(crate::config::ConfigError),
     /// Several failures (DEL and GC keep going after one).
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Many(Vec<IpamError>),
@@ -227,6 +233,7 @@ impl IpamError {
             IpamError::Store(_) => Code::StoreRefused,
             IpamError::Expired(_) => Code::TryAgainLater,
             IpamError::Provider(e) => e.code(),
+            IpamError::Choice(e) => e.code(),
             IpamError::Many(all) => {
                 all.iter().map(IpamError::code).find(|c| *c != Code::TryAgainLater).unwrap_or(Code::TryAgainLater)
             }

@@ -198,6 +198,34 @@ impl Store for KubeStore {
             .map_err(|e| error("event on pod", &what, "create", e))
     }
 
+    async fn core_metadata(
+        &self,
+        kind: super::CoreObject,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<super::ObjectMeta>, StoreError> {
+        use super::CoreObject;
+        use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+        // metadata only: a pod's spec can be large, and nothing else of it is read
+        let what = match kind {
+            CoreObject::Pod => format!("{namespace}/{name}"),
+            _ => name.to_string(),
+        };
+        let got = match kind {
+            CoreObject::Pod => Api::<Pod>::namespaced(self.client.clone(), namespace)
+                .get_metadata_opt(name)
+                .await
+                .map(|o| o.map(|m| m.metadata)),
+            CoreObject::Namespace => {
+                Api::<Namespace>::all(self.client.clone()).get_metadata_opt(name).await.map(|o| o.map(|m| m.metadata))
+            }
+            CoreObject::Node => {
+                Api::<Node>::all(self.client.clone()).get_metadata_opt(name).await.map(|o| o.map(|m| m.metadata))
+            }
+        };
+        got.map_err(|e| error(kind.kind(), &what, "get", e))
+    }
+
     async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
         self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
     }

@@ -79,6 +79,7 @@ pub enum Op {
     SetSubInterface,
     RemoveSubInterface,
     WarnPod,
+    CoreMetadata,
 }
 
 impl Op {
@@ -92,6 +93,7 @@ impl Op {
                 | Op::ListReservations
                 | Op::GetNodeSlices
                 | Op::ListNodeSlices
+                | Op::CoreMetadata
         )
     }
 }
@@ -191,6 +193,8 @@ struct State {
     faults: BTreeMap<Fault, u64>,
     /// Warning Events put on pods: `(namespace/name, reason, message)`.
     events: Vec<(String, String, String)>,
+    /// Pods, namespaces and nodes, by kind, namespace (`""` for the cluster-scoped) and name.
+    core: BTreeMap<(super::CoreObject, String, String), super::ObjectMeta>,
 }
 
 impl State {
@@ -288,6 +292,12 @@ impl MemoryStore {
     /// How many faults of each kind were injected so far, over every handle.
     pub fn faults(&self) -> BTreeMap<Fault, u64> {
         self.state.lock().unwrap().faults.clone()
+    }
+
+    /// Puts a pod (in `namespace`), namespace or node with `meta`, for range choices to read.
+    pub fn put_core(&self, kind: super::CoreObject, namespace: &str, name: &str, meta: super::ObjectMeta) {
+        let ns = if kind == super::CoreObject::Pod { namespace } else { "" };
+        self.state.lock().unwrap().core.insert((kind, ns.to_string(), name.to_string()), meta);
     }
 
     /// Writes `pool` as it is (test set-up, e.g. entries another tool wrote).
@@ -551,6 +561,17 @@ impl Store for MemoryStore {
             Ok(Patched::Applied)
         })
         .await
+    }
+
+    async fn core_metadata(
+        &self,
+        kind: super::CoreObject,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<super::ObjectMeta>, StoreError> {
+        let ns = if kind == super::CoreObject::Pod { namespace } else { "" };
+        let key = (kind, ns.to_string(), name.to_string());
+        self.call(Op::CoreMetadata, kind.kind(), name, |s| Ok(s.core.get(&key).cloned())).await
     }
 
     async fn warn_pod(&self, pod: &super::PodEvent<'_>, reason: &str, message: &str) -> Result<(), StoreError> {

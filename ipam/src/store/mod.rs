@@ -18,6 +18,7 @@ use std::future::Future;
 
 pub use self::kube::KubeStore;
 pub use connect::{ConnectError, DEFAULT_NAMESPACE, connect, namespace_of};
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use memory::MemoryStore;
 pub use resolve::{ResolveError, pin_server_address};
 
@@ -359,6 +360,37 @@ pub trait Store: Send + Sync {
         reason: &str,
         message: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The metadata of the `kind` object `name` (in `namespace` for a pod), or `None` when it does not exist: the
+    /// annotations and labels a range choice reads. Only configs that choose ranges per pod or node call this.
+    fn core_metadata(
+        &self,
+        kind: CoreObject,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ObjectMeta>, StoreError>> + Send;
+}
+
+/// An object of the core API group whose metadata a range choice reads (ranges chosen per pod).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CoreObject {
+    /// A Pod, for its annotations.
+    Pod,
+    /// A Namespace, for the default of its pods.
+    Namespace,
+    /// A Node, for its labels.
+    Node,
+}
+
+impl CoreObject {
+    /// The kind as messages name it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Pod => "pod",
+            Self::Namespace => "namespace",
+            Self::Node => "node",
+        }
+    }
 }
 
 /// The pod an Event is about, and where it comes from.

@@ -1,0 +1,76 @@
+//! Ranges chosen per pod: reads what the config's choice needs — the pod's and its namespace's annotation, the
+//! node's labels — and narrows the config to the ranges chosen ([`IpamConfig::choose_ranges`]). A config that
+//! chooses nothing reads nothing.
+
+use super::IpamError;
+use crate::budget::Budget;
+use crate::config::{IpamConfig, RANGES_ANNOTATION, RangeFacts, RangeSelection};
+use crate::store::{CoreObject, ObjectMeta, Store, StoreError};
+
+/// The ClusterRole that grants the CNI plugin what a range choice reads (deploy/, the chart).
+pub const RANGES_CLUSTER_ROLE: &str = "hereabouts-cni-ranges";
+
+/// `cfg` narrowed to the ranges this ADD (or CHECK) of pod `cfg.pod` on `node` uses; `None` when the config
+/// chooses nothing, so every range is used.
+pub async fn choose_ranges(
+    store: &impl Store,
+    cfg: &IpamConfig,
+    node: &str,
+    budget: &Budget,
+) -> Result<Option<IpamConfig>, IpamError> {
+    let selection = &cfg.selection;
+    if !selection.is_active() {
+        return Ok(None);
+    }
+    let mut facts = RangeFacts::default();
+    if selection.by_pod {
+        let pod = read(store, CoreObject::Pod, &cfg.pod.namespace, &cfg.pod.name, budget).await?;
+        facts.pod = pod.as_ref().and_then(annotation);
+        if !facts.pod.as_deref().is_some_and(|v| RangeSelection::decides(v, &cfg.name)) {
+            let ns = read(store, CoreObject::Namespace, "", &cfg.pod.namespace, budget).await?;
+            facts.namespace = ns.as_ref().and_then(annotation);
+        }
+    }
+    if selection.reads_node() {
+        let meta = read(store, CoreObject::Node, "", node, budget).await?;
+        facts.node_labels = meta.map(|m| m.labels.unwrap_or_default());
+    }
+    let chosen = cfg.choose_ranges(node, &facts).map_err(IpamError::Choice)?;
+    tracing::debug!(
+        ranges = %chosen.ranges.iter().map(|r| r.cidr().to_string()).collect::<Vec<_>>().join(","),
+        pod_annotation = facts.pod.as_deref().unwrap_or(""),
+        namespace_annotation = facts.namespace.as_deref().unwrap_or(""),
+        "ranges chosen"
+    );
+    Ok(Some(chosen))
+}
+
+fn annotation(meta: &ObjectMeta) -> Option<String> {
+    meta.annotations.as_ref()?.get(RANGES_ANNOTATION).cloned()
+}
+
+async fn read(
+    store: &impl Store,
+    kind: CoreObject,
+    namespace: &str,
+    name: &str,
+    budget: &Budget,
+) -> Result<Option<ObjectMeta>, IpamError> {
+    let what = match kind {
+        CoreObject::Pod => format!("{} {namespace}/{name}: get", kind.kind()),
+        _ => format!("{} {name}: get", kind.kind()),
+    };
+    budget.retry(StoreError::is_transient, || store.core_metadata(kind, namespace, name)).await.map_err(|e| {
+        match IpamError::from_retry(&what, e) {
+            IpamError::Store(e) if e.status_code() == Some(403) => IpamError::Refused {
+                what,
+                message: format!(
+                    "{}; choosing ranges per pod or node reads pods, namespaces and nodes: bind the CNI's \
+                     ServiceAccount to the ClusterRole {RANGES_CLUSTER_ROLE}",
+                    e.message
+                ),
+            },
+            other => other,
+        }
+    })
+}
