@@ -9,6 +9,7 @@ pub mod budget;
 pub mod clock;
 pub mod codes;
 pub mod config;
+pub mod cooldown;
 pub mod crd;
 pub mod entropy;
 pub mod ipam;

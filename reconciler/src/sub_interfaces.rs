@@ -116,7 +116,7 @@ impl<S: Store> SubInterfaceKeeper<S> {
     ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
         let (offset, record) = match step {
             Step::DropHold { offset } => {
-                self.store.remove_allocation(pool_name, offset, &hold_entry()).await?;
+                self.store.remove_allocation(pool_name, offset, &hold_entry(), None).await?;
                 return Ok(false);
             }
             Step::Release { offset, record } => (offset, record),
@@ -149,7 +149,7 @@ impl<S: Store> SubInterfaceKeeper<S> {
             Patched::Applied | Patched::Missing => {}
             other => tracing::info!(pool = %pool_name, %ip, ?other, "sub-interface record changed meanwhile"),
         }
-        self.store.remove_allocation(pool_name, offset, &hold_entry()).await?;
+        self.store.remove_allocation(pool_name, offset, &hold_entry(), None).await?;
         Ok(true)
     }
 }

@@ -6,6 +6,8 @@
 //! Invariants, checked on every case:
 //! - never two live attachments (of different pods) on one address, at any time;
 //! - a repeated ADD of one sandbox gets the same addresses;
+//! - on the network with a reuse cooldown, no address goes to another pod before the cooldown has passed since its
+//!   last holder gave it up (whichever process released it, whatever faults it met);
 //! - once the faults stop and the reconciler has run past the orphan age: every live attachment still has its
 //!   entry and its reservation, and nothing else is left (no entry, no reservation of a failed, killed or
 //!   released attachment).
@@ -41,13 +43,20 @@ const KILL_AFTER: Duration = Duration::from_secs(120);
 /// The networks: two overlapping IPv4 ranges of one network (their reservations are shared), one of them with
 /// the random strategy, a dual-stack one, and the first range again in slice mode: four /30 slices for three
 /// nodes, so that nodes claim slices, race for them and borrow, while single-pool writers of the same addresses
-/// meet them only through the reservations.
-const NETWORKS: [&str; 4] = [
+/// meet them only through the reservations; and a two-address range with a reuse cooldown, small enough that
+/// ADDs find every free address cooling.
+const NETWORKS: [&str; 5] = [
     r#"{"cniVersion":"1.0.0","name":"net-a","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-b","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/29","allocation_strategy":"random","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-c","type":"macvlan","ipam":{"type":"hereabouts","ipRanges":[{"range":"198.18.1.0/29"},{"range":"2001:db8::/125"}],"kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-d","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","node_slice_size":"/30","kubernetes":{"kubeconfig":"/k"}}}"#,
+    r#"{"cniVersion":"1.0.0","name":"net-e","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.2.0/30","reuse_cooldown_seconds":5,"kubernetes":{"kubeconfig":"/k"}}}"#,
 ];
+
+/// net-e keeps a reuse cooldown: an address a live pod gave up is not handed to another before this has passed
+/// (every release is after the pod gave it up, and the cooldown runs from the release).
+const COOLDOWN_NETWORK: usize = 4;
+const COOLDOWN: Duration = Duration::from_secs(5);
 
 fn cases() -> u32 {
     std::env::var("HEREABOUTS_SIM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
@@ -124,6 +133,10 @@ struct Truth {
     /// Containers each node's runtime knows (in-flight ADDs included): what a GC may not touch.
     known: HashMap<usize, HashSet<(String, usize)>>,
     violations: Vec<String>,
+    /// When a live attachment of the cooldown network last gave each address up, and which pod it was.
+    given_up: HashMap<IpAddr, (tokio::time::Instant, String)>,
+    /// How many ADDs of the cooldown network found every free address cooling.
+    cooling_refusals: usize,
     conflicts_reported: usize,
     adds: usize,
     killed: usize,
@@ -219,11 +232,14 @@ async fn pod_life(world: Arc<World>, podref: String, script: PodScript, incarnat
         match outcome {
             Some(Ok(assigned)) => {
                 let ips: Vec<IpAddr> = assigned.iter().map(|a| a.ip).collect();
-                record_live(&world, &podref, Live { container: container.clone(), ips });
+                record_live(&world, &podref, script.network, Live { container: container.clone(), ips });
                 held = Some((req, store));
                 break;
             }
             outcome => {
+                if let Some(Err(ipam::IpamError::CoolingDown { .. })) = &outcome {
+                    world.truth.lock().unwrap().cooling_refusals += 1;
+                }
                 // a process that died answers nothing: its own time-outs end it, with nothing more written
                 if outcome.is_none() || store.is_dead() {
                     world.truth.lock().unwrap().killed += 1;
@@ -291,6 +307,10 @@ async fn end(world: &World, podref: &str, uid: &str, cfg: &IpamConfig, req: Opti
         let mut truth = world.truth.lock().unwrap();
         // the attachment is being given up from here on: its address may go to another pod
         if let Some(live) = truth.live.remove(podref) {
+            if s.network == COOLDOWN_NETWORK {
+                let now = tokio::time::Instant::now();
+                truth.given_up.extend(live.ips.iter().map(|ip| (*ip, (now, podref.to_string()))));
+            }
             truth.known.entry(node).or_default().remove(&(live.container, s.network));
         }
     };
@@ -366,8 +386,21 @@ fn lost_claims(world: &World) -> Vec<String> {
     lost
 }
 
-fn record_live(world: &World, podref: &str, live: Live) {
+fn record_live(world: &World, podref: &str, network: usize, live: Live) {
     let mut truth = world.truth.lock().unwrap();
+    if network == COOLDOWN_NETWORK {
+        let now = tokio::time::Instant::now();
+        for ip in &live.ips {
+            // a pod recreated under the same name takes over its predecessor's entry while it is still there:
+            // never released, so never cooling (Whereabouts does the same)
+            let early = truth.given_up.get(ip).filter(|(at, by)| now < *at + COOLDOWN && by != podref);
+            if let Some(what) =
+                early.map(|(at, by)| format!("{ip} handed to {podref} {:?} after {by} gave it up", now - *at))
+            {
+                truth.violations.push(what);
+            }
+        }
+    }
     let clashes: Vec<String> = truth
         .live
         .iter()
@@ -494,7 +527,8 @@ fn holds(pool: &IpPool, ip: IpAddr, podref: &str) -> bool {
 }
 
 /// Totals over every case of this process, printed by the test.
-static STATS: Mutex<Stats> = Mutex::new(Stats { cases: 0, adds: 0, killed: 0, live: 0, faults: BTreeMap::new() });
+static STATS: Mutex<Stats> =
+    Mutex::new(Stats { cases: 0, adds: 0, killed: 0, live: 0, cooling_refusals: 0, faults: BTreeMap::new() });
 
 #[derive(Debug)]
 struct Stats {
@@ -502,6 +536,7 @@ struct Stats {
     adds: usize,
     killed: usize,
     live: usize,
+    cooling_refusals: usize,
     faults: BTreeMap<Fault, u64>,
 }
 
@@ -512,6 +547,7 @@ fn record_stats(world: &World) {
     stats.adds += truth.adds;
     stats.killed += truth.killed;
     stats.live += truth.live.len();
+    stats.cooling_refusals += truth.cooling_refusals;
     for (fault, n) in world.base.faults() {
         *stats.faults.entry(fault).or_default() += n;
     }

@@ -131,6 +131,10 @@ pub struct IpamConfig {
     /// `ipam.pod_ranges` and each range's `name` and `node_selector`: how an ADD chooses among the ranges
     /// ([`IpamConfig::choose_ranges`]). Inactive by default: every range gives an address, as in Whereabouts.
     pub selection: RangeSelection,
+    /// `ipam.reuse_cooldown_seconds` (ours): the reuse cooldown an ADD sets on the pools it uses (`Some(0)` takes it
+    /// away; `None` leaves each pool's as it is). A pool's cooldown, whoever set it, is what its ADDs and releases
+    /// honour ([`crate::cooldown`]).
+    pub reuse_cooldown: Option<u64>,
     /// Keys accepted and ignored (legacy Whereabouts keys, flat-file keys without effect, `CNI_ARGS` let through by
     /// `IgnoreUnknown`), named as in messages, for a debug log. Values are left out (`etcd_password`).
     pub ignored: Vec<String>,
@@ -385,6 +389,7 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         timeout,
         provider,
         selection,
+        reuse_cooldown: raw.reuse_cooldown.map(|f| f.value),
         ignored,
         flat_file,
     })

@@ -106,6 +106,8 @@ pub(super) struct RawIpam<'p> {
     pub iaas_provider: Field<'p, Map<String, Value>>,
     /// `pod_ranges`: a pod (or its namespace) chooses which ranges its ADD uses.
     pub pod_ranges: Field<'p, bool>,
+    /// `reuse_cooldown_seconds`: the pools' reuse cooldown, `0` to take it away.
+    pub reuse_cooldown: Field<'p, u64>,
     /// Keys accepted and ignored, named as in messages.
     pub ignored: Vec<String>,
 }
@@ -159,6 +161,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "timeout_seconds",
     "iaas_provider",
     "pod_ranges",
+    "reuse_cooldown_seconds",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -280,6 +283,9 @@ fn parse_key<'p>(
         "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
         "iaas_provider" => raw.iaas_provider = sourced(origin, object(v, key)?.cloned()),
         "pod_ranges" => raw.pod_ranges = sourced(origin, boolean(v, key)?),
+        "reuse_cooldown_seconds" => {
+            raw.reuse_cooldown = sourced(origin, uint(v, key)?.map(|n| cooldown(n, key)).transpose()?);
+        }
         _ => raw.ignored.push(key.to_string()),
     }
     Ok(())
@@ -494,6 +500,14 @@ fn timeout(n: u64, key: &str) -> Result<Duration, ConfigError> {
         return Err(ConfigError::invalid(key, format!("{n}: must be 1 to {max} (seconds)")));
     }
     Ok(Duration::from_secs(n))
+}
+
+fn cooldown(n: u64, key: &str) -> Result<u64, ConfigError> {
+    let max = crate::cooldown::MAX_COOLDOWN_SECONDS;
+    if n > max {
+        return Err(ConfigError::invalid(key, format!("{n}: must be 0 (off) to {max} (seconds, a day)")));
+    }
+    Ok(n)
 }
 
 /// `node_slice_size`: a prefix length, `/24` or `24` (Whereabouts' `iphelpers.DivideRangeBySize`).

@@ -36,6 +36,12 @@ pub struct IpPoolSpec {
     /// created and fixed for its life; absent for every other pool (a global provider pool among them).
     #[serde(default, rename = "nodeName", skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// Reuse cooldown (hereabouts addition): when each recently released address was released (RFC 3339), by the
+    /// same offset as `allocations`. Written with the release by every releaser of a pool whose annotation
+    /// `hereabouts.cni.cncf.io/reuse-cooldown-seconds` is set; an ADD does not hand out an address until that long
+    /// after. Each release prunes the records that have expired, so the map holds only recent releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<BTreeMap<String, String>>,
 }
 
 /// A cloud sub-interface of one address (IaaS provider mode).

@@ -19,6 +19,7 @@ use crate::names;
 use crate::provider::placement::Mode;
 use crate::range::IpRange;
 use crate::store::{Created, Patched, Store, StoreError};
+use crate::{clock, cooldown};
 
 /// Assigns one address from each range of `cfg` to the attachment `req`. An attachment (pod + interface) that
 /// already holds an address in a pool gets it back. On any failure, what this call wrote is rolled back first.
@@ -181,6 +182,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             Some(pool) => self.in_shape(pool.clone())?,
             None => self.read_pool().await?,
         };
+        self.set_cooldown(&mut pool).await?;
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool)));
@@ -196,17 +198,25 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             };
             // a node-warm pool hands out only what is warm on this node: no provider call, no other address
             let warm_only = matches!(self.placer, Some((_, Mode::NodeWarm { .. })));
+            // released too recently (the pool's reuse cooldown): not handed out unless asked for by address
+            let mut cooling = cooldown::cooling(&pool, clock::now());
+            cooling.retain(|offset, _| !pool.spec.allocations.contains_key(&offset.to_string()));
+            let blocked: BTreeSet<u128> = excluded.iter().chain(cooling.keys()).copied().collect();
             let ask = Ask {
                 me: self.me,
                 range: self.range,
                 requested: self.requested,
-                excluded: &excluded,
+                excluded: &blocked,
                 preferred: preferred.or(placed_first),
                 strategy: self.cfg.strategy,
                 spread,
                 seed,
             };
             match decide::plan(&pool, &ask) {
+                Plan::Exhausted if !cooling.is_empty() => {
+                    let until = cooling.values().min().expect("not empty").to_string();
+                    return Err(IpamError::CoolingDown { pool: self.pool.clone(), count: cooling.len(), until });
+                }
                 Plan::Exhausted => {
                     return Err(IpamError::Exhausted { pool: self.pool.clone(), range: self.range.cidr().to_string() });
                 }
@@ -338,6 +348,33 @@ impl<'a, S: Store> RangeAdd<'a, S> {
         }
     }
 
+    /// Sets the config's reuse cooldown on `pool` when the pool has another (a config without one leaves the
+    /// pool's alone), and on the copy as read.
+    async fn set_cooldown(&self, pool: &mut IpPool) -> Result<(), IpamError> {
+        let Some(seconds) = self.cfg.reuse_cooldown else { return Ok(()) };
+        let current = cooldown::of_pool(pool).map_or(0, |d| d.as_secs());
+        if current == seconds {
+            return Ok(());
+        }
+        let written = self
+            .budget
+            .retry(StoreError::is_transient, || self.store.set_pool_cooldown(&self.pool, seconds))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: set reuse cooldown", self.pool), e))?;
+        tracing::info!(pool = %self.pool, seconds, ?written, "reuse cooldown set on the pool");
+        let annotations = pool.metadata.annotations.get_or_insert_with(Default::default);
+        match seconds {
+            0 => {
+                annotations.remove(cooldown::COOLDOWN_ANNOTATION);
+            }
+            n => {
+                annotations.insert(cooldown::COOLDOWN_ANNOTATION.to_string(), n.to_string());
+                pool.spec.released.get_or_insert_with(Default::default);
+            }
+        }
+        Ok(())
+    }
+
     /// `pool`, if it has the shape (node binding) the config gives its range.
     fn in_shape(&self, pool: IpPool) -> Result<IpPool, IpamError> {
         let Some(want) = self.shape else { return Ok(pool) };
@@ -374,7 +411,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
             {
                 tracing::error!(pool = %self.pool, %ip, %holder,
                     "this attachment's entry is held cluster-wide by another: giving the entry back");
-                remove_entry(self.store, &self.pool, offset, held, self.budget).await?;
+                remove_entry(self.store, &self.pool, offset, held, None, self.budget).await?;
                 return Ok(Kept::NotOurs);
             }
         }

@@ -100,7 +100,9 @@ impl<S: Store> CandidateAdd<'_, S> {
                     journal.extend(written);
                     return Ok(self.assigned(ip, range));
                 }
-                Err(e @ (IpamError::Exhausted { .. } | IpamError::NoWarmAddress { .. })) => {
+                Err(
+                    e @ (IpamError::Exhausted { .. } | IpamError::NoWarmAddress { .. } | IpamError::CoolingDown { .. }),
+                ) => {
                     self.pass_over(range, written, &e).await;
                     tried.push(e);
                 }
@@ -151,7 +153,7 @@ impl<S: Store> CandidateAdd<'_, S> {
             let mut written = Journal::default();
             match self.add_pair(v4, v6, &mut written).await {
                 Ok(pair) => return Ok(pair),
-                Err(e @ IpamError::Exhausted { .. }) => {
+                Err(e @ (IpamError::Exhausted { .. } | IpamError::CoolingDown { .. })) => {
                     self.pass_over(&self.cfg.ranges[v4], written, &e).await;
                     tried.push(e);
                 }

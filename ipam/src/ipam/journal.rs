@@ -11,8 +11,9 @@ use std::time::Duration;
 use super::IpamError;
 use super::reservation::release_if_ours;
 use crate::budget::Budget;
-use crate::crd::IpAllocation;
+use crate::crd::{IpAllocation, IpPool};
 use crate::store::{Patched, Store, StoreError};
+use crate::{clock, cooldown};
 
 /// Extra time a roll-back may take when the invocation's own budget has run out: leaving an address claimed by a
 /// failed ADD would block it until the reconciler notices.
@@ -57,7 +58,7 @@ impl Journal {
         for written in self.0.into_iter().rev() {
             let result = match &written {
                 Written::Allocation { pool, offset, entry, reservation } => {
-                    let removed = remove_entry(store, pool, *offset, entry, &budget).await.map(drop);
+                    let removed = remove_entry(store, pool, *offset, entry, None, &budget).await.map(drop);
                     if removed.is_err()
                         && let Some(name) = reservation
                     {
@@ -94,31 +95,47 @@ pub(super) enum Removed {
 
 /// Removes the entry at `offset` of `pool` if it still holds `entry`'s container. An entry that is gone or that
 /// another writer holds now is not ours to remove: done. A refusal with our entry still there is an error.
+///
+/// `read` is the pool as the caller read it, for a release that keeps a reuse cooldown's books (the record is
+/// written in the same patch); `None` for a roll-back, whose address no pod was ever told. A patch refused only
+/// because another releaser pruned or renewed a record first is made again from the pool as read then.
 pub(super) async fn remove_entry(
     store: &impl Store,
     pool: &str,
     offset: u128,
     entry: &IpAllocation,
+    read: Option<&IpPool>,
     budget: &Budget,
 ) -> Result<Removed, IpamError> {
-    let outcome = budget
-        .retry(StoreError::is_transient, || store.remove_allocation(pool, offset, entry))
-        .await
-        .map_err(|e| IpamError::from_retry(&format!("pool {pool}: remove allocation {offset}"), e))?;
-    let message = match outcome {
-        Patched::Applied => return Ok(Removed::Removed),
-        Patched::Missing => return Ok(Removed::NotThere),
-        Patched::Refused(message) => message,
-    };
-    let current = budget
-        .retry(StoreError::is_transient, || store.get_pool(pool))
-        .await
-        .map_err(|e| IpamError::from_retry(&format!("pool {pool}: get"), e))?;
-    let still_ours = current.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string())).is_some_and(|a| {
-        a.id == entry.id && a.podref == entry.podref && (entry.ifname.is_empty() || a.ifname == entry.ifname)
-    });
-    if still_ours {
-        return Err(IpamError::Refused { what: format!("pool {pool}: remove allocation {offset}"), message });
+    let mut record = read.and_then(|p| cooldown::release_record(p, offset, clock::now()));
+    let mut attempt = 0;
+    loop {
+        let outcome = budget
+            .retry(StoreError::is_transient, || store.remove_allocation(pool, offset, entry, record.as_ref()))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {pool}: remove allocation {offset}"), e))?;
+        let message = match outcome {
+            Patched::Applied => return Ok(Removed::Removed),
+            Patched::Missing => return Ok(Removed::NotThere),
+            Patched::Refused(message) => message,
+        };
+        let current = budget
+            .retry(StoreError::is_transient, || store.get_pool(pool))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {pool}: get"), e))?;
+        let still_ours = current.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string())).is_some_and(|a| {
+            a.id == entry.id && a.podref == entry.podref && (entry.ifname.is_empty() || a.ifname == entry.ifname)
+        });
+        if !still_ours {
+            return Ok(Removed::NotThere);
+        }
+        attempt += 1;
+        if record.is_none() || attempt > RECORD_RETRIES {
+            return Err(IpamError::Refused { what: format!("pool {pool}: remove allocation {offset}"), message });
+        }
+        record = current.as_ref().and_then(|p| cooldown::release_record(p, offset, clock::now()));
     }
-    Ok(Removed::NotThere)
 }
+
+/// How many times a release is made again after a cooldown record it pruned changed under it.
+const RECORD_RETRIES: u32 = 4;

@@ -199,6 +199,18 @@ pub enum IpamError {
     /// The IaaS provider failed or refused to place the address (what was claimed is rolled back).
     #[error("{0}")]
     Provider(#[from] crate::provider::ProviderError),
+    /// Every free address of the pool was released too recently (its reuse cooldown): try again later.
+    #[error(
+        "pool {pool}: every free address was released less than the pool's reuse cooldown ago ({count} cooling; the first is free again at {until})"
+    )]
+    CoolingDown {
+        /// The pool's name.
+        pool: String,
+        /// How many free addresses are cooling.
+        count: usize,
+        /// When the first of them may be handed out again (RFC 3339).
+        until: String,
+    },
     /// The ranges a pod chose cannot be used (ranges chosen per pod): an unknown name, a range that does not serve
     /// the node, a malformed annotation.
     #[error(transparent)]
@@ -227,6 +239,11 @@ impl IpamError {
             IpamError::PoolTooLarge { .. } => Code::PoolTooLarge,
             IpamError::Refused { .. } => Code::StoreRefused,
             IpamError::SliceMismatch { .. } | IpamError::PoolPlacement { .. } => Code::InvalidConfig,
+            IpamError::NoCandidate { tried, .. }
+                if tried.iter().any(|e| matches!(e, IpamError::CoolingDown { .. })) =>
+            {
+                Code::TryAgainLater
+            }
             IpamError::NoWarmAddress { .. } | IpamError::NoCandidate { .. } => Code::RangeExhausted,
             IpamError::Store(e) if e.is_transient() => Code::TryAgainLater,
             IpamError::Store(e) if e.failure == Failure::TooLarge => Code::PoolTooLarge,
@@ -234,6 +251,7 @@ impl IpamError {
             IpamError::Expired(_) => Code::TryAgainLater,
             IpamError::Provider(e) => e.code(),
             IpamError::Choice(e) => e.code(),
+            IpamError::CoolingDown { .. } => Code::TryAgainLater,
             IpamError::Many(all) => {
                 all.iter().map(IpamError::code).find(|c| *c != Code::TryAgainLater).unwrap_or(Code::TryAgainLater)
             }

@@ -50,7 +50,7 @@ pub async fn reclaim(
     budget: &Budget,
 ) -> Result<Reclaimed, IpamError> {
     let name = pool.metadata.name.clone().unwrap_or_default();
-    if remove_entry(store, &name, offset, held, budget).await? == Removed::NotThere {
+    if remove_entry(store, &name, offset, held, Some(pool), budget).await? == Removed::NotThere {
         return Ok(Reclaimed::Changed);
     }
     if let Some(reservation) = reservation_of(pool, offset) {

@@ -37,17 +37,20 @@ fn entries<'a>(
     pool.spec.allocations.iter().filter_map(move |(k, a)| if wanted(a) { Some((k.parse().ok()?, a)) } else { None })
 }
 
-/// Removes one entry, then its reservation if the entry is no longer ours and the reservation still is.
+/// Removes one entry (recording its release when `read`, the pool as read, keeps a reuse cooldown), then its
+/// reservation if the entry is no longer ours and the reservation still is.
+#[allow(clippy::too_many_arguments)]
 async fn release_entry(
     store: &impl Store,
     scope: &Scope<'_>,
     range: &IpRange,
     pool: &str,
+    read: &IpPool,
     offset: u128,
     held: &IpAllocation,
     budget: &Budget,
 ) -> Result<(), IpamError> {
-    remove_entry(store, pool, offset, held, budget).await?;
+    remove_entry(store, pool, offset, held, Some(read), budget).await?;
     // an offset outside the CIDR (written by another tool) has no address, hence no reservation
     let ip = range.checked_addr_at(offset);
     if let Some(ip) = ip.filter(|_| scope.overlapping_ranges || held.reserved) {
@@ -148,7 +151,7 @@ async fn release_where(
             };
             for (offset, held) in entries(&pool, &wanted) {
                 found_own |= *own;
-                match release_entry(store, scope, sub, name, offset, held, budget).await {
+                match release_entry(store, scope, sub, name, &pool, offset, held, budget).await {
                     Ok(()) => released += 1,
                     Err(e) => {
                         tracing::error!(pool = %name, offset, error = %e, "release failed");

@@ -43,6 +43,7 @@ impl<S: Store> SlicedAdd<'_, S> {
         let mut full: BTreeSet<IpNet> = BTreeSet::new();
         let mut seed = crate::entropy::random(self.me.container.as_bytes());
         let mut claims = 0;
+        let mut cooling = None;
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("node slices {name}: no address claimed in time")));
@@ -73,7 +74,14 @@ impl<S: Store> SlicedAdd<'_, S> {
                     add.create_missing = slice.node == self.req.node;
                     match add.run(journal).await {
                         Ok(ip) => return Ok(ip),
-                        Err(IpamError::Exhausted { .. }) if self.requested.is_none() => {
+                        Err(e @ (IpamError::Exhausted { .. } | IpamError::CoolingDown { .. }))
+                            if self.requested.is_none() =>
+                        {
+                            // a slice whose free addresses are all cooling is passed over like a full one; if
+                            // nothing else gives one, the ADD says so
+                            if matches!(e, IpamError::CoolingDown { .. }) {
+                                cooling = Some(e);
+                            }
                             full.insert(slice.cidr);
                             // A slice pool that vanished under a claim leaves that claim's reservation in the
                             // journal; slice mode has one range, so all the journal holds is such leftovers.
@@ -94,7 +102,8 @@ impl<S: Store> SlicedAdd<'_, S> {
                     slices = self.read_slices(&name).await?;
                 }
                 Next::Full => {
-                    return Err(IpamError::Exhausted { pool: name, range: self.range.cidr().to_string() });
+                    let exhausted = IpamError::Exhausted { pool: name, range: self.range.cidr().to_string() };
+                    return Err(cooling.unwrap_or(exhausted));
                 }
             }
         }

@@ -297,11 +297,47 @@ impl Store for KubeStore {
         self.patch_pool(pool, format!("replace allocation {offset}"), ops).await
     }
 
-    async fn remove_allocation(&self, pool: &str, offset: u128, held: &IpAllocation) -> Result<Patched, StoreError> {
+    async fn remove_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        held: &IpAllocation,
+        record: Option<&super::ReleaseRecord>,
+    ) -> Result<Patched, StoreError> {
         let path = entry_path(offset);
         let mut ops = entry_tests(&path, held);
         ops.push(json!({"op": "remove", "path": path}));
+        if let Some(record) = record {
+            if !record.map_exists {
+                // a JSON patch cannot add below a missing map; a merge patch of {} makes it and changes nothing else
+                let patch = json!({"spec": {"released": {}}});
+                match self.pools.patch(pool, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => {}
+                    Err(e) if is_status(&e, 404) => return Ok(Patched::Missing),
+                    Err(e) => return Err(error(POOL, pool, "make spec.released", e)),
+                }
+            }
+            for (key, at) in &record.prune {
+                let path = format!("/spec/released/{key}");
+                ops.push(json!({"op": "test", "path": path, "value": at}));
+                ops.push(json!({"op": "remove", "path": path}));
+            }
+            ops.push(json!({"op": "add", "path": format!("/spec/released/{offset}"), "value": record.at}));
+        }
         self.patch_pool(pool, format!("remove allocation {offset}"), ops).await
+    }
+
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
+        let key = crate::cooldown::COOLDOWN_ANNOTATION;
+        let patch = match seconds {
+            0 => json!({"metadata": {"annotations": {key: null}}}),
+            n => json!({"metadata": {"annotations": {key: n.to_string()}}, "spec": {"released": {}}}),
+        };
+        match self.pools.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(POOL, name, "set reuse cooldown", e)),
+        }
     }
 
     async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {

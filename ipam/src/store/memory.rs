@@ -80,6 +80,7 @@ pub enum Op {
     RemoveSubInterface,
     WarnPod,
     CoreMetadata,
+    SetPoolCooldown,
 }
 
 impl Op {
@@ -583,10 +584,24 @@ impl Store for MemoryStore {
         .await
     }
 
-    async fn remove_allocation(&self, pool: &str, offset: u128, held: &IpAllocation) -> Result<Patched, StoreError> {
+    async fn remove_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        held: &IpAllocation,
+        record: Option<&super::ReleaseRecord>,
+    ) -> Result<Patched, StoreError> {
         refused_as_patched(
             self.call(Op::RemoveAllocation, "pool", pool, |s| {
-                self.patch_pool(s, pool, |a| {
+                if let Some(record) = record {
+                    let Some(current) = s.pools.get_mut(pool) else { return Ok(Patched::Missing) };
+                    // the server makes the map in a request of its own, before the guarded patch
+                    let released = current.spec.released.get_or_insert_with(BTreeMap::new);
+                    if record.prune.iter().any(|(k, at)| released.get(k) != Some(at)) {
+                        return Ok(Patched::Refused("test failed: a released record changed".into()));
+                    }
+                }
+                let patched = self.patch_pool(s, pool, |a| {
                     let key = offset.to_string();
                     match a.get(&key) {
                         Some(current) if same_holder(current, held) => {
@@ -595,10 +610,39 @@ impl Store for MemoryStore {
                         }
                         _ => false,
                     }
-                })
+                })?;
+                if let (Patched::Applied, Some(record)) = (&patched, record) {
+                    let current = s.pools.get_mut(pool).expect("patched above");
+                    let released = current.spec.released.get_or_insert_with(BTreeMap::new);
+                    for (k, _) in &record.prune {
+                        released.remove(k);
+                    }
+                    released.insert(offset.to_string(), record.at.clone());
+                }
+                Ok(patched)
             })
             .await,
         )
+    }
+
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
+        self.call(Op::SetPoolCooldown, "pool", name, |s| {
+            let version = s.bump();
+            let Some(pool) = s.pools.get_mut(name) else { return Ok(Patched::Missing) };
+            let annotations = pool.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            match seconds {
+                0 => {
+                    annotations.remove(crate::cooldown::COOLDOWN_ANNOTATION);
+                }
+                n => {
+                    annotations.insert(crate::cooldown::COOLDOWN_ANNOTATION.to_string(), n.to_string());
+                    pool.spec.released.get_or_insert_with(BTreeMap::new);
+                }
+            }
+            pool.metadata.resource_version = Some(version);
+            Ok(Patched::Applied)
+        })
+        .await
     }
 
     async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {

@@ -17,6 +17,7 @@ pub mod resolve;
 use std::future::Future;
 
 pub use self::kube::KubeStore;
+pub use crate::cooldown::ReleaseRecord;
 pub use connect::{ConnectError, DEFAULT_NAMESPACE, connect, namespace_of};
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use memory::MemoryStore;
@@ -262,13 +263,19 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
     /// Removes the entry at `offset` if it still holds `held`'s container, pod and interface (the interface only
-    /// when `held` records one).
+    /// when `held` records one). With `record` (a pool with a reuse cooldown), the same guarded patch writes the
+    /// release time and prunes the expired records, each only if it still has the value read.
     fn remove_allocation(
         &self,
         pool: &str,
         offset: u128,
         held: &IpAllocation,
+        record: Option<&ReleaseRecord>,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Sets the pool's reuse cooldown ([`crate::cooldown::COOLDOWN_ANNOTATION`]) to `seconds`, `0` removing it;
+    /// with a cooldown, makes `spec.released` when the pool has none.
+    fn set_pool_cooldown(&self, name: &str, seconds: u64) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
     /// Reads the reservation `name`, or `None` when it does not exist.
     fn get_reservation(
