@@ -14,7 +14,8 @@ use hereabouts_ipam::ipam::{address_of, reservation_of};
 use hereabouts_ipam::store::{KubeStore, claimed_at};
 use hereabouts_reconciler::cluster::{Cluster, Notice};
 use hereabouts_reconciler::decide::{
-    EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, Verdict, entry_claim, judge, judge_reservation,
+    EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, StatefulSetView, Verdict, entry_claim, judge,
+    judge_reservation,
 };
 use hereabouts_reconciler::http::Health;
 use hereabouts_reconciler::metrics::Metrics;
@@ -163,14 +164,15 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
             if !views.contains_key(&entry.podref) {
                 views.insert(entry.podref.clone(), crate::client::pod_view(client, &entry.podref).await?);
             }
-            let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace };
+            let sticky = crate::client::sticky(client, entry).await?;
+            let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace, sticky };
             match judge(entry, &facts) {
                 Verdict::Release(reason) => {
                     let reason = reason.as_str().into();
                     let (pool, podref) = (pool_name.clone(), entry.podref.clone());
                     found.insert(Finding::StaleEntry { pool, ip, podref, reason });
                 }
-                Verdict::Keep(Keep::Live) => {
+                Verdict::Keep(Keep::Live | Keep::Sticky) => {
                     let name = reservation_of(pool, offset);
                     match entry_claim(entry, name.as_deref().and_then(|n| listed.get(n).copied())) {
                         EntryClaim::Fine => {}
@@ -245,6 +247,10 @@ pub struct CliCluster(pub Client);
 impl Cluster for CliCluster {
     async fn pod(&self, podref: &str) -> Result<PodView, String> {
         crate::client::pod_view(&self.0, podref).await.map_err(|e| format!("{e:#}"))
+    }
+
+    async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
+        hereabouts_reconciler::cluster::read_statefulset(&self.0, namespace, name).await
     }
 
     async fn publish(&self, podref: &str, _uid: Option<&str>, notice: Notice) {

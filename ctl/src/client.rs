@@ -55,3 +55,12 @@ pub async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> 
         .with_context(|| format!("get pod {podref}"))?;
     Ok(pod.as_ref().map_or(PodView::Missing, view_of))
 }
+
+/// Whether `entry` is sticky and its StatefulSet, read now, still wants the pod's ordinal.
+pub async fn sticky(client: &Client, entry: &hereabouts_ipam::crd::IpAllocation) -> anyhow::Result<bool> {
+    let Some(name) = entry.statefulset.as_deref() else { return Ok(false) };
+    let Some((namespace, _)) = podref_parts(&entry.podref) else { return Ok(false) };
+    let set =
+        hereabouts_reconciler::cluster::read_statefulset(client, namespace, name).await.map_err(anyhow::Error::msg)?;
+    Ok(hereabouts_reconciler::decide::sticky_wanted(entry, set.as_ref()))
+}

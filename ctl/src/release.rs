@@ -42,7 +42,9 @@ pub async fn run(flags: &KubeFlags, args: &ReleaseArgs) -> anyhow::Result<bool> 
         held += 1;
         let name = pool.metadata.name.as_deref().unwrap_or_default();
         let view = crate::client::pod_view(&client, &entry.podref).await?;
-        let facts = Facts { pod: &view, gone_uid: None, now: hereabouts_ipam::clock::now(), grace: SETTLE_TIME };
+        let sticky = crate::client::sticky(&client, entry).await?;
+        let facts =
+            Facts { pod: &view, gone_uid: None, now: hereabouts_ipam::clock::now(), grace: SETTLE_TIME, sticky };
         let reason = match judge(entry, &facts) {
             Verdict::Release(reason) => reason.as_str().to_string(),
             Verdict::Keep(keep) if args.force => format!("forced over: {}", why_kept(keep, &view)),
@@ -80,5 +82,6 @@ fn why_kept(keep: Keep, view: &PodView) -> String {
             SETTLE_TIME.as_secs()
         ),
         (Keep::Unjudgeable, _) => "its podref is not namespace/name, so no pod can be looked up".into(),
+        (Keep::Sticky, _) => "a sticky StatefulSet address: its StatefulSet still wants the pod's ordinal".into(),
     }
 }

@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 
 use anyhow::Context as _;
+use hereabouts_ipam::cooldown;
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_ipam::ipam::{pool_scope, reservation_of};
 use hereabouts_reconciler::gauges::capacity;
@@ -49,6 +50,10 @@ pub struct Holding {
     pub since: Option<String>,
     /// The OverlappingRangeIPReservation of the address, if any: `namespace/name` of its pod.
     pub reservation: Option<String>,
+    /// The StatefulSet a sticky entry records.
+    pub statefulset: Option<String>,
+    /// For a free address released within the pool's reuse cooldown: when it may be handed out again.
+    pub cooling_until: Option<String>,
 }
 
 pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
@@ -85,6 +90,11 @@ pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
             node: entry.and_then(|e| e.node.clone()),
             since: entry.and_then(|e| e.allocated.clone()),
             reservation: reservation.map(|r| r.spec.podref),
+            statefulset: entry.and_then(|e| e.statefulset.clone()),
+            cooling_until: match entry {
+                Some(_) => None,
+                None => cooldown::cooling(pool, hereabouts_ipam::clock::now()).get(&offset).map(ToString::to_string),
+            },
         });
     }
     if json {
@@ -145,7 +155,10 @@ fn print_rows(rows: &[PoolRow]) {
 
 fn describe(h: &Holding) -> String {
     let Some(podref) = &h.podref else {
-        return format!("{} is free in pool {}", h.ip, h.pool);
+        return match &h.cooling_until {
+            Some(until) => format!("{} is free in pool {}, cooling until {until} (reuse cooldown)", h.ip, h.pool),
+            None => format!("{} is free in pool {}", h.ip, h.pool),
+        };
     };
     let mut s = format!("{} is held by {podref} in pool {}", h.ip, h.pool);
     if let Some(c) = &h.container_id {
@@ -159,6 +172,9 @@ fn describe(h: &Holding) -> String {
     }
     if let Some(t) = &h.since {
         s.push_str(&format!(", since {t}"));
+    }
+    if let Some(set) = &h.statefulset {
+        s.push_str(&format!(", sticky for StatefulSet {set}"));
     }
     match &h.reservation {
         Some(r) if r == podref => s.push_str("; reserved cluster-wide"),

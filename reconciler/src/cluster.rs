@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 
-use crate::decide::{PodView, podref_parts};
+use crate::decide::{PodView, StatefulSetView, podref_parts};
 
 /// The annotation a mirror pod carries: the kubelet's UID of the static pod it mirrors.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -27,6 +27,14 @@ pub struct Notice {
 pub trait Cluster: Send + Sync {
     /// The pod `podref` names, as the API server has it now (not a cache: a cache may be stale).
     fn pod(&self, podref: &str) -> impl Future<Output = Result<PodView, String>> + Send;
+
+    /// The StatefulSet `name` in `namespace`, as the API server has it now; `None` when it does not exist. Read
+    /// only for sticky entries.
+    fn statefulset(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<StatefulSetView>, String>> + Send;
 
     /// Tells the pod `podref` (UID `uid`, when known) what happened, best effort.
     fn publish(&self, podref: &str, uid: Option<&str>, notice: Notice) -> impl Future<Output = ()> + Send;
@@ -65,11 +73,32 @@ pub fn is_finished(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
+/// Reads the StatefulSet `name` in `namespace` (metadata and spec are all the rules need).
+pub async fn read_statefulset(client: &Client, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let found = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("get statefulset {namespace}/{name}: {e}"))?;
+    Ok(found.map(|set| {
+        let spec = &set.spec;
+        StatefulSetView {
+            replicas: spec.replicas.unwrap_or(1),
+            start: spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0),
+            deleting: set.metadata.deletion_timestamp.is_some(),
+        }
+    }))
+}
+
 impl Cluster for KubeCluster {
     async fn pod(&self, podref: &str) -> Result<PodView, String> {
         let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
         let pod = Api::<Pod>::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(|e| e.to_string())?;
         Ok(pod.as_ref().map_or(PodView::Missing, view_of))
+    }
+
+    async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
+        read_statefulset(&self.client, namespace, name).await
     }
 
     async fn publish(&self, podref: &str, uid: Option<&str>, notice: Notice) {

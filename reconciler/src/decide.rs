@@ -61,6 +61,9 @@ pub enum Keep {
     Fresh,
     /// It names no pod that can be looked up (`podref` not `namespace/name`): never guess.
     Unjudgeable,
+    /// Its pod is gone or being replaced, but the StatefulSet that owns it still wants the pod's ordinal: the pod
+    /// recreated under the same name takes it over (sticky StatefulSet addresses).
+    Sticky,
 }
 
 /// The verdict on one allocation.
@@ -81,6 +84,38 @@ pub struct Facts<'a> {
     pub now: Timestamp,
     /// How long a fresh allocation is left alone.
     pub grace: Duration,
+    /// Whether the entry is sticky and its StatefulSet still wants the pod's ordinal ([`sticky_wanted`]).
+    pub sticky: bool,
+}
+
+/// What the API server says of the StatefulSet a sticky entry names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatefulSetView {
+    /// `spec.replicas` (1 when unset).
+    pub replicas: i32,
+    /// `spec.ordinals.start` (0 when unset): the ordinals are `start..start + replicas`.
+    pub start: i32,
+    /// Whether it has a deletion timestamp (a foreground deletion deletes its pods while it still exists).
+    pub deleting: bool,
+}
+
+/// The ordinal of the pod `podref` names as a pod of StatefulSet `statefulset` (`<statefulset>-<ordinal>`).
+pub fn ordinal_of(podref: &str, statefulset: &str) -> Option<i32> {
+    let (_, pod) = podref_parts(podref)?;
+    let digits = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0'))
+    {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Whether `entry` is sticky and `statefulset` (as read now; `None`: it does not exist) still wants its pod's
+/// ordinal: it exists, is not being deleted, and the ordinal is below its replicas (from its start ordinal).
+pub fn sticky_wanted(entry: &IpAllocation, statefulset: Option<&StatefulSetView>) -> bool {
+    let (Some(name), Some(set)) = (entry.statefulset.as_deref(), statefulset) else { return false };
+    let Some(ordinal) = ordinal_of(&entry.podref, name) else { return false };
+    !set.deleting && ordinal >= set.start && i64::from(ordinal) < i64::from(set.start) + i64::from(set.replicas)
 }
 
 /// `namespace/name`, if `podref` is of that form.
@@ -109,7 +144,19 @@ fn allocated_at(allocation: &IpAllocation) -> Option<Timestamp> {
 /// 4. A live pod keeps its entry (Pending included); a finished one gives it back.
 /// 5. An entry whose pod is missing is released, unless it is younger than the grace period (entries Whereabouts
 ///    wrote carry no time and are judged by their pod alone).
+/// 6. Whatever rules 2 to 5 release (or keep only as fresh), a sticky entry whose StatefulSet still wants its
+///    ordinal keeps ([`Facts::sticky`]).
 pub fn judge(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
+    match judge_pod(allocation, facts) {
+        // a fresh entry is kept anyway; saying why it outlives its pod tells more
+        Verdict::Release(_) | Verdict::Keep(Keep::Fresh) if facts.sticky && allocation.statefulset.is_some() => {
+            Verdict::Keep(Keep::Sticky)
+        }
+        verdict => verdict,
+    }
+}
+
+fn judge_pod(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
     if podref_parts(&allocation.podref).is_none() {
         return Verdict::Keep(Keep::Unjudgeable);
     }

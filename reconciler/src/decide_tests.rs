@@ -40,7 +40,7 @@ fn mk_holder(podref: &str) -> Holder {
 }
 
 fn facts<'a>(pod: &'a PodView, gone_uid: Option<&'a str>, now: Timestamp) -> Facts<'a> {
-    Facts { pod, gone_uid, now, grace: GRACE }
+    Facts { pod, gone_uid, now, grace: GRACE, sticky: false }
 }
 
 fn live(uid: &str) -> PodView {
@@ -259,4 +259,58 @@ proptest! {
             prop_assert_eq!(reservation_address(&name, &network, &range), Some(ip));
         }
     }
+}
+
+fn set(replicas: i32, start: i32, deleting: bool) -> StatefulSetView {
+    StatefulSetView { replicas, start, deleting }
+}
+
+#[test]
+fn a_statefulset_wants_the_ordinals_below_its_replicas_from_its_start() {
+    let entry = |podref: &str| IpAllocation {
+        podref: podref.into(),
+        statefulset: Some("web".into()),
+        ..mk_alloc(Some("u1"), Some(3600), Timestamp::now())
+    };
+    assert!(sticky_wanted(&entry("ns/web-0"), Some(&set(2, 0, false))));
+    assert!(sticky_wanted(&entry("ns/web-1"), Some(&set(2, 0, false))));
+    assert!(!sticky_wanted(&entry("ns/web-2"), Some(&set(2, 0, false))), "scaled down");
+    assert!(!sticky_wanted(&entry("ns/web-0"), None), "gone");
+    assert!(!sticky_wanted(&entry("ns/web-0"), Some(&set(2, 0, true))), "being deleted");
+    assert!(!sticky_wanted(&entry("ns/web-0"), Some(&set(0, 0, false))), "scaled to zero");
+    assert!(sticky_wanted(&entry("ns/web-5"), Some(&set(2, 5, false))), "spec.ordinals.start");
+    assert!(!sticky_wanted(&entry("ns/web-4"), Some(&set(2, 5, false))));
+    for other in ["ns/web-01", "ns/web-", "ns/webx-0", "ns/web-0a", "ns/other-0", "web-0"] {
+        assert!(!sticky_wanted(&entry(other), Some(&set(9, 0, false))), "{other}");
+    }
+    let plain = mk_alloc(Some("u1"), Some(3600), Timestamp::now());
+    assert!(!sticky_wanted(&plain, Some(&set(2, 0, false))), "not a sticky entry");
+}
+
+#[test]
+fn a_wanted_sticky_entry_outlives_its_pod_and_nothing_else_changes() {
+    let now = Timestamp::now();
+    let sticky = IpAllocation {
+        podref: "ns/web-0".into(),
+        statefulset: Some("web".into()),
+        ..mk_alloc(Some("u1"), Some(3600), now)
+    };
+    let wanted = |pod: &PodView, gone: Option<&str>| {
+        judge(&sticky, &Facts { pod, gone_uid: gone, now, grace: GRACE, sticky: true })
+    };
+    assert_eq!(wanted(&PodView::Missing, Some("u1")), Verdict::Keep(Keep::Sticky), "deleted, seen gone");
+    assert_eq!(wanted(&live("u2"), None), Verdict::Keep(Keep::Sticky), "recreated under the same name");
+    let finished = PodView::Present { uid: "u1".into(), finished: true, mirror: false };
+    assert_eq!(wanted(&finished, None), Verdict::Keep(Keep::Sticky));
+    assert_eq!(wanted(&live("u1"), None), Verdict::Keep(Keep::Live), "a live pod is simply live");
+    let fresh = IpAllocation { allocated: Some(now.to_string()), ..sticky.clone() };
+    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true };
+    assert_eq!(judge(&fresh, &facts), Verdict::Keep(Keep::Sticky), "fresh too: the reason that lasts");
+    // not wanted: the ordinary rules
+    let unwanted = Facts { pod: &PodView::Missing, gone_uid: Some("u1"), now, grace: GRACE, sticky: false };
+    assert_eq!(judge(&sticky, &unwanted), Verdict::Release(Reason::Deleted));
+    // `sticky` says nothing of an entry that records no StatefulSet
+    let plain = mk_alloc(Some("u1"), Some(3600), now);
+    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true };
+    assert_eq!(judge(&plain, &facts), Verdict::Release(Reason::Deleted));
 }

@@ -16,6 +16,7 @@ use hereabouts_ipam::store::{Store, StoreError, claimed_at};
 use crate::cluster::{Cluster, Notice};
 use crate::decide::{
     Facts, Index, Keep, PodView, Reason, ReservationVerdict, Verdict, judge, judge_reservation, podref_parts,
+    sticky_wanted,
 };
 use crate::http::Health;
 
@@ -75,6 +76,21 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
         }
     }
 
+    /// Whether `held` is sticky and its StatefulSet still wants it; `None` when that cannot be read (the entry is
+    /// then kept: never guess).
+    async fn sticky(&self, held: &IpAllocation) -> Option<bool> {
+        let Some(name) = held.statefulset.as_deref() else { return Some(false) };
+        let (namespace, _) = podref_parts(&held.podref)?;
+        match self.cluster.statefulset(namespace, name).await {
+            Ok(set) => Some(sticky_wanted(held, set.as_ref())),
+            Err(e) => {
+                tracing::warn!(podref = %held.podref, statefulset = name, error = %e,
+                    "cannot read the StatefulSet; keeping its pod's sticky address");
+                None
+            }
+        }
+    }
+
     /// Judges the entry `held` at `offset` of `pool` and gives it back if its pod no longer holds it. `gone_uid`
     /// is the UID of a pod seen deleted or finished under that name.
     pub async fn consider(
@@ -89,7 +105,8 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
             return Considered::Kept(Keep::Unjudgeable);
         }
         let Some(view) = self.view(&held.podref, views).await else { return Considered::Failed };
-        let facts = Facts { pod: &view, gone_uid, now: hereabouts_ipam::clock::now(), grace: self.grace };
+        let Some(sticky) = self.sticky(held).await else { return Considered::Failed };
+        let facts = Facts { pod: &view, gone_uid, now: hereabouts_ipam::clock::now(), grace: self.grace, sticky };
         let reason = match judge(held, &facts) {
             Verdict::Keep(keep) => return Considered::Kept(keep),
             Verdict::Release(reason) => reason,

@@ -83,7 +83,8 @@ pub async fn reconcile_once<S: Store, C: Cluster>(releaser: &Releaser<S, C>) -> 
     for (pool, offset, held) in entries(&pools, |_| true) {
         match releaser.consider(pool, offset, held, None, &mut views).await {
             Considered::Released(_) => summary.released += 1,
-            Considered::Kept(Keep::Live) => {
+            // a sticky entry keeps its reservation too: the address stays claimed for the pod's next incarnation
+            Considered::Kept(Keep::Live | Keep::Sticky) => {
                 summary.kept += 1;
                 let name = reservation_of(pool, offset);
                 let claim = entry_claim(held, name.as_deref().and_then(|n| listed.get(n).copied()));

@@ -146,6 +146,14 @@ struct Truth {
 struct SimCluster(Arc<Mutex<Truth>>);
 
 impl Cluster for SimCluster {
+    async fn statefulset(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> Result<Option<hereabouts_reconciler::decide::StatefulSetView>, String> {
+        Ok(None)
+    }
+
     async fn pod(&self, podref: &str) -> Result<PodView, String> {
         let truth = self.0.lock().unwrap();
         Ok(truth.pods.get(podref).map_or(PodView::Missing, |p| PodView::Present {

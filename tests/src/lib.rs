@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod containerd;
 pub mod crds;
+pub mod ctl;
 pub mod deploy;
 pub mod elf;
 pub mod faultproxy;

@@ -281,6 +281,14 @@ impl PodFixture {
             .unwrap();
     }
 
+    /// Pool `name`, read as admin; panics when it cannot be read.
+    pub async fn pool(&self, name: &str) -> hereabouts_ipam::crd::IpPool {
+        Api::<hereabouts_ipam::crd::IpPool>::namespaced(self.admin.clone(), &self.ns)
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("pool {name} in {}: {e}", self.ns))
+    }
+
     pub async fn holders(&self, pool: &str) -> BTreeSet<String> {
         crate::objects::pool_holders(&self.admin, &self.ns, pool).await
     }

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use hereabouts_ipam::cooldown::COOLDOWN_ANNOTATION;
 use hereabouts_tests::Identity;
+use hereabouts_tests::ctl::ctl;
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;
-use hereabouts_tests::plugin::{netconf, workspace_bin};
+use hereabouts_tests::plugin::netconf;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
@@ -95,17 +96,13 @@ async fn the_reconcilers_release_records_it_too() {
     let config = fx.netconf("1.0.0", "cool", json!({"range": "198.18.141.0/30", "reuse_cooldown_seconds": 30}));
     assert_eq!(fx.add_on(&config, "node-1", "gone").await.ips(), [ip("198.18.141.1")]);
     let admin = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
-    let out = tokio::process::Command::new(workspace_bin("kubectl-hereabouts"))
-        .arg("--kubeconfig")
-        .arg(&admin)
-        .args(["-n", &fx.ns, "ipam", "release", "--ip", "198.18.141.1", "--force"])
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .expect("run kubectl-hereabouts");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = ctl(&admin, &fx.ns, &["ipam", "release", "--ip", "198.18.141.1", "--force"]).await;
+    assert!(out.success, "{}", out.stderr);
     let books = released(&fx, pool).await;
     assert_eq!(books.keys().collect::<Vec<_>>(), ["1"]);
+    let said = ctl(&admin, &fx.ns, &["ipam", "show", "--ip", "198.18.141.1"]).await.stdout;
+    eprintln!("ipam show --ip: {said}");
+    assert!(said.contains(&format!("198.18.141.1 is free in pool {pool}, cooling until ")), "{said}");
     assert_eq!(fx.add_on(&config, "node-1", "next").await.ips(), [ip("198.18.141.2")], ".1 is cooling");
 }
 

@@ -2,38 +2,13 @@
 //! `ipam release` refusing a live pod's address, and `lint` over NetworkAttachmentDefinitions.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use hereabouts_ipam::crd::IpPool;
+use hereabouts_tests::ctl::ctl;
 use hereabouts_tests::fixture::CniFixture;
-use hereabouts_tests::plugin::workspace_bin;
 use hereabouts_tests::{Identity, runtime};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-
-/// What one run of the CLI printed, and whether it exited 0.
-struct Ran {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
-async fn ctl(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Ran {
-    let out = tokio::process::Command::new(workspace_bin("kubectl-hereabouts"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["-n", namespace])
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .expect("run kubectl-hereabouts");
-    Ran {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 async fn age_entries(fx: &CniFixture, pool: &str, secs: i64) {
     let at = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs)).to_string();

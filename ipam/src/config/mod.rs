@@ -135,6 +135,8 @@ pub struct IpamConfig {
     /// away; `None` leaves each pool's as it is). A pool's cooldown, whoever set it, is what its ADDs and releases
     /// honour ([`crate::cooldown`]).
     pub reuse_cooldown: Option<u64>,
+    /// The StatefulSet that controls the pod, as the ADD read it (sticky ranges only; never from the config).
+    pub owner_statefulset: Option<String>,
     /// Keys accepted and ignored (legacy Whereabouts keys, flat-file keys without effect, `CNI_ARGS` let through by
     /// `IgnoreUnknown`), named as in messages, for a debug log. Values are left out (`etcd_password`).
     pub ignored: Vec<String>,
@@ -390,6 +392,7 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         provider,
         selection,
         reuse_cooldown: raw.reuse_cooldown.map(|f| f.value),
+        owner_statefulset: None,
         ignored,
         flat_file,
     })

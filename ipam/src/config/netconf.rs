@@ -68,6 +68,8 @@ pub(super) struct RawRange {
     pub name: Option<String>,
     /// The nodes this range serves, as a label selector.
     pub node_selector: Option<String>,
+    /// Sticky StatefulSet addresses in this range (overrides the ipam-level key).
+    pub sticky_statefulset: Option<bool>,
 }
 
 /// `dns`: merged key by key like Whereabouts' `mergo.Merge` does with `cnitypes.DNS`.
@@ -108,6 +110,8 @@ pub(super) struct RawIpam<'p> {
     pub pod_ranges: Field<'p, bool>,
     /// `reuse_cooldown_seconds`: the pools' reuse cooldown, `0` to take it away.
     pub reuse_cooldown: Field<'p, u64>,
+    /// `sticky_statefulset`: the default of every range (`range`'s own).
+    pub sticky_statefulset: Field<'p, bool>,
     /// Keys accepted and ignored, named as in messages.
     pub ignored: Vec<String>,
 }
@@ -162,6 +166,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "iaas_provider",
     "pod_ranges",
     "reuse_cooldown_seconds",
+    "sticky_statefulset",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -189,6 +194,7 @@ const RANGE_KEYS: &[&str] = &[
     "paired_range",
     "name",
     "node_selector",
+    "sticky_statefulset",
 ];
 const RANGE_HINTS: &[(&str, &str)] =
     &[("gateway", "the gateway is set once, in \"gateway\" of the ipam object"), ("subnet", "did you mean \"range\"?")];
@@ -283,6 +289,7 @@ fn parse_key<'p>(
         "timeout_seconds" => raw.timeout = sourced(origin, uint(v, key)?.map(|n| timeout(n, key)).transpose()?),
         "iaas_provider" => raw.iaas_provider = sourced(origin, object(v, key)?.cloned()),
         "pod_ranges" => raw.pod_ranges = sourced(origin, boolean(v, key)?),
+        "sticky_statefulset" => raw.sticky_statefulset = sourced(origin, boolean(v, key)?),
         "reuse_cooldown_seconds" => {
             raw.reuse_cooldown = sourced(origin, uint(v, key)?.map(|n| cooldown(n, key)).transpose()?);
         }
@@ -333,6 +340,9 @@ fn parse_range_entry(
         paired_range: problems.pass(string(get("paired_range"), &format!("{key}.paired_range")))?.flatten(),
         name: problems.pass(string(get("name"), &format!("{key}.name")))?.flatten(),
         node_selector: problems.pass(string(get("node_selector"), &format!("{key}.node_selector")))?.flatten(),
+        sticky_statefulset: problems
+            .pass(boolean(get("sticky_statefulset"), &format!("{key}.sticky_statefulset")))?
+            .flatten(),
     })
 }
 

@@ -35,6 +35,9 @@ pub struct RangeSelection {
     pub names: Vec<Option<String>>,
     /// Each range's `node_selector`, if it has one.
     pub node_selectors: Vec<Option<LabelSelector>>,
+    /// Whether each range keeps a StatefulSet pod's address for its next incarnation (`sticky_statefulset`, per
+    /// entry or for the whole config): the ADD reads the pod's owner.
+    pub sticky: Vec<bool>,
 }
 
 impl RangeSelection {
@@ -43,9 +46,14 @@ impl RangeSelection {
         self.node_selectors.iter().any(Option::is_some)
     }
 
-    /// Whether an ADD reads anything at all to choose its ranges.
+    /// Whether an ADD reads the pod (its annotation, or its owner for a sticky range).
+    pub fn reads_pod(&self) -> bool {
+        self.by_pod || self.sticky.contains(&true)
+    }
+
+    /// Whether an ADD reads anything of the pod or the node.
     pub fn is_active(&self) -> bool {
-        self.by_pod || self.reads_node()
+        self.reads_pod() || self.reads_node()
     }
 
     /// Whether a pod annotation of `value` makes the choice for `network` (or is an error to report), so that
@@ -72,6 +80,8 @@ pub struct RangeFacts {
     pub namespace: Option<String>,
     /// The node's labels, when a range has a node selector; `None`: the node was not found.
     pub node_labels: Option<BTreeMap<String, String>>,
+    /// The StatefulSet that controls the pod, when a range is sticky and the pod is named as its pods are.
+    pub statefulset: Option<String>,
 }
 
 /// Reads `pod_ranges` and each entry's `name` and `node_selector`. Not with `iaas_provider`, whose candidates
@@ -79,9 +89,17 @@ pub struct RangeFacts {
 pub(super) fn parse(raw: &RawIpam<'_>, ranges: &[IpRange], provider: bool) -> Result<RangeSelection, ConfigError> {
     let mut selection =
         RangeSelection { by_pod: raw.pod_ranges.as_ref().is_some_and(|f| f.value), ..Default::default() };
+    let sticky_default = raw.sticky_statefulset.as_ref().is_some_and(|f| f.value);
+    if provider && let Some(f) = raw.sticky_statefulset.as_ref().filter(|f| f.value) {
+        return Err(ConfigError::invalid(
+            f.origin.key("sticky_statefulset"),
+            "not with ipam.iaas_provider: a provider-backed address belongs to its cloud sub-interface",
+        ));
+    }
     if raw.range.is_some() {
         selection.names.push(None);
         selection.node_selectors.push(None);
+        selection.sticky.push(sticky_default);
     }
     if let Some(list) = &raw.ip_ranges {
         for entry in &list.value {
@@ -111,11 +129,19 @@ pub(super) fn parse(raw: &RawIpam<'_>, ranges: &[IpRange], provider: bool) -> Re
                     "not with ipam.iaas_provider: its candidate ranges are chosen by class and node_name",
                 ));
             }
+            if provider && entry.sticky_statefulset == Some(true) {
+                return Err(ConfigError::invalid(
+                    key("sticky_statefulset"),
+                    "not with ipam.iaas_provider: a provider-backed address belongs to its cloud sub-interface",
+                ));
+            }
             selection.names.push(entry.name.clone());
             selection.node_selectors.push(selector);
+            selection.sticky.push(entry.sticky_statefulset.unwrap_or(sticky_default));
             if entry.paired_range.is_some() {
                 selection.names.push(None);
                 selection.node_selectors.push(None);
+                selection.sticky.push(false);
             }
         }
     }
@@ -235,6 +261,8 @@ impl IpamConfig {
         narrowed.placements = keep.iter().map(|i| self.placements[*i].clone()).collect();
         narrowed.selection.names = keep.iter().map(|i| sel.names[*i].clone()).collect();
         narrowed.selection.node_selectors = keep.iter().map(|i| sel.node_selectors[*i].clone()).collect();
+        narrowed.selection.sticky = keep.iter().map(|i| sel.sticky[*i]).collect();
+        narrowed.owner_statefulset = facts.statefulset.clone();
         if let Err(ip) = requested::by_range(&narrowed.ranges, &self.requested) {
             let chosen: Vec<String> = keep.iter().map(|i| all[*i].clone()).collect();
             return Err(ConfigError::invalid(
@@ -243,6 +271,14 @@ impl IpamConfig {
             ));
         }
         Ok(narrowed)
+    }
+
+    /// The StatefulSet an entry in `range` records (sticky StatefulSet addresses): the pod's owner, when the
+    /// config's range that holds `range` (itself, or the range a slice is cut from) is sticky.
+    pub fn sticky_statefulset(&self, range: &IpRange) -> Option<String> {
+        let owner = self.owner_statefulset.as_ref()?;
+        let index = self.ranges.iter().position(|r| r.cidr().contains(&range.cidr()))?;
+        self.selection.sticky.get(index).copied().unwrap_or(false).then(|| owner.clone())
     }
 
     /// The range a reference names: its `name`, or its CIDR.

@@ -35,7 +35,12 @@ fn chosen(cfg: &IpamConfig) -> Vec<String> {
 }
 
 fn facts(pod: Option<&str>, namespace: Option<&str>, labels: Option<BTreeMap<String, String>>) -> RangeFacts {
-    RangeFacts { pod: pod.map(str::to_string), namespace: namespace.map(str::to_string), node_labels: labels }
+    RangeFacts {
+        pod: pod.map(str::to_string),
+        namespace: namespace.map(str::to_string),
+        node_labels: labels,
+        statefulset: None,
+    }
 }
 
 #[test]
@@ -147,4 +152,40 @@ fn a_node_no_range_serves_and_a_request_outside_the_choice_are_refused() {
     );
     let red = asked.choose_ranges("n1", &facts(Some("red"), None, None)).unwrap();
     assert_eq!(red.requested_for(0), Some("198.18.2.7".parse().unwrap()));
+}
+
+#[test]
+fn sticky_statefulset_is_per_range_with_a_config_wide_default() {
+    let cfg = load(
+        json!({"type": "hereabouts", "sticky_statefulset": true, "range": "198.18.1.0/24", "ipRanges": [
+            {"range": "198.18.2.0/24"}, {"range": "198.18.3.0/24", "sticky_statefulset": false},
+        ]}),
+        ARGS,
+    )
+    .unwrap();
+    assert_eq!(cfg.selection.sticky, [true, true, false]);
+    assert!(cfg.selection.reads_pod() && cfg.selection.is_active(), "the ADD reads the pod's owner");
+    // the owner comes from the ADD's read, never from the config; a slice of a sticky range is sticky
+    let mut owned =
+        cfg.choose_ranges("n1", &RangeFacts { statefulset: Some("web".into()), ..Default::default() }).unwrap();
+    assert_eq!(owned.sticky_statefulset(&owned.ranges[0].clone()), Some("web".to_string()));
+    assert_eq!(owned.sticky_statefulset(&owned.ranges[2].clone()), None);
+    let slice = crate::range::IpRange::parse("198.18.2.64/26", None, None, &[]).unwrap();
+    assert_eq!(owned.sticky_statefulset(&slice), Some("web".to_string()));
+    owned.owner_statefulset = None;
+    assert_eq!(owned.sticky_statefulset(&owned.ranges[0].clone()), None, "no owner: nothing recorded");
+    let only_entry =
+        load(json!({"type": "hereabouts", "ipRanges": [{"range": "198.18.2.0/24", "sticky_statefulset": true}]}), ARGS)
+            .unwrap();
+    assert_eq!(only_entry.selection.sticky, [true]);
+    let provider = json!({"url": "https://127.0.0.1:1", "ca_file": "/ca.pem", "parent_interface": "eth0"});
+    let err = load(
+        json!({"type": "hereabouts", "sticky_statefulset": true, "range": "198.18.1.0/24", "iaas_provider": provider}),
+        ARGS,
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("ipam.sticky_statefulset: not with ipam.iaas_provider"), "{err}");
+    let err =
+        load(json!({"type": "hereabouts", "range": "198.18.1.0/24", "stickyStatefulset": true}), ARGS).unwrap_err();
+    assert_eq!(err.code().number(), 2, "{err}");
 }

@@ -91,4 +91,9 @@ pub struct IpAllocation {
     /// missing one back for a live entry, and knows not to for entries of networks that reserve nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reserved: bool,
+    /// Sticky StatefulSet addresses (hereabouts addition): the StatefulSet that owns the pod, recorded by an ADD in
+    /// a range with `sticky_statefulset`. DEL and GC leave such an entry for the pod recreated under the same name;
+    /// the reconciler releases it once the StatefulSet is gone or no longer has the pod's ordinal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statefulset: Option<String>,
 }

@@ -160,6 +160,7 @@ impl<'a, S: Store> RangeAdd<'a, S> {
                 node: Some(req.node.clone()).filter(|n| !n.is_empty()),
                 network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
                 reserved: cfg.overlapping_ranges,
+                statefulset: cfg.sticky_statefulset(range),
             },
             placer: None,
             shape: None,

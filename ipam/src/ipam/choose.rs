@@ -23,12 +23,17 @@ pub async fn choose_ranges(
         return Ok(None);
     }
     let mut facts = RangeFacts::default();
-    if selection.by_pod {
+    if selection.reads_pod() {
         let pod = read(store, CoreObject::Pod, &cfg.pod.namespace, &cfg.pod.name, budget).await?;
-        facts.pod = pod.as_ref().and_then(annotation);
-        if !facts.pod.as_deref().is_some_and(|v| RangeSelection::decides(v, &cfg.name)) {
-            let ns = read(store, CoreObject::Namespace, "", &cfg.pod.namespace, budget).await?;
-            facts.namespace = ns.as_ref().and_then(annotation);
+        if selection.sticky.contains(&true) {
+            facts.statefulset = pod.as_ref().and_then(|meta| statefulset_of(meta, &cfg.pod.name));
+        }
+        if selection.by_pod {
+            facts.pod = pod.as_ref().and_then(annotation);
+            if !facts.pod.as_deref().is_some_and(|v| RangeSelection::decides(v, &cfg.name)) {
+                let ns = read(store, CoreObject::Namespace, "", &cfg.pod.namespace, budget).await?;
+                facts.namespace = ns.as_ref().and_then(annotation);
+            }
         }
     }
     if selection.reads_node() {
@@ -39,10 +44,21 @@ pub async fn choose_ranges(
     tracing::debug!(
         ranges = %chosen.ranges.iter().map(|r| r.cidr().to_string()).collect::<Vec<_>>().join(","),
         pod_annotation = facts.pod.as_deref().unwrap_or(""),
+        statefulset = facts.statefulset.as_deref().unwrap_or(""),
         namespace_annotation = facts.namespace.as_deref().unwrap_or(""),
         "ranges chosen"
     );
     Ok(Some(chosen))
+}
+
+/// The StatefulSet that controls the pod, if one does and the pod is named `<statefulset>-<ordinal>` as its pods
+/// are (the reconciler finds the ordinal in the name).
+fn statefulset_of(meta: &ObjectMeta, pod: &str) -> Option<String> {
+    let owner = meta.owner_references.as_ref()?.iter().find(|o| {
+        o.controller == Some(true) && o.kind == "StatefulSet" && o.api_version.split('/').next() == Some("apps")
+    })?;
+    let ordinal = pod.strip_prefix(owner.name.as_str())?.strip_prefix('-')?;
+    (!ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit())).then(|| owner.name.clone())
 }
 
 fn annotation(meta: &ObjectMeta) -> Option<String> {
@@ -73,4 +89,43 @@ async fn read(
             other => other,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn owned_by(kind: &str, api_version: &str, name: &str, controller: bool) -> ObjectMeta {
+        let owner = OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller: Some(controller),
+            block_owner_deletion: None,
+        };
+        ObjectMeta { owner_references: Some(vec![owner]), ..Default::default() }
+    }
+
+    #[test]
+    fn only_a_controlling_statefulset_of_the_pods_name_is_the_owner() {
+        assert_eq!(statefulset_of(&owned_by("StatefulSet", "apps/v1", "web", true), "web-3"), Some("web".into()));
+        assert_eq!(
+            statefulset_of(&owned_by("StatefulSet", "apps/v1", "web", false), "web-3"),
+            None,
+            "not the controller"
+        );
+        assert_eq!(statefulset_of(&owned_by("ReplicaSet", "apps/v1", "web", true), "web-3"), None);
+        assert_eq!(
+            statefulset_of(&owned_by("StatefulSet", "example.com/v1", "web", true), "web-3"),
+            None,
+            "another group"
+        );
+        for name in ["web-", "web-x", "webby-3", "db-0"] {
+            assert_eq!(statefulset_of(&owned_by("StatefulSet", "apps/v1", "web", true), name), None, "{name}");
+        }
+        assert_eq!(statefulset_of(&ObjectMeta::default(), "web-0"), None);
+    }
 }

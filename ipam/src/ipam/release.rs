@@ -200,7 +200,9 @@ pub async fn release(
     req: &Request,
     budget: &Budget,
 ) -> Result<usize, IpamError> {
-    let wanted = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
+    // a sticky StatefulSet entry waits for the pod's next incarnation; the reconciler releases it once the
+    // StatefulSet no longer wants the ordinal (DEL cannot tell a scale-down from a pod being replaced)
+    let wanted = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname && a.statefulset.is_none();
     release_where(store, scope, &req.node, Search::OwnFirst, budget, wanted).await
 }
 
@@ -287,6 +289,7 @@ pub async fn gc(
             && a.node.as_deref() == Some(node)
             && a.network.as_deref() == Some(scope.network)
             && !valid.contains(&(a.id.as_str(), a.ifname.as_str()))
+            && a.statefulset.is_none()
     })
     .await
 }

@@ -95,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
                     node: Some(node_of(i)),
                     network: Some("scale".into()),
                     reserved: false,
+                    statefulset: None,
                 },
             );
         }

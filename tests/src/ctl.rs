@@ -1,0 +1,31 @@
+//! Running `kubectl-hereabouts`, the compiled operator CLI, as an operator would.
+
+use std::path::Path;
+
+use crate::plugin::workspace_bin;
+
+/// What one run of the CLI printed, and whether it exited 0.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `kubectl-hereabouts --kubeconfig <kubeconfig> -n <namespace> <args>`, with no `KUBECONFIG` from the environment.
+pub async fn ctl(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Ran {
+    let out = tokio::process::Command::new(workspace_bin("kubectl-hereabouts"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["-n", namespace])
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("run kubectl-hereabouts");
+    Ran {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
