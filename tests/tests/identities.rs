@@ -256,6 +256,44 @@ impl Fx {
         inv.run().await.result();
     }
 
+    /// A pod `name` (`<statefulset>-<ordinal>`) controlled by StatefulSet `set` (which need not exist) on
+    /// `node`, and its ADD in the same range with `sticky_statefulset`.
+    async fn sticky_pod_with_address(&self, name: &str, set: &str, node: &str) {
+        let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "StatefulSet".into(),
+            name: set.into(),
+            uid: "00000000-0000-0000-0000-000000000001".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        };
+        let pod = Pod {
+            metadata: ObjectMeta { owner_references: Some(vec![owner]), ..meta(name) },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let pod =
+            Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap();
+        let mut config = self.config.clone();
+        config["ipam"]["sticky_statefulset"] = json!(true);
+        let mut inv = Invocation::new("ADD", &config, &self.ns, name, &format!("c-{name}")).with_env("NODENAME", node);
+        inv.args.push_str(&format!(";K8S_POD_UID={}", pod.metadata.uid.unwrap()));
+        inv.run().await.result();
+        let sticky =
+            self.pool_entries().await.into_iter().any(|a| a.podref == self.podref(name) && a.statefulset.is_some());
+        assert!(sticky, "the entry records its StatefulSet");
+    }
+
+    async fn pool_entries(&self) -> Vec<hereabouts_ipam::crd::IpAllocation> {
+        let pools: Vec<IpPool> =
+            Api::namespaced(self.admin.clone(), &self.ns).list(&Default::default()).await.unwrap().items;
+        pools.into_iter().flat_map(|p| p.spec.allocations.into_values()).collect()
+    }
+
     async fn delete_pod(&self, name: &str) {
         let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
         Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
@@ -343,6 +381,9 @@ enum Job {
     /// pool is empty is freed with its pool deleted, while a gone node's slice with an entry stays. Without the
     /// verb: this text, and the gone node's empty slice stays.
     KeepSlices(&'static str),
+    /// A sticky StatefulSet entry whose StatefulSet does not exist, its pod deleted without CNI DEL, is released by
+    /// the node loop. Without the verb: this text, and the entry stays (a StatefulSet that cannot be read keeps).
+    ReleaseStickyOfGoneSet(&'static str),
 }
 
 /// Waits for a log line holding `text` and "forbidden"; panics with the log after 30 s.
@@ -462,6 +503,19 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             // The release is seen before the pass that made it logs its end.
             let ran = || async { reconciler.logs().contains("cluster reconcile done") };
             eventually(Duration::from_secs(5), "the cluster reconcile's end", granted, Some(&reconciler), ran).await;
+        }
+        Job::ReleaseStickyOfGoneSet(text) => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.sticky_pod_with_address("web-0", "web", &fx.node).await;
+            fx.delete_pod("web-0").await;
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            let web = fx.podref("web-0");
+            let released = || async { !fx.entries().await.contains(&web) };
+            eventually(Duration::from_secs(10), "the sticky entry's release", granted, Some(&reconciler), released)
+                .await;
         }
         Job::TellThePod => {
             let reconciler = fx.launch(NEVER);
@@ -629,15 +683,11 @@ reconciler_verbs! {
     rec_needs_list_on_node_slices: Role, "nodeslicepools", "list" => Job::KeepSlices("node slice pool list failed");
     rec_needs_patch_on_node_slices: Role, "nodeslicepools", "patch" => Job::KeepSlices("moving the slice failed");
     rec_needs_delete_on_pools: Role, "ippools", "delete" => Job::KeepSlices("deleting the empty slice pool failed");
+    rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
 }
 
 /// Granted verbs no row proves yet, and why. Adding a row means removing the entry here.
-const PENDING: &[(&str, &str, &str)] = &[(
-    "statefulsets",
-    "get",
-    "sticky StatefulSet addresses: tests/tests/sticky.rs runs the reconciler with it; without it the reconciler \
-     cannot read the StatefulSet and keeps the address (never guesses), which no row here sets up",
-)];
+const PENDING: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn every_reconciler_verb_has_a_row_or_is_pending() {
@@ -677,6 +727,7 @@ reconciler_jobs! {
     rec_with_its_rights_mints_the_cni_token => Job::MintCniToken;
     rec_with_its_rights_makes_a_repeated_event_a_series => Job::RepeatEvent;
     rec_with_its_rights_keeps_node_slices => Job::KeepSlices("");
+    rec_with_its_rights_releases_a_gone_sets_sticky_address => Job::ReleaseStickyOfGoneSet("");
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -151,6 +151,15 @@ pub(super) fn parse(raw: &RawIpam<'_>, ranges: &[IpRange], provider: bool) -> Re
             "not with ipam.iaas_provider: its candidate ranges are chosen by class and node_name",
         ));
     }
+    if raw.node_slice_size.is_some() && selection.sticky.contains(&true) {
+        // a pod recreated on another node looks for its entry in that node's slices, not where the old one was
+        let key =
+            raw.sticky_statefulset.as_ref().map_or("ipam.ipRanges".to_string(), |f| f.origin.key("sticky_statefulset"));
+        return Err(ConfigError::invalid(
+            key,
+            "not with node_slice_size: a StatefulSet's pod recreated on another node would not find its address",
+        ));
+    }
     debug_assert!(selection.names.len() == ranges.len() || ranges.is_empty());
     Ok(selection)
 }
@@ -273,11 +282,11 @@ impl IpamConfig {
         Ok(narrowed)
     }
 
-    /// The StatefulSet an entry in `range` records (sticky StatefulSet addresses): the pod's owner, when the
-    /// config's range that holds `range` (itself, or the range a slice is cut from) is sticky.
+    /// The StatefulSet an entry in `range` records (sticky StatefulSet addresses): the pod's owner, when `range` is
+    /// sticky (never in slice mode, which the config refuses with it).
     pub fn sticky_statefulset(&self, range: &IpRange) -> Option<String> {
         let owner = self.owner_statefulset.as_ref()?;
-        let index = self.ranges.iter().position(|r| r.cidr().contains(&range.cidr()))?;
+        let index = self.ranges.iter().position(|r| r.cidr() == range.cidr())?;
         self.selection.sticky.get(index).copied().unwrap_or(false).then(|| owner.clone())
     }
 

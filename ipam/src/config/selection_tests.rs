@@ -165,13 +165,11 @@ fn sticky_statefulset_is_per_range_with_a_config_wide_default() {
     .unwrap();
     assert_eq!(cfg.selection.sticky, [true, true, false]);
     assert!(cfg.selection.reads_pod() && cfg.selection.is_active(), "the ADD reads the pod's owner");
-    // the owner comes from the ADD's read, never from the config; a slice of a sticky range is sticky
+    // the owner comes from the ADD's read, never from the config
     let mut owned =
         cfg.choose_ranges("n1", &RangeFacts { statefulset: Some("web".into()), ..Default::default() }).unwrap();
     assert_eq!(owned.sticky_statefulset(&owned.ranges[0].clone()), Some("web".to_string()));
     assert_eq!(owned.sticky_statefulset(&owned.ranges[2].clone()), None);
-    let slice = crate::range::IpRange::parse("198.18.2.64/26", None, None, &[]).unwrap();
-    assert_eq!(owned.sticky_statefulset(&slice), Some("web".to_string()));
     owned.owner_statefulset = None;
     assert_eq!(owned.sticky_statefulset(&owned.ranges[0].clone()), None, "no owner: nothing recorded");
     let only_entry =
@@ -185,6 +183,10 @@ fn sticky_statefulset_is_per_range_with_a_config_wide_default() {
     )
     .unwrap_err();
     assert!(err.to_string().starts_with("ipam.sticky_statefulset: not with ipam.iaas_provider"), "{err}");
+    let sliced =
+        json!({"type": "hereabouts", "sticky_statefulset": true, "range": "198.18.0.0/16", "node_slice_size": "/24"});
+    let err = load(sliced, ARGS).unwrap_err();
+    assert!(err.to_string().starts_with("ipam.sticky_statefulset: not with node_slice_size"), "{err}");
     let err =
         load(json!({"type": "hereabouts", "range": "198.18.1.0/24", "stickyStatefulset": true}), ARGS).unwrap_err();
     assert_eq!(err.code().number(), 2, "{err}");
