@@ -102,12 +102,7 @@ pub struct StatefulSetView {
 /// The ordinal of the pod `podref` names as a pod of StatefulSet `statefulset` (`<statefulset>-<ordinal>`).
 pub fn ordinal_of(podref: &str, statefulset: &str) -> Option<i32> {
     let (_, pod) = podref_parts(podref)?;
-    let digits = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0'))
-    {
-        return None;
-    }
-    digits.parse().ok()
+    hereabouts_ipam::ipam::statefulset_ordinal(pod, statefulset)
 }
 
 /// Whether `entry` is sticky and `statefulset` (as read now; `None`: it does not exist) still wants its pod's

@@ -1,6 +1,7 @@
-//! Ranges chosen per pod: reads what the config's choice needs — the pod's and its namespace's annotation, the
-//! node's labels — and narrows the config to the ranges chosen ([`IpamConfig::choose_ranges`]). A config that
-//! chooses nothing reads nothing.
+//! What an ADD reads of its pod and node besides the pools: for ranges chosen per pod, the pod's and its
+//! namespace's annotation and the node's labels; for a sticky range, the StatefulSet that controls the pod. It
+//! narrows the config to the ranges chosen ([`IpamConfig::choose_ranges`]). A config that uses none of this reads
+//! nothing.
 
 use super::IpamError;
 use crate::budget::Budget;
@@ -57,8 +58,17 @@ fn statefulset_of(meta: &ObjectMeta, pod: &str) -> Option<String> {
     let owner = meta.owner_references.as_ref()?.iter().find(|o| {
         o.controller == Some(true) && o.kind == "StatefulSet" && o.api_version.split('/').next() == Some("apps")
     })?;
-    let ordinal = pod.strip_prefix(owner.name.as_str())?.strip_prefix('-')?;
-    (!ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit())).then(|| owner.name.clone())
+    statefulset_ordinal(pod, &owner.name).map(|_| owner.name.clone())
+}
+
+/// The ordinal of pod `pod` as a pod of StatefulSet `statefulset` (`<statefulset>-<ordinal>`, no leading zero).
+pub fn statefulset_ordinal(pod: &str, statefulset: &str) -> Option<i32> {
+    let digits = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0'))
+    {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 fn annotation(meta: &ObjectMeta) -> Option<String> {
@@ -123,7 +133,7 @@ mod tests {
             None,
             "another group"
         );
-        for name in ["web-", "web-x", "webby-3", "db-0"] {
+        for name in ["web-", "web-x", "webby-3", "db-0", "web-01"] {
             assert_eq!(statefulset_of(&owned_by("StatefulSet", "apps/v1", "web", true), name), None, "{name}");
         }
         assert_eq!(statefulset_of(&ObjectMeta::default(), "web-0"), None);

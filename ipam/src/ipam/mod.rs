@@ -15,7 +15,7 @@ mod sliced;
 
 pub use assign::assign;
 pub use candidates::IGNORED_CANDIDATES_REASON;
-pub use choose::{RANGES_CLUSTER_ROLE, choose_ranges};
+pub use choose::{RANGES_CLUSTER_ROLE, choose_ranges, statefulset_ordinal};
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, restore_reservation,
 };
