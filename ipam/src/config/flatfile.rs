@@ -121,6 +121,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         pod_ranges: inline.pod_ranges.or(flat.pod_ranges),
         reuse_cooldown: inline.reuse_cooldown.or(flat.reuse_cooldown),
         sticky_statefulset: inline.sticky_statefulset.or(flat.sticky_statefulset),
+        routing: inline.routing.merge(flat.routing),
         ignored,
     }
 }

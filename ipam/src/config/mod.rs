@@ -33,6 +33,9 @@ mod release_props;
 #[cfg(test)]
 mod release_tests;
 mod requested;
+mod routing;
+#[cfg(test)]
+mod routing_tests;
 mod selection;
 #[cfg(test)]
 mod selection_tests;
@@ -51,6 +54,10 @@ pub use error::{ConfigError, UnknownKey};
 pub use flatfile::{DEFAULT_FLAT_FILE_PATHS, NODE_NAME_FILE};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
+pub use routing::{
+    Claiming, DEFAULT_PROPAGATION, DEFAULT_REQUESTED_RETRY, DEFAULT_ROUTE_PROTOCOL, DEFAULT_ROUTE_TABLE,
+    DEFAULT_STATE_DIR, Datastore, HostRoutes,
+};
 pub use selection::{RANGES_ANNOTATION, RangeFacts, RangeSelection};
 
 use crate::allocator::Strategy;
@@ -135,6 +142,12 @@ pub struct IpamConfig {
     /// away; `None` leaves each pool's as it is). A pool's cooldown, whoever set it, is what its ADDs and releases
     /// honour ([`crate::cooldown`]).
     pub reuse_cooldown: Option<u64>,
+    /// `ipam.datastore`: where allocations are kept, the API server unless `"routetable"`.
+    pub datastore: Datastore,
+    /// The host routes installed for each address: with the routing-table datastore, or `announce_routes`.
+    pub host_routes: Option<HostRoutes>,
+    /// How the routing-table datastore claims an address (`Some` exactly with that datastore).
+    pub claiming: Option<Claiming>,
     /// The StatefulSet that controls the pod, as the ADD read it (sticky ranges only; never from the config).
     pub owner_statefulset: Option<String>,
     /// Keys accepted and ignored (legacy Whereabouts keys, flat-file keys without effect, `CNI_ARGS` let through by
@@ -318,6 +331,11 @@ impl IpamConfig {
     }
 }
 
+/// Whether an `ipRanges` entry asks for sticky addresses (the routing-table datastore has no StatefulSets).
+fn raw_sticky_ranges(raw: &netconf::RawIpam<'_>) -> bool {
+    raw.ip_ranges.as_ref().is_some_and(|r| r.value.iter().any(|e| e.sticky_statefulset.is_some()))
+}
+
 /// Loads the config of one invocation, with the flat file looked for in [`DEFAULT_FLAT_FILE_PATHS`].
 pub fn load(input: &Input<'_>) -> Result<IpamConfig, ConfigError> {
     let paths: Vec<PathBuf> = DEFAULT_FLAT_FILE_PATHS.iter().map(PathBuf::from).collect();
@@ -367,6 +385,22 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
     }
     let placements = provider::placements(&raw, &ranges, provider.is_some())?;
     let selection = selection::parse(&raw, &ranges, provider.is_some())?;
+    let claiming = raw.routing.check(&[
+        ("node_slice_size", raw.node_slice_size.is_some()),
+        ("iaas_provider", provider.is_some()),
+        ("pod_ranges", raw.pod_ranges.is_some()),
+        ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(&raw)),
+        ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
+    ])?;
+    if let Some(claiming) = &claiming {
+        if let Some(f) = &raw.strategy {
+            return Err(ConfigError::invalid(
+                f.origin.key("allocation_strategy"),
+                "the routing-table datastore always picks at random (two nodes must not try the same address first)",
+            ));
+        }
+        ranges::check_exclude_counts(&ranges, claiming.exclude_first, claiming.exclude_last)?;
+    }
     let mut ignored = raw.ignored;
     ignored.extend(args.ignored);
     Ok(IpamConfig {
@@ -392,6 +426,9 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         provider,
         selection,
         reuse_cooldown: raw.reuse_cooldown.map(|f| f.value),
+        datastore: raw.routing.datastore(),
+        host_routes: raw.routing.host_routes(),
+        claiming,
         owner_statefulset: None,
         ignored,
         flat_file,

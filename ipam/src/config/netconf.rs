@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 
 use super::error::ConfigError;
 use super::json::{Problems, array, boolean, check_keys, object, string, strings, uint, uint32};
+use super::routing::{self, RawRouting};
 use super::{Dns, LogLevel, Route, SUPPORTED_CNI_VERSIONS, StaticAddress};
 use crate::allocator::Strategy;
 
@@ -112,6 +113,8 @@ pub(super) struct RawIpam<'p> {
     pub reuse_cooldown: Field<'p, u64>,
     /// `sticky_statefulset`: the default of every range (`range`'s own).
     pub sticky_statefulset: Field<'p, bool>,
+    /// The routing-table datastore and the announcement of addresses as host routes.
+    pub routing: RawRouting<'p>,
     /// Keys accepted and ignored, named as in messages.
     pub ignored: Vec<String>,
 }
@@ -128,7 +131,6 @@ pub(super) struct NetConf<'v> {
 
 /// Whereabouts' keys of the `ipam` object that hereabouts accepts and ignores (etcd, leader election, test knobs).
 pub const IGNORED_KEYS: &[&str] = &[
-    "datastore",
     "etcd_host",
     "etcd_username",
     "etcd_password",
@@ -167,6 +169,16 @@ pub const IPAM_KEYS: &[&str] = &[
     "pod_ranges",
     "reuse_cooldown_seconds",
     "sticky_statefulset",
+    "datastore",
+    "route_table",
+    "route_protocol",
+    "route_device",
+    "route_state_dir",
+    "propagation_timeout_ms",
+    "requested_address_retry_ms",
+    "exclude_first",
+    "exclude_last",
+    "announce_routes",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -293,6 +305,7 @@ fn parse_key<'p>(
         "reuse_cooldown_seconds" => {
             raw.reuse_cooldown = sourced(origin, uint(v, key)?.map(|n| cooldown(n, key)).transpose()?);
         }
+        k if routing::KEYS.contains(&k) => routing::parse_key(&mut raw.routing, name, v, origin, &mut raw.ignored)?,
         _ => raw.ignored.push(key.to_string()),
     }
     Ok(())

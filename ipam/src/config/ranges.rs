@@ -302,3 +302,20 @@ pub(super) fn check_node_slice(ranges: &[IpRange], size: &Sourced<'_, String>) -
         )),
     }
 }
+
+/// The routing-table datastore's `exclude_first` and `exclude_last` must leave every range an address to hand out.
+pub(super) fn check_exclude_counts(ranges: &[IpRange], first: u64, last: u64) -> Result<(), ConfigError> {
+    for r in ranges {
+        let usable = r.usable_count();
+        if u128::from(first) + u128::from(last) >= usable {
+            return Err(ConfigError::invalid(
+                "ipam.exclude_first",
+                format!(
+                    "exclude_first {first} and exclude_last {last} leave no address of range {} ({usable} usable)",
+                    r.cidr()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

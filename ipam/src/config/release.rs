@@ -60,6 +60,10 @@ pub struct ReleaseConfig {
     pub timeout: Duration,
     /// The pod, from `CNI_ARGS` when they could be read; otherwise unknown (empty).
     pub pod: PodRef,
+    /// `ipam.datastore`.
+    pub datastore: super::Datastore,
+    /// The host routes ADD installed, whose records DEL and GC remove.
+    pub host_routes: Option<super::HostRoutes>,
     /// Every problem that was passed over, as a sentence naming the key, for a warning log: first why the strict
     /// loader refused the config (followed by what was done about it, when that is more than leaving the key out).
     /// Empty when it accepted it.
@@ -81,6 +85,8 @@ impl From<IpamConfig> for ReleaseConfig {
             log_level: c.log_level,
             timeout: c.timeout,
             pod: c.pod,
+            datastore: c.datastore,
+            host_routes: c.host_routes,
             warnings: Vec::new(),
         }
     }
@@ -147,6 +153,8 @@ fn lenient(input: &Input<'_>, flat_file_paths: &[PathBuf], refusal: &ConfigError
         log_level: LogLevel::default(),
         timeout: DEFAULT_TIMEOUT,
         pod,
+        datastore: super::Datastore::Kubernetes,
+        host_routes: None,
         warnings: Vec::new(),
     };
     if let Some(top) = top_level(input.stdin, &mut warnings) {
@@ -239,6 +247,8 @@ fn read_ipam(ipam: &Map<String, Value>, flat_file_paths: &[PathBuf], out: &mut R
     out.log_file = raw.log_file.map(|f| f.value);
     out.log_level = raw.log_level.map(|f| f.value).unwrap_or_default();
     out.timeout = raw.timeout.map_or(DEFAULT_TIMEOUT, |f| f.value);
+    out.datastore = raw.routing.datastore();
+    out.host_routes = raw.routing.host_routes();
 }
 
 /// Lenient parsing notes its mistakes instead of failing; should that ever change, the release still goes on.

@@ -1,0 +1,161 @@
+//! Unit tests of the routing keys: the routing-table datastore and `announce_routes`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::tests::{merge_into, netconf};
+use super::*;
+
+fn routetable(patch: Value) -> Value {
+    let mut ipam = json!({"type": "hereabouts", "datastore": "routetable", "range": "198.18.0.0/28"});
+    merge_into(&mut ipam, patch);
+    ipam
+}
+
+fn load(ipam: Value) -> Result<IpamConfig, ConfigError> {
+    load_with_paths(&Input { stdin: &netconf(ipam), cni_args: "" }, &[])
+}
+
+fn refused(ipam: Value) -> ConfigError {
+    load(ipam).unwrap_err()
+}
+
+#[test]
+fn the_routing_table_datastore_needs_no_kubeconfig_and_has_the_seeds_defaults() {
+    let c = load(routetable(json!({}))).unwrap();
+    assert_eq!(c.datastore, Datastore::RouteTable);
+    assert_eq!(
+        c.host_routes,
+        Some(HostRoutes { table: 254, protocol: 192, device: None, state_dir: PathBuf::from(DEFAULT_STATE_DIR) })
+    );
+    let claiming = c.claiming.unwrap();
+    assert_eq!(
+        (claiming.propagation, claiming.requested_retry),
+        (Duration::from_millis(100), Duration::from_millis(100))
+    );
+    assert_eq!((claiming.exclude_first, claiming.exclude_last), (0, 0));
+    assert_eq!(c.kubeconfig, None);
+
+    let c = load(routetable(json!({"route_table": 100, "route_protocol": 201, "route_device": "vxlan0",
+        "route_state_dir": "/run/hereabouts", "propagation_timeout_ms": 250, "requested_address_retry_ms": 50,
+        "exclude_first": 2, "exclude_last": 3})))
+    .unwrap();
+    let routes = c.host_routes.unwrap();
+    assert_eq!((routes.table, routes.protocol, routes.device.as_deref()), (100, 201, Some("vxlan0")));
+    assert_eq!(routes.state_dir, Path::new("/run/hereabouts"));
+    let claiming = c.claiming.unwrap();
+    assert_eq!(claiming.propagation, Duration::from_millis(250));
+    assert_eq!((claiming.exclude_first, claiming.exclude_last), (2, 3));
+}
+
+#[test]
+fn whereabouts_datastore_values_change_nothing_and_others_are_refused() {
+    for value in ["kubernetes", "etcd"] {
+        let c = load(json!({"type": "whereabouts", "range": "10.0.0.0/24", "datastore": value})).unwrap();
+        assert_eq!((c.datastore, c.host_routes, c.claiming), (Datastore::Kubernetes, None, None));
+        assert_eq!(c.ignored, ["ipam.datastore"]);
+    }
+    let e = refused(routetable(json!({"datastore": "routing-table"})));
+    assert_eq!(e.code(), 7);
+    assert_eq!(
+        e.to_string(),
+        r#"ipam.datastore: "routing-table": expected "kubernetes" (the default) or "routetable""#
+    );
+}
+
+#[test]
+fn keys_of_another_mode_are_refused_with_code_7() {
+    let kube = |patch: Value| {
+        let mut ipam = json!({"type": "hereabouts", "range": "10.0.0.0/24"});
+        merge_into(&mut ipam, patch);
+        refused(ipam)
+    };
+    let cases = [
+        (kube(json!({"exclude_first": 1})), "ipam.exclude_first: only with \"datastore\": \"routetable\""),
+        (
+            kube(json!({"propagation_timeout_ms": 5})),
+            "ipam.propagation_timeout_ms: only with \"datastore\": \"routetable\"",
+        ),
+        (
+            kube(json!({"route_table": 100})),
+            "ipam.route_table: only with \"datastore\": \"routetable\" or \"announce_routes\": true",
+        ),
+        (
+            refused(routetable(json!({"announce_routes": true}))),
+            "ipam.announce_routes: the routing-table datastore announces every address; the key is for the Kubernetes datastore",
+        ),
+        (
+            refused(routetable(json!({"reuse_cooldown_seconds": 5}))),
+            "ipam.reuse_cooldown_seconds: not with \"datastore\": \"routetable\": it needs the API server, which that datastore does not use",
+        ),
+        (
+            refused(routetable(json!({"allocation_strategy": "lowest"}))),
+            "ipam.allocation_strategy: the routing-table datastore always picks at random (two nodes must not try the same address first)",
+        ),
+        (
+            refused(routetable(json!({"exclude_first": 10, "exclude_last": 4}))),
+            "ipam.exclude_first: exclude_first 10 and exclude_last 4 leave no address of range 198.18.0.0/28 (14 usable)",
+        ),
+        (
+            refused(routetable(json!({"route_protocol": 4}))),
+            "ipam.route_protocol: 4: must be 5 to 255 (0 to 4 are the kernel's)",
+        ),
+        (
+            refused(routetable(json!({"route_table": 255}))),
+            "ipam.route_table: 255: not a table for host routes (254 is main)",
+        ),
+        (
+            refused(routetable(json!({"route_device": "a/b"}))),
+            "ipam.route_device: \"a/b\" is not a link name (1 to 15 characters, no '/')",
+        ),
+        (
+            refused(routetable(json!({"route_state_dir": "rel"}))),
+            "ipam.route_state_dir: \"rel\" is not an absolute path",
+        ),
+        (
+            refused(routetable(json!({"propagation_timeout_ms": 60001}))),
+            "ipam.propagation_timeout_ms: 60001: must be 0 to 60000 (milliseconds)",
+        ),
+    ];
+    for (e, said) in cases {
+        assert_eq!(e.code(), 7, "{e}");
+        assert_eq!(e.to_string(), said);
+    }
+    for slow in [json!({"node_slice_size": "/30"}), json!({"pod_ranges": true}), json!({"sticky_statefulset": true})] {
+        let e = refused(routetable(slow.clone()));
+        assert!(e.to_string().contains("it needs the API server"), "{slow}: {e}");
+    }
+}
+
+#[test]
+fn announcing_keeps_the_kubernetes_datastore_and_uses_the_route_keys() {
+    let c = load(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": true, "route_protocol": 201}))
+        .unwrap();
+    assert_eq!(c.datastore, Datastore::Kubernetes);
+    assert_eq!(c.claiming, None);
+    assert_eq!(c.host_routes.map(|r| (r.table, r.protocol)), Some((254, 201)));
+    let c = load(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": false})).unwrap();
+    assert_eq!(c.host_routes, None);
+}
+
+#[test]
+fn the_flat_file_supplies_routing_keys_and_release_reads_them_leniently() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = dir.path().join("flat.conf");
+    std::fs::write(&flat, r#"{"datastore": "routetable", "route_protocol": 199, "propagation_timeout_ms": 300}"#)
+        .unwrap();
+    let stdin = netconf(json!({"type": "hereabouts", "range": "198.18.0.0/28", "route_protocol": 198}));
+    let c = load_with_paths(&Input { stdin: &stdin, cni_args: "" }, std::slice::from_ref(&flat)).unwrap();
+    assert_eq!(c.datastore, Datastore::RouteTable);
+    assert_eq!(c.host_routes.as_ref().map(|r| r.protocol), Some(198), "inline wins");
+    assert_eq!(c.claiming.map(|c| c.propagation), Some(Duration::from_millis(300)));
+
+    // DEL of a config ADD would refuse still finds the host routes to remove
+    let stdin = netconf(routetable(json!({"rangeStart": "198.18.0.2", "route_state_dir": "/run/h"})));
+    let r = load_for_release_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]);
+    assert_eq!(r.datastore, Datastore::RouteTable);
+    assert_eq!(r.host_routes.map(|h| h.state_dir), Some(PathBuf::from("/run/h")));
+    assert!(!r.warnings.is_empty());
+}
