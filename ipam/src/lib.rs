@@ -16,6 +16,7 @@ pub mod ipam;
 pub mod names;
 pub mod provider;
 pub mod range;
+pub mod routetable;
 pub mod selector;
 pub mod slices;
 pub mod store;

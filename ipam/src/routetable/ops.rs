@@ -1,0 +1,351 @@
+//! The use cases of the routing-table datastore, and the Kubernetes mode's announcement, over a [`Table`].
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
+
+use ipnet::IpNet;
+
+use super::claim::{self, HostRoute, Verdict};
+use super::records::{Record, Records};
+use super::{RouteTableError, Table};
+use crate::budget::Budget;
+use crate::config::{HostRoutes, IpamConfig};
+use crate::ipam::{Assigned, Request};
+use crate::range::IpRange;
+
+/// What an ADD of the routing-table datastore did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// One address per range, in the order of the ranges.
+    pub assigned: Vec<Assigned>,
+    /// How many of its claims met an earlier (or equally early) claim and were withdrawn.
+    pub collisions: u32,
+    /// How many propagation waits it took.
+    pub rounds: u32,
+}
+
+/// The attachment an ADD is for, with its pod for the records.
+#[derive(Debug, Clone, Copy)]
+pub struct Attachment<'a> {
+    /// `CNI_CONTAINERID`.
+    pub container_id: &'a str,
+    /// `CNI_IFNAME`.
+    pub ifname: &'a str,
+    /// `namespace/name`.
+    pub pod: &'a str,
+}
+
+fn host_net(ip: IpAddr) -> IpNet {
+    IpNet::new(ip, if ip.is_ipv4() { 32 } else { 128 }).expect("a host prefix is valid")
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+/// The route of a new claim on `ip`.
+fn new_route(routes: &HostRoutes, ip: IpAddr) -> HostRoute {
+    HostRoute { dst: ip, table: routes.table, protocol: routes.protocol, metric: claim::claim_metric(now_ms()) }
+}
+
+fn assigned(cfg: &IpamConfig, range: &IpRange, ip: IpAddr) -> Assigned {
+    let cidr = range.cidr();
+    Assigned { ip, prefix_len: cidr.prefix_len(), gateway: cfg.gateway.filter(|g| cidr.contains(g)) }
+}
+
+/// Deletes routes and then their records, logging what fails (a roll-back must go on).
+async fn withdraw(table: &impl Table, records: &Records, claims: impl IntoIterator<Item = HostRoute>) {
+    for route in claims {
+        if let Err(e) = table.delete(&route).await {
+            tracing::error!(ip = %route.dst, error = %e, "roll-back: the route stays; GC or DEL will remove it");
+            continue;
+        }
+        if let Err(e) = records.remove(route.dst) {
+            tracing::error!(ip = %route.dst, error = %e, "roll-back: the record stays");
+        }
+    }
+}
+
+/// How often one range is tried again at once after losing a race on this node.
+const LOCAL_TRIES: u32 = 8;
+
+/// One range's state during an ADD.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Free,
+    Pending(HostRoute),
+    Held(HostRoute),
+}
+
+/// ADD with the routing-table datastore: one address per range, claimed as the module documentation says.
+pub async fn assign<T: Table>(
+    table: &T,
+    cfg: &IpamConfig,
+    req: &Request,
+    budget: &Budget,
+) -> Result<Claimed, RouteTableError> {
+    let routes = cfg.host_routes.as_ref().expect("the routing-table datastore has host routes");
+    let records = Records::open(&routes.state_dir, &cfg.name)?;
+    let pod = cfg.pod.to_string();
+    let mut links = Vec::with_capacity(cfg.ranges.len());
+    for r in &cfg.ranges {
+        links.push(table.link_for(routes.device.as_deref(), r.cidr()).await?);
+    }
+    // a runtime that repeats an ADD gets what the attachment holds already
+    let mut slots = vec![Slot::Free; cfg.ranges.len()];
+    for (ip, rec) in records.of(&req.container_id, &req.ifname)? {
+        if let Some(i) = cfg.ranges.iter().position(|r| r.cidr().contains(&ip)) {
+            slots[i] = Slot::Held(rec.route);
+        }
+    }
+    let outcome = claim_all(table, cfg, &records, &links, &mut slots, req, &pod, budget).await;
+    match outcome {
+        Ok((collisions, rounds)) => {
+            let assigned = slots
+                .iter()
+                .zip(&cfg.ranges)
+                .map(|(s, r)| match s {
+                    Slot::Held(route) => assigned(cfg, r, route.dst),
+                    _ => unreachable!("claim_all holds every range when it succeeds"),
+                })
+                .collect();
+            Ok(Claimed { assigned, collisions, rounds })
+        }
+        Err(e) => {
+            let made = slots.iter().filter_map(|s| match s {
+                Slot::Pending(r) | Slot::Held(r) => Some(*r),
+                Slot::Free => None,
+            });
+            withdraw(table, &records, made.collect::<Vec<_>>()).await;
+            Err(e)
+        }
+    }
+}
+
+/// The rounds of an ADD: claim every free range, wait, re-check; until every range is held or the budget is gone.
+/// Returns the collisions and rounds.
+#[allow(clippy::too_many_arguments)]
+async fn claim_all<T: Table>(
+    table: &T,
+    cfg: &IpamConfig,
+    records: &Records,
+    links: &[u32],
+    slots: &mut [Slot],
+    req: &Request,
+    pod: &str,
+    budget: &Budget,
+) -> Result<(u32, u32), RouteTableError> {
+    let routes = cfg.host_routes.as_ref().expect("checked");
+    let claiming = cfg.claiming.as_ref().expect("checked");
+    let (mut collisions, mut rounds) = (0u32, 0u32);
+    let mut salt = 0u64;
+    loop {
+        let mut waiting_for_requested = None;
+        for (i, range) in cfg.ranges.iter().enumerate() {
+            if !matches!(slots[i], Slot::Free) {
+                continue;
+            }
+            if budget.expired() {
+                return Err(match cfg.requested_for(i) {
+                    Some(ip) => RouteTableError::RequestedTaken { ip, table: routes.table },
+                    None => RouteTableError::Expired { range: range.cidr(), collisions },
+                });
+            }
+            // a lost race with another ADD of this node is retried at once, not after a propagation wait
+            for _ in 0..LOCAL_TRIES {
+                let mut taken: HashSet<IpAddr> =
+                    table.host_routes(routes.table, range.cidr()).await?.into_iter().map(|r| r.dst).collect();
+                taken.extend(records.addresses()?);
+                let ip = match cfg.requested_for(i) {
+                    Some(ip) if taken.contains(&ip) => {
+                        waiting_for_requested = Some(ip);
+                        break;
+                    }
+                    Some(ip) => ip,
+                    None => {
+                        let random = || {
+                            salt += 1;
+                            crate::entropy::random(format!("{}/{}/{salt}", req.container_id, req.ifname).as_bytes())
+                        };
+                        claim::pick(range, claiming.exclude_first, claiming.exclude_last, &taken, random)
+                            .ok_or(RouteTableError::Exhausted { range: range.cidr() })?
+                    }
+                };
+                let route = new_route(routes, ip);
+                let record = Record {
+                    container_id: req.container_id.clone(),
+                    ifname: req.ifname.clone(),
+                    pod: pod.to_string(),
+                    route,
+                };
+                if !records.create(ip, &record)? {
+                    continue; // another ADD on this node took it between the listing and now
+                }
+                match table.add(&route, links[i]).await {
+                    Ok(()) => {
+                        slots[i] = Slot::Pending(route);
+                        break;
+                    }
+                    Err(super::TableError::Exists { .. }) => records.remove(ip)?,
+                    Err(e) => {
+                        records.remove(ip)?;
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        if slots.iter().any(|s| matches!(s, Slot::Pending(_))) {
+            rounds += 1;
+            tokio::time::sleep(claiming.propagation).await;
+        }
+        for slot in slots.iter_mut() {
+            let Slot::Pending(mine) = *slot else { continue };
+            let seen = table.host_routes(routes.table, host_net(mine.dst)).await?;
+            match claim::verdict(&mine, &seen) {
+                Verdict::Keep => *slot = Slot::Held(mine),
+                Verdict::Withdraw { competitor } => {
+                    collisions += 1;
+                    tracing::info!(ip = %mine.dst, ours = mine.metric, theirs = competitor.metric, proto = competitor.protocol, "collision: an earlier claim holds the address; withdrawn");
+                    withdraw(table, records, [mine]).await;
+                    *slot = Slot::Free;
+                }
+                Verdict::Lost => {
+                    collisions += 1;
+                    tracing::warn!(ip = %mine.dst, "our route vanished before the re-check; picking again");
+                    records.remove(mine.dst)?;
+                    *slot = Slot::Free;
+                }
+            }
+        }
+        if slots.iter().all(|s| matches!(s, Slot::Held(_))) {
+            return Ok((collisions, rounds));
+        }
+        if waiting_for_requested.is_some() {
+            tokio::time::sleep(claiming.requested_retry.min(budget.remaining())).await;
+        }
+    }
+}
+
+/// DEL: removes the routes and records of one attachment; returns how many.
+pub async fn release<T: Table>(
+    table: &T,
+    routes: &HostRoutes,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+) -> Result<usize, RouteTableError> {
+    let records = Records::open(&routes.state_dir, network)?;
+    let held = records.of(container_id, ifname)?;
+    for (ip, rec) in &held {
+        table.delete(&rec.route).await?;
+        records.remove(*ip)?;
+    }
+    Ok(held.len())
+}
+
+/// GC: removes the routes and records of attachments not in `valid`, except those younger than `settle` (an ADD
+/// under way has made its record before the runtime lists its attachment). Returns how many.
+pub async fn gc<T: Table>(
+    table: &T,
+    routes: &HostRoutes,
+    network: &str,
+    valid: &[crate::ipam::Attachment],
+    settle: Duration,
+) -> Result<usize, RouteTableError> {
+    let records = Records::open(&routes.state_dir, network)?;
+    let now = SystemTime::now();
+    let mut released = 0;
+    for listed in records.list()? {
+        if now.duration_since(listed.made).unwrap_or_default() < settle {
+            continue;
+        }
+        let in_use = listed
+            .record
+            .as_ref()
+            .is_some_and(|r| valid.iter().any(|v| v.container_id == r.container_id && v.ifname == r.ifname));
+        if in_use {
+            continue;
+        }
+        if let Some(rec) = &listed.record {
+            table.delete(&rec.route).await?;
+        }
+        records.remove(listed.ip)?;
+        released += 1;
+    }
+    Ok(released)
+}
+
+/// CHECK: the attachment holds one address in every range, and each one's route is in the table.
+pub async fn check<T: Table>(table: &T, cfg: &IpamConfig, req: &Request) -> Result<(), RouteTableError> {
+    let routes = cfg.host_routes.as_ref().expect("the routing-table datastore has host routes");
+    let records = Records::open(&routes.state_dir, &cfg.name)?;
+    let held = records.of(&req.container_id, &req.ifname)?;
+    for range in &cfg.ranges {
+        let Some((ip, rec)) = held.iter().find(|(ip, _)| range.cidr().contains(ip)) else {
+            return Err(RouteTableError::Missing(format!(
+                "{}/{} holds no address of range {} on this node",
+                req.container_id,
+                req.ifname,
+                range.cidr()
+            )));
+        };
+        let seen = table.host_routes(routes.table, host_net(*ip)).await?;
+        if !seen.contains(&rec.route) {
+            return Err(RouteTableError::Missing(format!(
+                "the host route of {ip} (table {}, proto {}) is gone: the routing daemons no longer advertise it",
+                rec.route.table, rec.route.protocol
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// STATUS: the records can be written and the table read.
+pub async fn status<T: Table>(table: &T, routes: &HostRoutes, network: &str) -> Result<(), RouteTableError> {
+    Records::open(&routes.state_dir, network)?.list()?;
+    table.host_routes(routes.table, "0.0.0.0/0".parse().expect("a CIDR")).await?;
+    Ok(())
+}
+
+/// The Kubernetes mode's `announce_routes`: a host route (and its record) for each address an ADD assigned. On
+/// failure, what it installed is removed again and the error returned (the caller releases the addresses).
+pub async fn announce<T: Table>(
+    table: &T,
+    routes: &HostRoutes,
+    network: &str,
+    attachment: Attachment<'_>,
+    assigned: &[Assigned],
+) -> Result<(), RouteTableError> {
+    let records = Records::open(&routes.state_dir, network)?;
+    let mut made = Vec::new();
+    let outcome = async {
+        for a in assigned {
+            let net = IpNet::new(a.ip, a.prefix_len).expect("an assigned prefix is valid").trunc();
+            let link = table.link_for(routes.device.as_deref(), net).await?;
+            // a record left by an earlier attachment of this address (a DEL that never came) is replaced
+            for old in records.list()?.into_iter().filter(|l| l.ip == a.ip) {
+                if let Some(rec) = old.record {
+                    table.delete(&rec.route).await?;
+                }
+                records.remove(a.ip)?;
+            }
+            let route = new_route(routes, a.ip);
+            let record = Record {
+                container_id: attachment.container_id.to_string(),
+                ifname: attachment.ifname.to_string(),
+                pod: attachment.pod.to_string(),
+                route,
+            };
+            records.create(a.ip, &record)?;
+            made.push(route);
+            table.add(&route, link).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if outcome.is_err() {
+        withdraw(table, &records, made).await;
+    }
+    outcome
+}
