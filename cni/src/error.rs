@@ -42,3 +42,15 @@ impl From<IpamError> for CniError {
         CniError::new(e.code(), e.to_string())
     }
 }
+
+impl From<hereabouts_ipam::routetable::RouteTableError> for CniError {
+    fn from(e: hereabouts_ipam::routetable::RouteTableError) -> Self {
+        CniError::new(e.code(), e.to_string())
+    }
+}
+
+impl From<hereabouts_ipam::routetable::TableError> for CniError {
+    fn from(e: hereabouts_ipam::routetable::TableError) -> Self {
+        hereabouts_ipam::routetable::RouteTableError::from(e).into()
+    }
+}

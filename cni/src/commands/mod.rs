@@ -6,6 +6,7 @@ mod add;
 mod check;
 mod del;
 mod gc;
+mod routetable;
 mod status;
 
 use std::future::Future;
@@ -86,6 +87,14 @@ async fn strict<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<Op
         cfg.require_pod()?;
     }
     let budget = Budget::new(cfg.timeout);
+    if cfg.datastore == config::Datastore::RouteTable {
+        let req = request(env, cfg.flat_file.as_deref());
+        let outcome = routetable::strict(env, &cfg, &req, &budget).await;
+        if let Err(e) = &outcome {
+            tracing::error!(code = e.code.number(), msg = e.msg(), details = %e.details, "failed");
+        }
+        return outcome;
+    }
     let Some(kubeconfig) = &cfg.kubeconfig else {
         return Err(CniError::new(
             Code::InvalidConfig,
@@ -139,6 +148,21 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
         Command::Gc => Some(gc::valid_attachments(stdin)?),
         _ => None,
     };
+    let req = request(env, cfg.flat_file.as_deref());
+    if cfg.host_routes.is_some() {
+        // host routes first: with the routing-table datastore they are all there is; in the Kubernetes mode a
+        // route left behind would advertise an address that is free again
+        match routetable::release(&cfg, &req, valid.as_deref()).await {
+            Ok(n) => tracing::info!(released = n, "host routes removed"),
+            Err(e) => {
+                tracing::error!(code = e.code.number(), details = %e.details, "host routes not removed");
+                return Err(e);
+            }
+        }
+        if cfg.datastore == config::Datastore::RouteTable {
+            return Ok(None);
+        }
+    }
     if cfg.ranges.is_empty() {
         tracing::warn!("no range could be read from the config: nothing to release here; the reconciler will");
         return Ok(None);
@@ -155,7 +179,6 @@ async fn release<C: Connector>(env: &CniEnv, stdin: &[u8], host: &C) -> Result<O
         }
     };
     let budget = Budget::new(cfg.timeout);
-    let req = request(env, cfg.flat_file.as_deref());
     let _lock = host_lock(&store, &Scope::from(&cfg), &req.node, &budget).await;
     let outcome = match valid {
         Some(valid) => gc::run(&store, &cfg, &req.node, &valid, &budget).await,
