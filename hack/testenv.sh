@@ -14,14 +14,15 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 command -v go >/dev/null || { echo "testenv: go is not on PATH; install Go >= $(awk '/^go /{print $2}' "$mods/k8s/go.mod")" >&2; exit 1; }
 
-# containerd and runc, Debian's packages: the image test imports the image into a containerd of its own and runs it
-if ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
+# Debian's packages: containerd and runc (the image test imports the image into a containerd of its own and runs
+# it), bird2 (the routing-table datastore's tests run BIRD in every simulated node)
+if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v bird >/dev/null; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    echo "testenv: installing containerd and runc (Debian packages) ..." >&2
+    echo "testenv: installing containerd, runc and bird2 (Debian packages) ..." >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc bird2 >&2
   else
-    echo "testenv: containerd or runc is missing; as root: apt-get install containerd runc (the image test needs them)" >&2
+    echo "testenv: containerd, runc or bird is missing; as root: apt-get install containerd runc bird2" >&2
   fi
 fi
 

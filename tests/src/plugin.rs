@@ -40,6 +40,8 @@ pub struct Invocation {
     pub env: Vec<(String, String)>,
     /// The plugin to run instead of `hereabouts` (e.g. upstream Whereabouts).
     pub program: Option<PathBuf>,
+    /// The network namespace to run it in (`ip netns exec`), as a runtime on a simulated node would.
+    pub netns: Option<String>,
     pub config: Value,
 }
 
@@ -53,6 +55,7 @@ impl Invocation {
             args: format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod}"),
             env: Vec::new(),
             program: None,
+            netns: None,
             config: config.clone(),
         }
     }
@@ -60,6 +63,12 @@ impl Invocation {
     /// Sets an extra environment variable.
     pub fn with_env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs the plugin in network namespace `ns`.
+    pub fn in_netns(mut self, ns: &str) -> Self {
+        self.netns = Some(ns.to_string());
         self
     }
 
@@ -79,7 +88,20 @@ impl Invocation {
     }
 
     async fn start_raw(&self, stdin: &[u8]) -> Running {
-        let mut cmd = tokio::process::Command::new(self.program.clone().unwrap_or_else(|| workspace_bin("hereabouts")));
+        let program = self.program.clone().unwrap_or_else(|| workspace_bin("hereabouts"));
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                // absolute: the environment is cleared below, PATH with it
+                let ip = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                    .map(|d| d.join(crate::netns::ip_bin()))
+                    .find(|p| p.is_file())
+                    .expect("`ip` (iproute2) on PATH");
+                let mut c = tokio::process::Command::new(ip);
+                c.args(["netns", "exec", ns]).arg(program);
+                c
+            }
+            None => tokio::process::Command::new(program),
+        };
         cmd.env_clear()
             .env("CNI_COMMAND", self.command)
             .env("CNI_CONTAINERID", &self.container_id)
