@@ -11,9 +11,8 @@ pub async fn run(store: &impl Store, cfg: &IpamConfig, req: &Request, budget: &B
     let assigned = ipam::assign(store, cfg, req, budget).await?;
     if let Some(routes) = &cfg.host_routes {
         let pod = cfg.pod.to_string();
-        let attachment = routetable::Attachment { container_id: &req.container_id, ifname: &req.ifname, pod: &pod };
         let announced = match KernelTable::connect() {
-            Ok(table) => routetable::announce(&table, routes, &cfg.name, attachment, &assigned).await,
+            Ok(table) => routetable::announce(&table, routes, &cfg.name, req, &pod, &assigned).await,
             Err(e) => Err(e.into()),
         };
         if let Err(e) = announced {

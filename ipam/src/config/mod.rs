@@ -56,7 +56,7 @@ pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 pub use routing::{
     Claiming, DEFAULT_PROPAGATION, DEFAULT_REQUESTED_RETRY, DEFAULT_ROUTE_PROTOCOL, DEFAULT_ROUTE_TABLE,
-    DEFAULT_STATE_DIR, Datastore, HostRoutes,
+    DEFAULT_STATE_DIR, Datastore, HostRoutes, KEYS as ROUTING_KEYS,
 };
 pub use selection::{RANGES_ANNOTATION, RangeFacts, RangeSelection};
 

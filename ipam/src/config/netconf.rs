@@ -143,7 +143,8 @@ pub const IGNORED_KEYS: &[&str] = &[
     "sleep_for_race",
 ];
 
-/// The keys of the `ipam` object (and of the flat file) that mean something here.
+/// The keys of the `ipam` object (and of the flat file) that mean something here, besides the routing keys
+/// ([`super::ROUTING_KEYS`]).
 pub const IPAM_KEYS: &[&str] = &[
     "type",
     "range",
@@ -169,16 +170,6 @@ pub const IPAM_KEYS: &[&str] = &[
     "pod_ranges",
     "reuse_cooldown_seconds",
     "sticky_statefulset",
-    "datastore",
-    "route_table",
-    "route_protocol",
-    "route_device",
-    "route_state_dir",
-    "propagation_timeout_ms",
-    "requested_address_retry_ms",
-    "exclude_first",
-    "exclude_last",
-    "announce_routes",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -252,7 +243,7 @@ pub(super) fn parse_ipam<'p>(
     origin: Origin<'p>,
     problems: &mut Problems,
 ) -> Result<RawIpam<'p>, ConfigError> {
-    let known = [IPAM_KEYS, IGNORED_KEYS].concat();
+    let known = [IPAM_KEYS, routing::KEYS, IGNORED_KEYS].concat();
     problems.check_keys(map, &known, IPAM_HINTS, |k| origin.key(k))?;
     let mut raw = RawIpam::default();
     for (name, v) in map.iter().filter(|(k, _)| known.contains(&k.as_str())) {

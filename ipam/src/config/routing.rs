@@ -31,7 +31,7 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/hereabouts/routes";
 const MAX_WAIT_MS: u64 = 60_000;
 
 /// The keys this module reads.
-pub(super) const KEYS: &[&str] = &[
+pub const KEYS: &[&str] = &[
     "datastore",
     "route_table",
     "route_protocol",

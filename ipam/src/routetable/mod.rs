@@ -24,7 +24,7 @@ use ipnet::IpNet;
 
 pub use claim::{HostRoute, Verdict};
 pub use kernel::KernelTable;
-pub use ops::{Attachment, Claimed, announce, assign, check, gc, release, status};
+pub use ops::{Claimed, announce, assign, check, gc, release, status};
 
 use crate::codes::Code;
 

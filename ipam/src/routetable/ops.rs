@@ -25,17 +25,6 @@ pub struct Claimed {
     pub rounds: u32,
 }
 
-/// The attachment an ADD is for, with its pod for the records.
-#[derive(Debug, Clone, Copy)]
-pub struct Attachment<'a> {
-    /// `CNI_CONTAINERID`.
-    pub container_id: &'a str,
-    /// `CNI_IFNAME`.
-    pub ifname: &'a str,
-    /// `namespace/name`.
-    pub pod: &'a str,
-}
-
 fn host_net(ip: IpAddr) -> IpNet {
     IpNet::new(ip, if ip.is_ipv4() { 32 } else { 128 }).expect("a host prefix is valid")
 }
@@ -314,7 +303,8 @@ pub async fn announce<T: Table>(
     table: &T,
     routes: &HostRoutes,
     network: &str,
-    attachment: Attachment<'_>,
+    req: &Request,
+    pod: &str,
     assigned: &[Assigned],
 ) -> Result<(), RouteTableError> {
     let records = Records::open(&routes.state_dir, network)?;
@@ -332,9 +322,9 @@ pub async fn announce<T: Table>(
             }
             let route = new_route(routes, a.ip);
             let record = Record {
-                container_id: attachment.container_id.to_string(),
-                ifname: attachment.ifname.to_string(),
-                pod: attachment.pod.to_string(),
+                container_id: req.container_id.clone(),
+                ifname: req.ifname.clone(),
+                pod: pod.to_string(),
                 route,
             };
             records.create(a.ip, &record)?;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use clap::Parser as _;
-use hereabouts_ipam::config::{IGNORED_KEYS, IPAM_KEYS, Input, LogLevel, load_with_paths};
+use hereabouts_ipam::config::{IGNORED_KEYS, IPAM_KEYS, Input, LogLevel, ROUTING_KEYS, load_with_paths};
 use serde_json::{Value, json};
 
 use super::render::{self, Credentials};
@@ -96,7 +96,8 @@ fn flat_file_loads_as_the_cni_plugin_loads_it() {
     });
     let doc: Value = serde_json::from_slice(&contents).unwrap();
     for key in doc.as_object().unwrap().keys() {
-        assert!(IPAM_KEYS.contains(&key.as_str()) || IGNORED_KEYS.contains(&key.as_str()), "unknown key {key}");
+        let known = [IPAM_KEYS, ROUTING_KEYS, IGNORED_KEYS].concat();
+        assert!(known.contains(&key.as_str()), "unknown key {key}");
     }
     fs::write(&path, &contents).unwrap();
     let stdin = json!({"cniVersion": "1.0.0", "name": "net1", "type": "macvlan",
