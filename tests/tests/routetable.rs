@@ -320,14 +320,46 @@ async fn check_gc_and_bad_input_follow_the_spec() {
     assert!(on(&rf, 0, "DEL", &config, "kept").run().await.success);
     let kept = on(&rf, 0, "ADD", &config, "kept").run().await.ips()[0];
 
+    // an ADD killed in its propagation wait (a runtime's timeout): its claim stays, so no other node takes the
+    // address, until GC releases it
+    let slow = netconf(
+        "cg",
+        &state.path().join("node-0"),
+        json!({"range": "2001:db8:4::/124", "propagation_timeout_ms": 5000}),
+    );
+    let killed = on(&rf, 0, "ADD", &slow, "killed").start().await;
+    let known = [kept, gone];
+    let t0 = Instant::now();
+    let orphan = loop {
+        if let Some(ip) = claims(&rf, 1).keys().find(|ip| !known.contains(ip)) {
+            break *ip;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "the killed ADD made no claim");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    killed.kill().await;
+    rf.wait_routes(Duration::from_secs(10), |_, r| r.iter().any(|x| x.dst == orphan)).unwrap();
+    let other = netconf("cg", &state.path().join("node-1"), json!({"range": "2001:db8:4::/124"}));
+    let mut elsewhere = Vec::new();
+    for k in 0..11 {
+        elsewhere.extend(on(&rf, 1, "ADD", &other, &format!("o{k}")).run().await.ips());
+    }
+    assert!(!elsewhere.contains(&orphan), "node-1 took the address of the killed ADD");
+    assert_eq!(on(&rf, 1, "ADD", &other, "o11").run().await.error_code(), 100, "the range is full");
+    for k in 0..11 {
+        assert!(on(&rf, 1, "DEL", &other, &format!("o{k}")).run().await.success);
+    }
+
     // GC: records younger than the ADD budget (1 s) stay; past it, what the runtime does not list goes
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let mut gc = config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "kept", "ifname": "net1"}]);
     let out = on(&rf, 0, "GC", &gc, "").run().await;
     assert!(out.success, "{} {}", out.stdout, out.stderr);
-    rf.wait_routes(Duration::from_secs(10), |_, r| r.iter().any(|x| x.dst == kept) && r.iter().all(|x| x.dst != gone))
-        .unwrap();
+    rf.wait_routes(Duration::from_secs(10), |_, r| {
+        r.iter().any(|x| x.dst == kept) && r.iter().all(|x| x.dst != gone && x.dst != orphan)
+    })
+    .unwrap();
     assert_eq!(on(&rf, 0, "GC", &config, "").run().await.error_code(), 7, "GC without the list is refused");
 
     // bad input: refused with the right code, and neither a route nor a record is made

@@ -339,3 +339,89 @@ pub async fn announce<T: Table>(
     }
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{Input, load_with_paths};
+    use crate::routetable::TableError;
+
+    /// A node's table in memory; `add` fails for the addresses of `refuse` (a kernel that says no half-way).
+    #[derive(Debug, Default)]
+    struct FakeTable {
+        routes: Mutex<Vec<HostRoute>>,
+        refuse: Option<IpNet>,
+    }
+
+    impl Table for FakeTable {
+        async fn host_routes(&self, table: u32, net: IpNet) -> Result<Vec<HostRoute>, TableError> {
+            let routes = self.routes.lock().unwrap();
+            Ok(routes.iter().filter(|r| r.table == table && net.contains(&r.dst)).copied().collect())
+        }
+
+        async fn add(&self, route: &HostRoute, _link: u32) -> Result<(), TableError> {
+            if self.refuse.is_some_and(|n| n.contains(&route.dst)) {
+                return Err(TableError::Netlink { op: "add a route", detail: "Operation not permitted".into() });
+            }
+            self.routes.lock().unwrap().push(*route);
+            Ok(())
+        }
+
+        async fn delete(&self, route: &HostRoute) -> Result<(), TableError> {
+            self.routes.lock().unwrap().retain(|r| r != route);
+            Ok(())
+        }
+
+        async fn link_for(&self, _device: Option<&str>, _net: IpNet) -> Result<u32, TableError> {
+            Ok(7)
+        }
+    }
+
+    fn config(state: &std::path::Path) -> IpamConfig {
+        let stdin = json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": {"type": "hereabouts",
+            "datastore": "routetable", "range": "198.18.0.0/29", "ipRanges": [{"range": "2001:db8::/125"}],
+            "route_state_dir": state, "propagation_timeout_ms": 0, "timeout_seconds": 2}})
+        .to_string();
+        load_with_paths(&Input { stdin: stdin.as_bytes(), cni_args: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p" }, &[])
+            .unwrap()
+    }
+
+    fn req(c: &str) -> Request {
+        Request { container_id: c.into(), ifname: "net1".into(), node: "n".into() }
+    }
+
+    #[tokio::test]
+    async fn a_failure_half_way_rolls_back_what_the_add_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path());
+        let table = FakeTable { refuse: Some("2001:db8::/125".parse().unwrap()), ..FakeTable::default() };
+        let e = assign(&table, &cfg, &req("a"), &Budget::new(cfg.timeout)).await.unwrap_err();
+        assert!(e.to_string().contains("Operation not permitted"), "{e}");
+        assert!(table.routes.lock().unwrap().is_empty(), "the IPv4 claim was withdrawn");
+        assert!(Records::open(dir.path(), "net").unwrap().list().unwrap().is_empty(), "and its record removed");
+    }
+
+    #[tokio::test]
+    async fn a_repeated_add_gets_what_the_attachment_holds_and_a_full_range_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path());
+        let table = FakeTable::default();
+        let budget = Budget::new(cfg.timeout);
+        let first = assign(&table, &cfg, &req("a"), &budget).await.unwrap();
+        assert_eq!(first.assigned.len(), 2);
+        assert_eq!(assign(&table, &cfg, &req("a"), &budget).await.unwrap().assigned, first.assigned);
+        for c in ["b", "c", "d", "e", "f"] {
+            assign(&table, &cfg, &req(c), &budget).await.unwrap();
+        }
+        let before = table.routes.lock().unwrap().len();
+        let e = assign(&table, &cfg, &req("g"), &budget).await.unwrap_err();
+        assert!(matches!(e, RouteTableError::Exhausted { .. }), "{e}");
+        assert_eq!(table.routes.lock().unwrap().len(), before, "nothing written");
+        assert_eq!(release(&table, cfg.host_routes.as_ref().unwrap(), "net", "a", "net1").await.unwrap(), 2);
+        assert_eq!(table.routes.lock().unwrap().len(), before - 2);
+    }
+}
