@@ -13,7 +13,7 @@ use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::crd::{IpAllocation, SubInterfaceRecord};
 use hereabouts_ipam::provider::{AllocateRequest, HOLD_ID, ProviderClient, RELEASE_PATH, SubEniRequest};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, Op};
-use hereabouts_ipam::store::{MemoryStore, Patched, Store, pool_object};
+use hereabouts_ipam::store::{MemoryStore, Patched, PoolStore, pool_object};
 use hereabouts_reconciler::sub_interfaces::{SubInterfaceKeeper, steps};
 use hereabouts_tests::provider::{Fault as ProviderFault, ProviderOptions, ReferenceProvider};
 use serde_json::json;

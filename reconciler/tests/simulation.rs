@@ -463,7 +463,7 @@ async fn reconciler(
 /// What the node loop does on pod deletions: judge each entry naming the pod, told its UID is gone. Returns the
 /// deletions to try again.
 async fn node_loop(releaser: &Releaser<MemoryStore, SimCluster>, gone: Vec<(String, String)>) -> Vec<(String, String)> {
-    let Ok(pools) = hereabouts_ipam::store::Store::list_pools(&releaser.store).await else { return gone };
+    let Ok(pools) = hereabouts_ipam::store::PoolStore::list_pools(&releaser.store).await else { return gone };
     let mut again = Vec::new();
     for (podref, uid) in gone {
         let mut views = HashMap::new();

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use hereabouts_ipam::crd::{IpAllocation, IpPool};
 use hereabouts_ipam::range::IpRange;
-use hereabouts_ipam::store::{KubeStore, Patched, Store};
+use hereabouts_ipam::store::{KubeStore, Patched, SubInterfaceStore};
 use hereabouts_tests::Identity;
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;

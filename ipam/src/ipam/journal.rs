@@ -123,9 +123,7 @@ pub(super) async fn remove_entry(
             .retry(StoreError::is_transient, || store.get_pool(pool))
             .await
             .map_err(|e| IpamError::from_retry(&format!("pool {pool}: get"), e))?;
-        let still_ours = current.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string())).is_some_and(|a| {
-            a.id == entry.id && a.podref == entry.podref && (entry.ifname.is_empty() || a.ifname == entry.ifname)
-        });
+        let still_ours = current.as_ref().is_some_and(|p| crate::store::guard::still_holds(p, offset, entry));
         if !still_ours {
             return Ok(Removed::NotThere);
         }

@@ -1,15 +1,17 @@
-//! [`KubeStore`]: the live [`Store`], one API request per call, every write guarded (DESIGN §5).
-
-use std::collections::BTreeMap;
+//! [`KubeStore`]: the live store, one API request per call, every guarded write the document [`super::guard`]
+//! builds.
 
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Claim, Created, Deleted, Failure, Patched, PodEvent, Store, StoreError, Version};
+use super::{
+    Claim, CoreStore, Created, Deleted, Failure, Patched, PodEvent, PoolStore, ReservationStore, SliceStore,
+    StoreError, SubInterfaceStore, Version, guard,
+};
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
-    OverlappingRangeIpReservationSpec, SubInterfaceRecord,
+    SubInterfaceRecord,
 };
 
 const POOL: &str = "pool";
@@ -89,51 +91,129 @@ fn at_version(version: &Version) -> DeleteParams {
     }
 }
 
-fn json_patch(ops: Value) -> Patch<()> {
-    Patch::Json(serde_json::from_value(ops).expect("a JSON patch built from literals is valid"))
-}
-
-fn entry_path(offset: u128) -> String {
-    format!("/spec/allocations/{offset}")
-}
-
-/// Tests that the entry at `path` is still `held`'s: container, pod, and interface when `held` records one.
-fn entry_tests(path: &str, held: &IpAllocation) -> Vec<Value> {
-    let mut ops = vec![
-        json!({"op": "test", "path": format!("{path}/id"), "value": held.id}),
-        json!({"op": "test", "path": format!("{path}/podref"), "value": held.podref}),
-    ];
-    if !held.ifname.is_empty() {
-        ops.push(json!({"op": "test", "path": format!("{path}/ifname"), "value": held.ifname}));
-    }
-    ops
-}
-
 impl KubeStore {
-    async fn patch_pool(&self, pool: &str, op: String, ops: Vec<Value>) -> Result<Patched, StoreError> {
-        match self.pools.patch(pool, &PatchParams::default(), &json_patch(ops.into())).await {
+    /// Sends the guarded patch `patch` of the object `name` through `api`: a 422 is the server's refusal (a
+    /// `test` failed, or a schema or an admission policy refused it), a 404 a missing object.
+    async fn guarded<K>(
+        api: &Api<K>,
+        kind: &'static str,
+        name: &str,
+        op: String,
+        patch: json_patch::Patch,
+    ) -> Result<Patched, StoreError>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
             Ok(_) => Ok(Patched::Applied),
             Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
             Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
-            Err(e) => Err(error(POOL, pool, op, e)),
+            Err(e) => Err(error(kind, name, op, e)),
+        }
+    }
+
+    /// Sends the merge patch `patch` of the pool `name`.
+    async fn merge_pool(&self, name: &str, op: &str, patch: &Value) -> Result<Patched, StoreError> {
+        match self.pools.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(POOL, name, op, e)),
         }
     }
 }
 
-/// The labels and annotations `claim` writes, over those `current` already has.
-fn claim_metadata(current: &OverlappingRangeIpReservation, claim: &Claim) -> (Value, Value) {
-    let ours = super::reservation_object("", claim).metadata;
-    let merge = |theirs: &Option<BTreeMap<String, String>>, ours: Option<BTreeMap<String, String>>| {
-        let mut all = theirs.clone().unwrap_or_default();
-        all.extend(ours.unwrap_or_default());
-        json!(all)
-    };
-    (merge(&current.metadata.labels, ours.labels), merge(&current.metadata.annotations, ours.annotations))
-}
-
-impl Store for KubeStore {
+impl PoolStore for KubeStore {
     fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
+        self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
+    }
+
+    async fn create_pool(
+        &self,
+        name: &str,
+        range: &str,
+        network_name: &str,
+        usable: u128,
+        node_name: Option<&str>,
+    ) -> Result<Created<IpPool>, StoreError> {
+        let pool = super::pool_object(name, range, network_name, usable, node_name);
+        match self.pools.create(&PostParams::default(), &pool).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
+            Err(e) => Err(error(POOL, name, "create", e)),
+        }
+    }
+
+    async fn list_pools(&self) -> Result<Vec<IpPool>, StoreError> {
+        let list = self.pools.list(&ListParams::default()).await.map_err(|e| error(POOL, "*", "list", e))?;
+        Ok(list.items)
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        let params = ListParams::default().limit(1);
+        self.pools.list_metadata(&params).await.map(drop).map_err(|e| error(POOL, "*", "list", e))
+    }
+
+    async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
+        let patch = guard::add_entry(offset, entry);
+        Self::guarded(&self.pools, POOL, pool, format!("add allocation {offset}"), patch).await
+    }
+
+    async fn replace_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        expected: &IpAllocation,
+        entry: &IpAllocation,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::replace_entry(offset, expected, entry);
+        Self::guarded(&self.pools, POOL, pool, format!("replace allocation {offset}"), patch).await
+    }
+
+    async fn remove_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        held: &IpAllocation,
+        record: Option<&super::ReleaseRecord>,
+    ) -> Result<Patched, StoreError> {
+        if record.is_some_and(|r| !r.map_exists) {
+            match self.merge_pool(pool, "make spec.released", &guard::make_released()).await? {
+                Patched::Applied => {}
+                other => return Ok(other),
+            }
+        }
+        let patch = guard::remove_entry(offset, held, record);
+        Self::guarded(&self.pools, POOL, pool, format!("remove allocation {offset}"), patch).await
+    }
+
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
+        self.merge_pool(name, "set reuse cooldown", &guard::set_cooldown(seconds)).await
+    }
+
+    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        match self.pools.delete(name, &at_version(version)).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
+            Err(e) => Err(error(POOL, name, "delete", e)),
+        }
+    }
+}
+
+impl SubInterfaceStore for KubeStore {
+    async fn add_allocation_on(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        seen: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::add_entry_on(offset, entry, seen);
+        Self::guarded(&self.pools, POOL, pool, format!("add allocation {offset} on its sub-interface"), patch).await
     }
 
     async fn set_sub_interface(
@@ -142,24 +222,101 @@ impl Store for KubeStore {
         offset: u128,
         record: &SubInterfaceRecord,
     ) -> Result<Patched, StoreError> {
-        // a merge patch: it makes the map when the pool has none, and touches no other key of it
-        let patch = json!({"spec": {"subInterfaces": {offset.to_string(): record}}});
-        match self.pools.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => Ok(Patched::Applied),
-            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
-            Err(e) => Err(error(POOL, name, format!("record sub-interface {offset}"), e)),
-        }
+        let op = format!("record sub-interface {offset}");
+        self.merge_pool(name, &op, &guard::record_sub_interface(offset, record)).await
     }
 
     async fn remove_sub_interface(&self, name: &str, offset: u128, node: &str) -> Result<Patched, StoreError> {
-        let path = format!("/spec/subInterfaces/{offset}");
-        let ops = vec![
-            json!({"op": "test", "path": format!("{path}/node"), "value": node}),
-            json!({"op": "remove", "path": path}),
-        ];
-        self.patch_pool(name, format!("remove sub-interface {offset}"), ops).await
+        let patch = guard::remove_sub_interface(offset, node);
+        Self::guarded(&self.pools, POOL, name, format!("remove sub-interface {offset}"), patch).await
+    }
+}
+
+impl ReservationStore for KubeStore {
+    async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {
+        self.reservations.get_opt(name).await.map_err(|e| error(RESERVATION, name, "get", e))
     }
 
+    async fn create_reservation(
+        &self,
+        name: &str,
+        claim: &Claim,
+    ) -> Result<Created<OverlappingRangeIpReservation>, StoreError> {
+        let reservation = super::reservation_object(name, claim);
+        match self.reservations.create(&PostParams::default(), &reservation).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
+            Err(e) => Err(error(RESERVATION, name, "create", e)),
+        }
+    }
+
+    async fn take_over_reservation(
+        &self,
+        current: &OverlappingRangeIpReservation,
+        claim: &Claim,
+    ) -> Result<Patched, StoreError> {
+        let name = current.metadata.name.as_deref().unwrap_or_default();
+        let patch = guard::take_over(current, claim);
+        Self::guarded(&self.reservations, RESERVATION, name, "take over".into(), patch).await
+    }
+
+    async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        match self.reservations.delete(name, &at_version(version)).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
+            Err(e) => Err(error(RESERVATION, name, "delete", e)),
+        }
+    }
+
+    async fn list_reservations(&self, node: Option<&str>) -> Result<Vec<OverlappingRangeIpReservation>, StoreError> {
+        let mut params = ListParams::default();
+        if let Some(node) = node {
+            params = params.labels(&format!("{}={node}", super::NODE_LABEL));
+        }
+        let list = self.reservations.list(&params).await.map_err(|e| error(RESERVATION, "*", "list", e))?;
+        Ok(list.items)
+    }
+}
+
+impl SliceStore for KubeStore {
+    async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
+        self.slices.get_opt(name).await.map_err(|e| error(NODE_SLICES, name, "get", e))
+    }
+
+    async fn create_node_slices(
+        &self,
+        name: &str,
+        spec: &NodeSlicePoolSpec,
+        slices: &[NodeSliceAllocation],
+    ) -> Result<Created<NodeSlicePool>, StoreError> {
+        let object = super::node_slices_object(name, spec, slices);
+        match self.slices.create(&PostParams::default(), &object).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
+            Err(e) => Err(error(NODE_SLICES, name, "create", e)),
+        }
+    }
+
+    async fn move_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::move_slice(index, slice, to);
+        let op = format!("move slice {} to {to:?}", slice.slice_range);
+        Self::guarded(&self.slices, NODE_SLICES, name, op, patch).await
+    }
+
+    async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
+        let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
+        Ok(list.items)
+    }
+}
+
+impl CoreStore for KubeStore {
     async fn warn_pod(&self, pod: &PodEvent<'_>, reason: &str, message: &str) -> Result<(), StoreError> {
         use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -224,233 +381,5 @@ impl Store for KubeStore {
             }
         };
         got.map_err(|e| error(kind.kind(), &what, "get", e))
-    }
-
-    async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
-        self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
-    }
-
-    async fn create_pool(
-        &self,
-        name: &str,
-        range: &str,
-        network_name: &str,
-        usable: u128,
-        node_name: Option<&str>,
-    ) -> Result<Created<IpPool>, StoreError> {
-        let pool = super::pool_object(name, range, network_name, usable, node_name);
-        match self.pools.create(&PostParams::default(), &pool).await {
-            Ok(created) => Ok(Created::Created(created)),
-            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
-            Err(e) => Err(error(POOL, name, "create", e)),
-        }
-    }
-
-    async fn list_pools(&self) -> Result<Vec<IpPool>, StoreError> {
-        let list = self.pools.list(&ListParams::default()).await.map_err(|e| error(POOL, "*", "list", e))?;
-        Ok(list.items)
-    }
-
-    async fn probe(&self) -> Result<(), StoreError> {
-        let params = ListParams::default().limit(1);
-        self.pools.list_metadata(&params).await.map(drop).map_err(|e| error(POOL, "*", "list", e))
-    }
-
-    async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
-        let path = entry_path(offset);
-        // A `test` of null passes only while the key is absent: of two writers of one offset exactly one wins.
-        let ops = vec![
-            json!({"op": "test", "path": path, "value": null}),
-            json!({"op": "add", "path": path, "value": entry}),
-        ];
-        self.patch_pool(pool, format!("add allocation {offset}"), ops).await
-    }
-
-    async fn add_allocation_on(
-        &self,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        seen: &SubInterfaceRecord,
-    ) -> Result<Patched, StoreError> {
-        let path = entry_path(offset);
-        let record = format!("/spec/subInterfaces/{offset}");
-        let ops = vec![
-            json!({"op": "test", "path": path, "value": null}),
-            json!({"op": "test", "path": format!("{record}/node"), "value": seen.node}),
-            json!({"op": "test", "path": format!("{record}/vlan"), "value": seen.vlan}),
-            json!({"op": "add", "path": path, "value": entry}),
-        ];
-        self.patch_pool(pool, format!("add allocation {offset} on its sub-interface"), ops).await
-    }
-
-    async fn replace_allocation(
-        &self,
-        pool: &str,
-        offset: u128,
-        expected: &IpAllocation,
-        entry: &IpAllocation,
-    ) -> Result<Patched, StoreError> {
-        let path = entry_path(offset);
-        let mut ops = entry_tests(&path, expected);
-        ops.push(json!({"op": "replace", "path": path, "value": entry}));
-        self.patch_pool(pool, format!("replace allocation {offset}"), ops).await
-    }
-
-    async fn remove_allocation(
-        &self,
-        pool: &str,
-        offset: u128,
-        held: &IpAllocation,
-        record: Option<&super::ReleaseRecord>,
-    ) -> Result<Patched, StoreError> {
-        let path = entry_path(offset);
-        let mut ops = entry_tests(&path, held);
-        ops.push(json!({"op": "remove", "path": path}));
-        if let Some(record) = record {
-            if !record.map_exists {
-                // a JSON patch cannot add below a missing map; a merge patch of {} makes it and changes nothing else
-                let patch = json!({"spec": {"released": {}}});
-                match self.pools.patch(pool, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    Ok(_) => {}
-                    Err(e) if is_status(&e, 404) => return Ok(Patched::Missing),
-                    Err(e) => return Err(error(POOL, pool, "make spec.released", e)),
-                }
-            }
-            for (key, at) in &record.prune {
-                let path = format!("/spec/released/{key}");
-                ops.push(json!({"op": "test", "path": path, "value": at}));
-                ops.push(json!({"op": "remove", "path": path}));
-            }
-            ops.push(json!({"op": "add", "path": format!("/spec/released/{offset}"), "value": record.at}));
-        }
-        self.patch_pool(pool, format!("remove allocation {offset}"), ops).await
-    }
-
-    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
-        let key = crate::cooldown::COOLDOWN_ANNOTATION;
-        let patch = match seconds {
-            0 => json!({"metadata": {"annotations": {key: null}}}),
-            n => json!({"metadata": {"annotations": {key: n.to_string()}}, "spec": {"released": {}}}),
-        };
-        match self.pools.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => Ok(Patched::Applied),
-            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
-            Err(e) => Err(error(POOL, name, "set reuse cooldown", e)),
-        }
-    }
-
-    async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {
-        self.reservations.get_opt(name).await.map_err(|e| error(RESERVATION, name, "get", e))
-    }
-
-    async fn create_reservation(
-        &self,
-        name: &str,
-        claim: &Claim,
-    ) -> Result<Created<OverlappingRangeIpReservation>, StoreError> {
-        let reservation = super::reservation_object(name, claim);
-        match self.reservations.create(&PostParams::default(), &reservation).await {
-            Ok(created) => Ok(Created::Created(created)),
-            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
-            Err(e) => Err(error(RESERVATION, name, "create", e)),
-        }
-    }
-
-    async fn take_over_reservation(
-        &self,
-        current: &OverlappingRangeIpReservation,
-        claim: &Claim,
-    ) -> Result<Patched, StoreError> {
-        let name = current.metadata.name.as_deref().unwrap_or_default();
-        let (labels, annotations) = claim_metadata(current, claim);
-        let spec: &OverlappingRangeIpReservationSpec = &claim.spec;
-        // The resourceVersion test makes this a compare-and-swap of the object as read: a delete or take-over
-        // by anyone else in between makes it fail, and the caller reads again.
-        let ops = json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": current.metadata.resource_version},
-            {"op": "add", "path": "/spec/podref", "value": spec.podref},
-            {"op": "add", "path": "/spec/containerid", "value": spec.containerid},
-            {"op": "add", "path": "/spec/ifname", "value": spec.ifname},
-            {"op": "add", "path": "/metadata/labels", "value": labels},
-            {"op": "add", "path": "/metadata/annotations", "value": annotations},
-        ]);
-        match self.reservations.patch(name, &PatchParams::default(), &json_patch(ops)).await {
-            Ok(_) => Ok(Patched::Applied),
-            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
-            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
-            Err(e) => Err(error(RESERVATION, name, "take over", e)),
-        }
-    }
-
-    async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
-        match self.reservations.delete(name, &at_version(version)).await {
-            Ok(_) => Ok(Deleted::Deleted),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
-            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
-            Err(e) => Err(error(RESERVATION, name, "delete", e)),
-        }
-    }
-
-    async fn list_reservations(&self, node: Option<&str>) -> Result<Vec<OverlappingRangeIpReservation>, StoreError> {
-        let mut params = ListParams::default();
-        if let Some(node) = node {
-            params = params.labels(&format!("{}={node}", super::NODE_LABEL));
-        }
-        let list = self.reservations.list(&params).await.map_err(|e| error(RESERVATION, "*", "list", e))?;
-        Ok(list.items)
-    }
-
-    async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
-        self.slices.get_opt(name).await.map_err(|e| error(NODE_SLICES, name, "get", e))
-    }
-
-    async fn create_node_slices(
-        &self,
-        name: &str,
-        spec: &NodeSlicePoolSpec,
-        slices: &[NodeSliceAllocation],
-    ) -> Result<Created<NodeSlicePool>, StoreError> {
-        let object = super::node_slices_object(name, spec, slices);
-        match self.slices.create(&PostParams::default(), &object).await {
-            Ok(created) => Ok(Created::Created(created)),
-            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),
-            Err(e) => Err(error(NODE_SLICES, name, "create", e)),
-        }
-    }
-
-    async fn move_slice(
-        &self,
-        name: &str,
-        index: usize,
-        slice: &NodeSliceAllocation,
-        to: &str,
-    ) -> Result<Patched, StoreError> {
-        let path = format!("/status/allocations/{index}");
-        let ops = json!([
-            {"op": "test", "path": format!("{path}/sliceRange"), "value": slice.slice_range},
-            {"op": "test", "path": format!("{path}/nodeName"), "value": slice.node_name},
-            {"op": "replace", "path": format!("{path}/nodeName"), "value": to},
-        ]);
-        match self.slices.patch(name, &PatchParams::default(), &json_patch(ops)).await {
-            Ok(_) => Ok(Patched::Applied),
-            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
-            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
-            Err(e) => Err(error(NODE_SLICES, name, format!("move slice {} to {to:?}", slice.slice_range), e)),
-        }
-    }
-
-    async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
-        let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
-        Ok(list.items)
-    }
-
-    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
-        match self.pools.delete(name, &at_version(version)).await {
-            Ok(_) => Ok(Deleted::Deleted),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Deleted::Missing),
-            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(Deleted::Changed),
-            Err(e) => Err(error(POOL, name, "delete", e)),
-        }
     }
 }

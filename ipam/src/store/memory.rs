@@ -7,8 +7,9 @@
 //! interleave differently in every case.
 //!
 //! The semantics are the API server's as far as the protocol relies on them: creates answer `Exists` for a name
-//! taken, guarded patches are applied to the latest object and refused (422) when a test fails, deletes check
-//! their preconditions, every write bumps a resourceVersion.
+//! taken, patches are the documents [`super::guard`] builds for the live store too, applied to the latest object
+//! through its JSON and refused (422) when a `test` fails, deletes check their preconditions, every write bumps a
+//! resourceVersion. The store has no guard of its own: a guard that is wrong is wrong here too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,14 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Claim, Created, Deleted, Failure, NODE_LABEL, Patched, Store, StoreError, Version};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{
+    Claim, CoreStore, Created, Deleted, Failure, NODE_LABEL, Patched, PoolStore, ReservationStore, SliceStore,
+    StoreError, SubInterfaceStore, Version, guard,
+};
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
     SubInterfaceRecord,
@@ -394,41 +402,54 @@ fn refused_as_patched(result: Result<Patched, StoreError>) -> Result<Patched, St
     }
 }
 
-fn same_holder(entry: &IpAllocation, held: &IpAllocation) -> bool {
-    entry.id == held.id && entry.podref == held.podref && (held.ifname.is_empty() || entry.ifname == held.ifname)
+/// What a patch does to a stored object: `Ok(false)` when the server refuses it (422: a `test` failed).
+enum Change<'p> {
+    Guarded(&'p json_patch::Patch),
+    Merge(&'p Value),
+}
+
+/// Applies `change` to `object` as the API server would, through the object's JSON: `Err` with the refusal when a
+/// guard fails (the object is then untouched).
+fn patch_object<K: Serialize + DeserializeOwned>(object: &mut K, change: &Change<'_>) -> Result<(), String> {
+    let mut doc = serde_json::to_value(&*object).expect("the CRD types serialise");
+    match change {
+        Change::Guarded(patch) => guard::apply(&mut doc, patch).map_err(|e| e.to_string())?,
+        Change::Merge(patch) => guard::merge(&mut doc, patch),
+    }
+    // a patch the schema would refuse (a value of the wrong type) is refused too
+    *object = serde_json::from_value(doc).map_err(|e| format!("the patched object is invalid: {e}"))?;
+    Ok(())
 }
 
 impl MemoryStore {
-    fn patch_pool(
-        &self,
-        state: &mut State,
-        pool: &str,
-        change: impl FnOnce(&mut BTreeMap<String, IpAllocation>) -> bool,
-    ) -> Result<Patched, StoreError> {
-        let limit = self.pool_limit;
-        let Some(current) = state.pools.get(pool) else { return Ok(Patched::Missing) };
-        let mut allocations = current.spec.allocations.clone();
-        if !change(&mut allocations) {
-            return Ok(Patched::Refused("test failed".into()));
+    /// Applies `change` to the pool `name`: what the API server does with a patch of it.
+    fn patch_pool(&self, state: &mut State, name: &str, change: &Change<'_>) -> Result<Patched, StoreError> {
+        let Some(current) = state.pools.get(name) else { return Ok(Patched::Missing) };
+        let mut pool = current.clone();
+        if let Err(refusal) = patch_object(&mut pool, change) {
+            return Ok(Patched::Refused(refusal));
         }
-        if limit.is_some_and(|l| allocations.len() > l) {
+        if self.pool_limit.is_some_and(|l| pool.spec.allocations.len() > l) {
             return Err(StoreError::new(
                 "pool",
-                pool,
+                name,
                 "patch",
                 Failure::TooLarge,
                 "500 etcdserver: request is too large".into(),
             ));
         }
-        let version = state.bump();
-        let current = state.pools.get_mut(pool).expect("checked above");
-        current.spec.allocations = allocations;
-        current.metadata.resource_version = Some(version);
+        pool.metadata.resource_version = Some(state.bump());
+        state.pools.insert(name.to_string(), pool);
         Ok(Patched::Applied)
+    }
+
+    /// One guarded or merge patch of pool `pool`, as one call.
+    async fn pool_call(&self, op: Op, pool: &str, change: Change<'_>) -> Result<Patched, StoreError> {
+        refused_as_patched(self.call(op, "pool", pool, |s| self.patch_pool(s, pool, &change)).await)
     }
 }
 
-impl Store for MemoryStore {
+impl PoolStore for MemoryStore {
     fn namespace(&self) -> &str {
         &self.namespace
     }
@@ -468,47 +489,7 @@ impl Store for MemoryStore {
     }
 
     async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
-        refused_as_patched(
-            self.call(Op::AddAllocation, "pool", pool, |s| {
-                self.patch_pool(s, pool, |a| {
-                    let key = offset.to_string();
-                    if a.contains_key(&key) {
-                        return false;
-                    }
-                    a.insert(key, entry.clone());
-                    true
-                })
-            })
-            .await,
-        )
-    }
-
-    async fn add_allocation_on(
-        &self,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        seen: &SubInterfaceRecord,
-    ) -> Result<Patched, StoreError> {
-        refused_as_patched(
-            self.call(Op::AddAllocation, "pool", pool, |s| {
-                let key = offset.to_string();
-                let record = s.pools.get(pool).and_then(|p| p.spec.sub_interfaces.get(&key));
-                if record.is_some_and(|r| r.node != seen.node || r.vlan != seen.vlan)
-                    || (record.is_none() && s.pools.contains_key(pool))
-                {
-                    return Ok(Patched::Refused(format!("sub-interface {offset} changed")));
-                }
-                self.patch_pool(s, pool, |a| {
-                    if a.contains_key(&key) {
-                        return false;
-                    }
-                    a.insert(key.clone(), entry.clone());
-                    true
-                })
-            })
-            .await,
-        )
+        self.pool_call(Op::AddAllocation, pool, Change::Guarded(&guard::add_entry(offset, entry))).await
     }
 
     async fn replace_allocation(
@@ -518,18 +499,62 @@ impl Store for MemoryStore {
         expected: &IpAllocation,
         entry: &IpAllocation,
     ) -> Result<Patched, StoreError> {
+        let patch = guard::replace_entry(offset, expected, entry);
+        self.pool_call(Op::ReplaceAllocation, pool, Change::Guarded(&patch)).await
+    }
+
+    async fn remove_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        held: &IpAllocation,
+        record: Option<&super::ReleaseRecord>,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::remove_entry(offset, held, record);
+        let make_released = guard::make_released();
         refused_as_patched(
-            self.call(Op::ReplaceAllocation, "pool", pool, |s| {
-                self.patch_pool(s, pool, |a| match a.get_mut(&offset.to_string()) {
-                    Some(current) if same_holder(current, expected) => {
-                        *current = entry.clone();
-                        true
+            self.call(Op::RemoveAllocation, "pool", pool, |s| {
+                // the live store makes the map in a request of its own, before the guarded patch
+                if record.is_some_and(|r| !r.map_exists) {
+                    match self.patch_pool(s, pool, &Change::Merge(&make_released))? {
+                        Patched::Applied => {}
+                        other => return Ok(other),
                     }
-                    _ => false,
-                })
+                }
+                self.patch_pool(s, pool, &Change::Guarded(&patch))
             })
             .await,
         )
+    }
+
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
+        self.pool_call(Op::SetPoolCooldown, name, Change::Merge(&guard::set_cooldown(seconds))).await
+    }
+
+    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        self.call(Op::DeletePool, "pool", name, |s| {
+            let Some(stored) = s.pools.get(name) else { return Ok(Deleted::Missing) };
+            if !version.matches(&stored.metadata) {
+                return Ok(Deleted::Changed);
+            }
+            s.pools.remove(name);
+            s.bump();
+            Ok(Deleted::Deleted)
+        })
+        .await
+    }
+}
+
+impl SubInterfaceStore for MemoryStore {
+    async fn add_allocation_on(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        seen: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::add_entry_on(offset, entry, seen);
+        self.pool_call(Op::AddAllocation, pool, Change::Guarded(&patch)).await
     }
 
     async fn set_sub_interface(
@@ -538,32 +563,17 @@ impl Store for MemoryStore {
         offset: u128,
         record: &SubInterfaceRecord,
     ) -> Result<Patched, StoreError> {
-        self.call(Op::SetSubInterface, "pool", name, |s| {
-            let version = s.bump();
-            let Some(pool) = s.pools.get_mut(name) else { return Ok(Patched::Missing) };
-            pool.spec.sub_interfaces.insert(offset.to_string(), record.clone());
-            pool.metadata.resource_version = Some(version);
-            Ok(Patched::Applied)
-        })
-        .await
+        let patch = guard::record_sub_interface(offset, record);
+        self.pool_call(Op::SetSubInterface, name, Change::Merge(&patch)).await
     }
 
     async fn remove_sub_interface(&self, name: &str, offset: u128, node: &str) -> Result<Patched, StoreError> {
-        self.call(Op::RemoveSubInterface, "pool", name, |s| {
-            let key = offset.to_string();
-            let Some(pool) = s.pools.get(name) else { return Ok(Patched::Missing) };
-            if pool.spec.sub_interfaces.get(&key).is_none_or(|r| r.node != node) {
-                return Ok(Patched::Refused(format!("sub-interface {offset} is not on {node}")));
-            }
-            let version = s.bump();
-            let pool = s.pools.get_mut(name).expect("read above");
-            pool.spec.sub_interfaces.remove(&key);
-            pool.metadata.resource_version = Some(version);
-            Ok(Patched::Applied)
-        })
-        .await
+        let patch = guard::remove_sub_interface(offset, node);
+        self.pool_call(Op::RemoveSubInterface, name, Change::Guarded(&patch)).await
     }
+}
 
+impl CoreStore for MemoryStore {
     async fn core_metadata(
         &self,
         kind: super::CoreObject,
@@ -583,68 +593,9 @@ impl Store for MemoryStore {
         })
         .await
     }
+}
 
-    async fn remove_allocation(
-        &self,
-        pool: &str,
-        offset: u128,
-        held: &IpAllocation,
-        record: Option<&super::ReleaseRecord>,
-    ) -> Result<Patched, StoreError> {
-        refused_as_patched(
-            self.call(Op::RemoveAllocation, "pool", pool, |s| {
-                if let Some(record) = record {
-                    let Some(current) = s.pools.get_mut(pool) else { return Ok(Patched::Missing) };
-                    // the server makes the map in a request of its own, before the guarded patch
-                    let released = current.spec.released.get_or_insert_with(BTreeMap::new);
-                    if record.prune.iter().any(|(k, at)| released.get(k) != Some(at)) {
-                        return Ok(Patched::Refused("test failed: a released record changed".into()));
-                    }
-                }
-                let patched = self.patch_pool(s, pool, |a| {
-                    let key = offset.to_string();
-                    match a.get(&key) {
-                        Some(current) if same_holder(current, held) => {
-                            a.remove(&key);
-                            true
-                        }
-                        _ => false,
-                    }
-                })?;
-                if let (Patched::Applied, Some(record)) = (&patched, record) {
-                    let current = s.pools.get_mut(pool).expect("patched above");
-                    let released = current.spec.released.get_or_insert_with(BTreeMap::new);
-                    for (k, _) in &record.prune {
-                        released.remove(k);
-                    }
-                    released.insert(offset.to_string(), record.at.clone());
-                }
-                Ok(patched)
-            })
-            .await,
-        )
-    }
-
-    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
-        self.call(Op::SetPoolCooldown, "pool", name, |s| {
-            let version = s.bump();
-            let Some(pool) = s.pools.get_mut(name) else { return Ok(Patched::Missing) };
-            let annotations = pool.metadata.annotations.get_or_insert_with(BTreeMap::new);
-            match seconds {
-                0 => {
-                    annotations.remove(crate::cooldown::COOLDOWN_ANNOTATION);
-                }
-                n => {
-                    annotations.insert(crate::cooldown::COOLDOWN_ANNOTATION.to_string(), n.to_string());
-                    pool.spec.released.get_or_insert_with(BTreeMap::new);
-                }
-            }
-            pool.metadata.resource_version = Some(version);
-            Ok(Patched::Applied)
-        })
-        .await
-    }
-
+impl ReservationStore for MemoryStore {
     async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {
         self.call(Op::GetReservation, "reservation", name, |s| Ok(s.reservations.get(name).cloned())).await
     }
@@ -675,23 +626,16 @@ impl Store for MemoryStore {
         claim: &Claim,
     ) -> Result<Patched, StoreError> {
         let name = current.metadata.name.clone().unwrap_or_default();
+        let patch = guard::take_over(current, claim);
         refused_as_patched(
             self.call(Op::TakeOverReservation, "reservation", &name, |s| {
                 let Some(stored) = s.reservations.get(&name) else { return Ok(Patched::Missing) };
-                if stored.metadata.resource_version != current.metadata.resource_version {
-                    return Ok(Patched::Refused("test failed: resourceVersion".into()));
+                let mut reservation = stored.clone();
+                if let Err(refusal) = patch_object(&mut reservation, &Change::Guarded(&patch)) {
+                    return Ok(Patched::Refused(refusal));
                 }
-                let ours = super::reservation_object(&name, claim);
-                let version = s.bump();
-                let stored = s.reservations.get_mut(&name).expect("checked above");
-                stored.spec = claim.spec.clone();
-                stored.metadata.labels.get_or_insert_default().extend(ours.metadata.labels.unwrap_or_default());
-                stored
-                    .metadata
-                    .annotations
-                    .get_or_insert_default()
-                    .extend(ours.metadata.annotations.unwrap_or_default());
-                stored.metadata.resource_version = Some(version);
+                reservation.metadata.resource_version = Some(s.bump());
+                s.reservations.insert(name.clone(), reservation);
                 Ok(Patched::Applied)
             })
             .await,
@@ -721,7 +665,9 @@ impl Store for MemoryStore {
         })
         .await
     }
+}
 
+impl SliceStore for MemoryStore {
     async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
         self.call(Op::GetNodeSlices, "nodeslicepool", name, |s| Ok(s.node_slices.get(name).cloned())).await
     }
@@ -753,18 +699,16 @@ impl Store for MemoryStore {
         slice: &NodeSliceAllocation,
         to: &str,
     ) -> Result<Patched, StoreError> {
+        let patch = guard::move_slice(index, slice, to);
         refused_as_patched(
             self.call(Op::MoveSlice, "nodeslicepool", name, |s| {
-                let Some(object) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
-                let current = object.status.as_ref().and_then(|st| st.allocations.get(index));
-                if current != Some(slice) {
-                    return Ok(Patched::Refused("test failed".into()));
+                let Some(stored) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
+                let mut object = stored.clone();
+                if let Err(refusal) = patch_object(&mut object, &Change::Guarded(&patch)) {
+                    return Ok(Patched::Refused(refusal));
                 }
-                let version = s.bump();
-                let object = s.node_slices.get_mut(name).expect("checked above");
-                let entry = &mut object.status.as_mut().expect("checked above").allocations[index];
-                entry.node_name = to.to_string();
-                object.metadata.resource_version = Some(version);
+                object.metadata.resource_version = Some(s.bump());
+                s.node_slices.insert(name.to_string(), object);
                 Ok(Patched::Applied)
             })
             .await,
@@ -773,18 +717,5 @@ impl Store for MemoryStore {
 
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         self.call(Op::ListNodeSlices, "nodeslicepool", "*", |s| Ok(s.node_slices.values().cloned().collect())).await
-    }
-
-    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
-        self.call(Op::DeletePool, "pool", name, |s| {
-            let Some(stored) = s.pools.get(name) else { return Ok(Deleted::Missing) };
-            if !version.matches(&stored.metadata) {
-                return Ok(Deleted::Changed);
-            }
-            s.pools.remove(name);
-            s.bump();
-            Ok(Deleted::Deleted)
-        })
-        .await
     }
 }

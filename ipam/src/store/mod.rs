@@ -1,15 +1,18 @@
-//! What the use cases ask of the storage: IPPools and OverlappingRangeIPReservations in one namespace, read and
-//! written with the guarded patches and creates of DESIGN §5.
+//! What the use cases ask of the storage: IPPools, OverlappingRangeIPReservations and NodeSlicePools in one
+//! namespace, read and written with guarded patches and creates (docs/design.md, "The store protocol").
 //!
-//! [`Store`] is the seam: [`KubeStore`] is the live implementation (one API request per call), [`MemoryStore`]
-//! keeps the same objects in memory and injects, per call, the faults a real cluster produces (a response lost
-//! after the write was applied, 409, 422, 429, 500, a timeout, the death of the process), so the protocol's
-//! invariants can be proven by property tests without a server.
+//! The seam is split by concern — [`PoolStore`], [`ReservationStore`], [`SliceStore`], [`SubInterfaceStore`],
+//! [`CoreStore`] — so that each use case names what it touches. [`KubeStore`] is the live implementation (one API
+//! request per call); [`MemoryStore`] keeps the same objects in memory and injects, per call, the faults a real
+//! cluster produces (a response lost after the write was applied, 409, 422, 429, 500, a timeout, the death of the
+//! process). Both write with the patch documents of [`guard`], built once, so the protocol's invariants proven by
+//! property tests on the one are proven for the documents the other sends.
 //!
 //! Every call is one request and never retries: retrying, and reading back after an answer that did not come,
 //! is the caller's business ([`StoreError::is_ambiguous`]).
 
 mod connect;
+pub mod guard;
 mod kube;
 pub mod memory;
 pub mod resolve;
@@ -204,12 +207,12 @@ impl StoreError {
     }
 }
 
-/// The storage operations of the use cases. Each call is one request; none retries.
+/// The IPPools of the namespace: one per range, or per node slice. Each call is one request; none retries.
 ///
 /// Pool entries are keyed by the decimal offset of the address from the range's network address
-/// (`spec.allocations["<offset>"]`, DESIGN §2). Guarded writes apply to the latest object and test what they
-/// change, so writers of different entries never conflict and a write can never undo another writer's.
-pub trait Store: Send + Sync {
+/// (`spec.allocations["<offset>"]`). Guarded writes apply to the latest object and test what they change
+/// ([`guard`]), so writers of different entries never conflict and a write can never undo another writer's.
+pub trait PoolStore: Send + Sync {
     /// The namespace the objects live in.
     fn namespace(&self) -> &str;
 
@@ -234,7 +237,7 @@ pub trait Store: Send + Sync {
     /// One cheap read that shows the server is reachable and lets us read pools (CNI STATUS).
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Adds `entry` at `offset` if, and only if, no entry is there.
+    /// Adds `entry` at `offset` if, and only if, no entry is there ([`guard::add_entry`]).
     fn add_allocation(
         &self,
         pool: &str,
@@ -242,18 +245,8 @@ pub trait Store: Send + Sync {
         entry: &IpAllocation,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
-    /// Adds `entry` at `offset` if, and only if, no entry is there and the sub-interface record at `offset` still
-    /// names `seen`'s node and VLAN (IaaS provider mode): a provider that marked it `vlan: -1` (unbinding) or moved
-    /// it since the ADD read the pool makes the claim fail, so no pod takes a sub-interface being taken away.
-    fn add_allocation_on(
-        &self,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        seen: &SubInterfaceRecord,
-    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
-
-    /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface.
+    /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface
+    /// ([`guard::replace_entry`]).
     fn replace_allocation(
         &self,
         pool: &str,
@@ -264,7 +257,8 @@ pub trait Store: Send + Sync {
 
     /// Removes the entry at `offset` if it still holds `held`'s container, pod and interface (the interface only
     /// when `held` records one). With `record` (a pool with a reuse cooldown), the same guarded patch writes the
-    /// release time and prunes the expired records, each only if it still has the value read.
+    /// release time and prunes the expired records, each only if it still has the value read
+    /// ([`guard::remove_entry`]).
     fn remove_allocation(
         &self,
         pool: &str,
@@ -277,6 +271,12 @@ pub trait Store: Send + Sync {
     /// with a cooldown, makes `spec.released` when the pool has none.
     fn set_pool_cooldown(&self, name: &str, seconds: u64) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
+    /// Deletes the pool `name` if it is still at `version` (the leader, before it frees an empty slice).
+    fn delete_pool(&self, name: &str, version: &Version) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+}
+
+/// The OverlappingRangeIPReservations of the namespace: the cluster-wide claim on each address.
+pub trait ReservationStore: Send + Sync {
     /// Reads the reservation `name`, or `None` when it does not exist.
     fn get_reservation(
         &self,
@@ -292,7 +292,7 @@ pub trait Store: Send + Sync {
 
     /// Rewrites the reservation `current` (as read) to `claim` if it has not changed since it was read: a new
     /// sandbox of the same attachment takes its own claim over, so the earlier sandbox's guarded delete (which
-    /// expects the version it read) can no longer remove it.
+    /// expects the version it read) can no longer remove it ([`guard::take_over`]).
     fn take_over_reservation(
         &self,
         current: &OverlappingRangeIpReservation,
@@ -311,7 +311,10 @@ pub trait Store: Send + Sync {
         &self,
         node: Option<&str>,
     ) -> impl Future<Output = Result<Vec<OverlappingRangeIpReservation>, StoreError>> + Send;
+}
 
+/// The NodeSlicePools of the namespace (node slices mode).
+pub trait SliceStore: Send + Sync {
     /// Reads the NodeSlicePool `name`, or `None` when it does not exist.
     fn get_node_slices(&self, name: &str) -> impl Future<Output = Result<Option<NodeSlicePool>, StoreError>> + Send;
 
@@ -325,7 +328,8 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Created<NodeSlicePool>, StoreError>> + Send;
 
     /// Gives the slice at `index` of the NodeSlicePool `name` to node `to` if it is still `slice` held by `from`
-    /// (`""`: free). Of two nodes claiming one free slice, exactly one succeeds; a slice is freed the same way.
+    /// (`""`: free). Of two nodes claiming one free slice, exactly one succeeds; a slice is freed the same way
+    /// ([`guard::move_slice`]).
     fn move_slice(
         &self,
         name: &str,
@@ -336,13 +340,24 @@ pub trait Store: Send + Sync {
 
     /// Every NodeSlicePool of the namespace.
     fn list_node_slices(&self) -> impl Future<Output = Result<Vec<NodeSlicePool>, StoreError>> + Send;
+}
 
-    /// Deletes the pool `name` if it is still at `version` (the leader, before it frees an empty slice).
-    fn delete_pool(&self, name: &str, version: &Version) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+/// The cloud sub-interface records of provider-backed pools (IaaS provider mode).
+pub trait SubInterfaceStore: Send + Sync {
+    /// Adds `entry` at `offset` if, and only if, no entry is there and the sub-interface record at `offset` still
+    /// names `seen`'s node and VLAN: a provider that marked it `vlan: -1` (unbinding) or moved it since the ADD read
+    /// the pool makes the claim fail, so no pod takes a sub-interface being taken away ([`guard::add_entry_on`]).
+    fn add_allocation_on(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        seen: &SubInterfaceRecord,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
-    /// Records the cloud sub-interface of the address at `offset` of pool `name` (IaaS provider mode), creating
-    /// the pool's map when it has none. Only that offset's record is written: the caller holds its entry, and the
-    /// provider writes back only idle ones.
+    /// Records the cloud sub-interface of the address at `offset` of pool `name`, creating the pool's map when it
+    /// has none. Only that offset's record is written: the caller holds its entry, and the provider writes back
+    /// only idle ones.
     fn set_sub_interface(
         &self,
         name: &str,
@@ -351,14 +366,17 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
     /// Removes the sub-interface record at `offset` of pool `name` if it still names `node` (the leader, once the
-    /// provider accepted its release).
+    /// provider accepted its release; [`guard::remove_sub_interface`]).
     fn remove_sub_interface(
         &self,
         name: &str,
         offset: u128,
         node: &str,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+}
 
+/// What an ADD reads and tells of the core API group: pods', namespaces' and nodes' metadata, Events on pods.
+pub trait CoreStore: Send + Sync {
     /// Puts a Warning Event with `reason` and `message` on `pod`, from the CNI plugin on `node` (e.g. candidate
     /// ranges a config gave and this ADD left out). Best effort for the caller: an Event is news, not state.
     fn warn_pod(
@@ -377,6 +395,12 @@ pub trait Store: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<ObjectMeta>, StoreError>> + Send;
 }
+
+/// Every concern at once: what a store that talks to the API server (or stands in for it) offers. Use cases take
+/// only the parts they use.
+pub trait Store: PoolStore + ReservationStore + SliceStore + SubInterfaceStore + CoreStore {}
+
+impl<T: PoolStore + ReservationStore + SliceStore + SubInterfaceStore + CoreStore> Store for T {}
 
 /// An object of the core API group whose metadata a range choice reads (ranges chosen per pod).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,0 +1,391 @@
+//! Every guarded write, built once as the document the API server applies: a JSON Patch whose `test` operations
+//! are the guard, followed by the change. [`KubeStore`](super::KubeStore) sends these documents as they are;
+//! [`MemoryStore`](super::MemoryStore) applies the very same documents to its objects with [`apply`], so the
+//! fault-injecting simulation proves the guards that reach the server, not a copy of them (docs/design.md,
+//! "The store protocol").
+//!
+//! A `test` of `null` is read as the API server reads it (its JSON Patch implementation, evanphx/json-patch):
+//! it passes while the key is absent from an object that exists, so "add this entry only if the offset is free"
+//! is one `test` and one `add`. RFC 6902 would refuse it; [`apply`] follows the server.
+//!
+//! The merge patches at the end are not guards (they only ever add a key the caller owns), but they too are built
+//! here once, for both stores.
+
+use json_patch::{
+    AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation, jsonptr::PointerBuf,
+};
+use serde_json::{Value, json};
+
+use super::{Claim, ReleaseRecord};
+use crate::crd::{IpAllocation, NodeSliceAllocation, OverlappingRangeIpReservation, SubInterfaceRecord};
+
+/// Which guarded write a patch is: what a mutation test names when it takes one `test` away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Guard {
+    /// An entry added at a free offset.
+    AddEntry,
+    /// An entry added at a free offset whose sub-interface record is still as read (IaaS provider mode).
+    AddEntryOn,
+    /// An entry replaced while it still holds the expected attachment.
+    ReplaceEntry,
+    /// An entry removed while it still holds the expected attachment (and release records pruned as read).
+    RemoveEntry,
+    /// A reservation rewritten while it is still at the version read.
+    TakeOver,
+    /// A NodeSlicePool slice given to a node while it is still as read.
+    MoveSlice,
+    /// A sub-interface record removed while it still names the node.
+    RemoveSubInterface,
+}
+
+impl Guard {
+    /// Every guarded write.
+    pub const ALL: [Guard; 7] = [
+        Guard::AddEntry,
+        Guard::AddEntryOn,
+        Guard::ReplaceEntry,
+        Guard::RemoveEntry,
+        Guard::TakeOver,
+        Guard::MoveSlice,
+        Guard::RemoveSubInterface,
+    ];
+}
+
+fn pointer(path: &str) -> PointerBuf {
+    PointerBuf::parse(path).unwrap_or_else(|e| panic!("{path:?} is built here from offsets and names: {e}"))
+}
+
+fn test(path: &str, value: Value) -> PatchOperation {
+    PatchOperation::Test(TestOperation { path: pointer(path), value })
+}
+
+fn add(path: &str, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path: pointer(path), value })
+}
+
+fn replace(path: &str, value: Value) -> PatchOperation {
+    PatchOperation::Replace(ReplaceOperation { path: pointer(path), value })
+}
+
+fn remove(path: &str) -> PatchOperation {
+    PatchOperation::Remove(RemoveOperation { path: pointer(path) })
+}
+
+fn value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("the CRD types serialise")
+}
+
+fn entry_path(offset: u128) -> String {
+    format!("/spec/allocations/{offset}")
+}
+
+/// Tests that the entry at `path` is still `held`'s: container, pod, and interface when `held` records one.
+fn entry_tests(path: &str, held: &IpAllocation) -> Vec<PatchOperation> {
+    let mut ops =
+        vec![test(&format!("{path}/id"), json!(held.id)), test(&format!("{path}/podref"), json!(held.podref))];
+    if !held.ifname.is_empty() {
+        ops.push(test(&format!("{path}/ifname"), json!(held.ifname)));
+    }
+    ops
+}
+
+/// The patch of `guard` made of `ops` (less one `test`, under a mutation test).
+fn guarded(guard: Guard, ops: Vec<PatchOperation>) -> Patch {
+    Patch(mutants::apply(guard, ops))
+}
+
+/// Adds `entry` at `offset` if, and only if, no entry is there: of two writers of one offset exactly one wins.
+pub fn add_entry(offset: u128, entry: &IpAllocation) -> Patch {
+    let path = entry_path(offset);
+    guarded(Guard::AddEntry, vec![test(&path, Value::Null), add(&path, value(entry))])
+}
+
+/// Adds `entry` at `offset` if no entry is there and the sub-interface record at `offset` still names `seen`'s
+/// node and VLAN: a provider that marked it unbinding or moved it since it was read makes the claim fail.
+pub fn add_entry_on(offset: u128, entry: &IpAllocation, seen: &SubInterfaceRecord) -> Patch {
+    let path = entry_path(offset);
+    let record = format!("/spec/subInterfaces/{offset}");
+    guarded(
+        Guard::AddEntryOn,
+        vec![
+            test(&path, Value::Null),
+            test(&format!("{record}/node"), json!(seen.node)),
+            test(&format!("{record}/vlan"), json!(seen.vlan)),
+            add(&path, value(entry)),
+        ],
+    )
+}
+
+/// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface.
+pub fn replace_entry(offset: u128, expected: &IpAllocation, entry: &IpAllocation) -> Patch {
+    let path = entry_path(offset);
+    let mut ops = entry_tests(&path, expected);
+    ops.push(replace(&path, value(entry)));
+    guarded(Guard::ReplaceEntry, ops)
+}
+
+/// Removes the entry at `offset` if it still holds `held`'s container, pod and interface; with `record` (a pool
+/// with a reuse cooldown), writes the release time and prunes the expired records, each only if it still has the
+/// value read. `spec.released` must exist: [`make_released`] makes it first when `record` says it does not.
+pub fn remove_entry(offset: u128, held: &IpAllocation, record: Option<&ReleaseRecord>) -> Patch {
+    let path = entry_path(offset);
+    let mut ops = entry_tests(&path, held);
+    ops.push(remove(&path));
+    if let Some(record) = record {
+        for (key, at) in &record.prune {
+            let path = format!("/spec/released/{key}");
+            ops.push(test(&path, json!(at)));
+            ops.push(remove(&path));
+        }
+        ops.push(add(&format!("/spec/released/{offset}"), json!(record.at)));
+    }
+    guarded(Guard::RemoveEntry, ops)
+}
+
+/// Rewrites the reservation `current` (as read) to `claim`, keeping labels and annotations of others: a
+/// compare-and-swap of the object as read, since a delete or take-over by anyone else changes its version.
+pub fn take_over(current: &OverlappingRangeIpReservation, claim: &Claim) -> Patch {
+    let (labels, annotations) = claim_metadata(current, claim);
+    let spec = &claim.spec;
+    guarded(
+        Guard::TakeOver,
+        vec![
+            test("/metadata/resourceVersion", json!(current.metadata.resource_version)),
+            add("/spec/podref", json!(spec.podref)),
+            add("/spec/containerid", json!(spec.containerid)),
+            add("/spec/ifname", json!(spec.ifname)),
+            add("/metadata/labels", labels),
+            add("/metadata/annotations", annotations),
+        ],
+    )
+}
+
+/// The labels and annotations `claim` writes, over those `current` already has.
+fn claim_metadata(current: &OverlappingRangeIpReservation, claim: &Claim) -> (Value, Value) {
+    let ours = super::reservation_object("", claim).metadata;
+    let merge = |theirs: &Option<std::collections::BTreeMap<String, String>>,
+                 ours: Option<std::collections::BTreeMap<String, String>>| {
+        let mut all = theirs.clone().unwrap_or_default();
+        all.extend(ours.unwrap_or_default());
+        json!(all)
+    };
+    (merge(&current.metadata.labels, ours.labels), merge(&current.metadata.annotations, ours.annotations))
+}
+
+/// Gives the slice at `index` of a NodeSlicePool to node `to` if it is still `slice` held by `slice.node_name`
+/// (`""`: free). Of two nodes claiming one free slice, exactly one succeeds; a slice is freed the same way.
+pub fn move_slice(index: usize, slice: &NodeSliceAllocation, to: &str) -> Patch {
+    let path = format!("/status/allocations/{index}");
+    guarded(
+        Guard::MoveSlice,
+        vec![
+            test(&format!("{path}/sliceRange"), json!(slice.slice_range)),
+            test(&format!("{path}/nodeName"), json!(slice.node_name)),
+            replace(&format!("{path}/nodeName"), json!(to)),
+        ],
+    )
+}
+
+/// Removes the sub-interface record at `offset` if it still names `node`.
+pub fn remove_sub_interface(offset: u128, node: &str) -> Patch {
+    let path = format!("/spec/subInterfaces/{offset}");
+    guarded(Guard::RemoveSubInterface, vec![test(&format!("{path}/node"), json!(node)), remove(&path)])
+}
+
+/// The merge patch that records the sub-interface of `offset`: it makes the map when the pool has none, and
+/// touches no other key of it (the caller holds the entry; the provider writes back only idle ones).
+pub fn record_sub_interface(offset: u128, record: &SubInterfaceRecord) -> Value {
+    json!({"spec": {"subInterfaces": {offset.to_string(): record}}})
+}
+
+/// The merge patch that sets a pool's reuse cooldown (`0` removes it) and, with one, makes `spec.released`.
+pub fn set_cooldown(seconds: u64) -> Value {
+    let key = crate::cooldown::COOLDOWN_ANNOTATION;
+    match seconds {
+        0 => json!({"metadata": {"annotations": {key: null}}}),
+        n => json!({"metadata": {"annotations": {key: n.to_string()}}, "spec": {"released": {}}}),
+    }
+}
+
+/// The merge patch that makes `spec.released` when it is missing, and changes nothing else: a JSON Patch cannot
+/// add below a missing map.
+pub fn make_released() -> Value {
+    json!({"spec": {"released": {}}})
+}
+
+/// Why [`apply`] refused a patch: what the API server answers with 422.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the patch was refused: operation {index} ({op}) failed: {reason}")]
+pub struct Refusal {
+    /// The operation's place in the patch.
+    pub index: usize,
+    /// `test`, `add`, ...
+    pub op: &'static str,
+    /// What failed.
+    pub reason: String,
+}
+
+/// Applies `patch` to `doc` as the API server does, all or nothing: `doc` is left as it was on a refusal.
+pub fn apply(doc: &mut Value, patch: &Patch) -> Result<(), Refusal> {
+    let mut work = doc.clone();
+    for (index, op) in patch.0.iter().enumerate() {
+        let refused = |reason: String| Refusal { index, op: op_name(op), reason };
+        if let PatchOperation::Test(t) = op
+            && t.value.is_null()
+        {
+            if !absent_or_null(&work, t.path.as_str()).map_err(refused)? {
+                return Err(refused(format!("{} is not null", t.path)));
+            }
+            continue;
+        }
+        json_patch::patch(&mut work, std::slice::from_ref(op)).map_err(|e| refused(e.to_string()))?;
+    }
+    *doc = work;
+    Ok(())
+}
+
+/// The API server's `test` of `null`: true when the value at `path` is null or the key is missing from an object
+/// that exists; an error when even its parent is missing.
+fn absent_or_null(doc: &Value, path: &str) -> Result<bool, String> {
+    if let Some(v) = doc.pointer(path) {
+        return Ok(v.is_null());
+    }
+    let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+    match doc.pointer(parent) {
+        Some(Value::Object(_)) => Ok(true),
+        _ => Err(format!("{path}: its parent does not exist")),
+    }
+}
+
+fn op_name(op: &PatchOperation) -> &'static str {
+    match op {
+        PatchOperation::Add(_) => "add",
+        PatchOperation::Remove(_) => "remove",
+        PatchOperation::Replace(_) => "replace",
+        PatchOperation::Move(_) => "move",
+        PatchOperation::Copy(_) => "copy",
+        PatchOperation::Test(_) => "test",
+    }
+}
+
+/// Whether the entry at `offset` of `pool` (as read) still holds `held`'s attachment: whether the guard of its
+/// removal would pass now. A releaser whose guarded removal was refused reads the pool back and asks this, so the
+/// read-back judges by the guard itself.
+pub fn still_holds(pool: &crate::crd::IpPool, offset: u128, held: &IpAllocation) -> bool {
+    let mut doc = value(pool);
+    apply(&mut doc, &Patch(entry_tests(&entry_path(offset), held))).is_ok()
+}
+
+/// Applies the merge patch `patch` to `doc` (RFC 7386, as the API server applies a merge patch to a custom
+/// resource).
+pub fn merge(doc: &mut Value, patch: &Value) {
+    json_patch::merge(doc, patch);
+}
+
+/// A mutation test's switch: with the `guard-mutants` feature, one `test` operation of one guard can be taken away
+/// for the current thread, and the simulation must then find a counterexample (ipam/tests/simulation.rs).
+#[cfg(feature = "guard-mutants")]
+pub mod mutants {
+    use std::cell::Cell;
+
+    use json_patch::PatchOperation;
+
+    use super::Guard;
+
+    thread_local! {
+        static DROPPED: Cell<Option<(Guard, usize)>> = const { Cell::new(None) };
+    }
+
+    /// From now on, on this thread, patches of `guard` lose their `nth` `test` operation (from 0); `None` undoes it.
+    pub fn drop_test(mutant: Option<(Guard, usize)>) {
+        DROPPED.with(|d| d.set(mutant));
+    }
+
+    /// How many `test` operations the patch of `guard` built for a typical write has (see the simulation).
+    pub(super) fn apply(guard: Guard, mut ops: Vec<PatchOperation>) -> Vec<PatchOperation> {
+        if let Some((g, nth)) = DROPPED.with(Cell::get)
+            && g == guard
+            && let Some(at) = ops.iter().enumerate().filter(|(_, op)| matches!(op, PatchOperation::Test(_))).nth(nth)
+        {
+            ops.remove(at.0);
+        }
+        ops
+    }
+}
+
+#[cfg(not(feature = "guard-mutants"))]
+mod mutants {
+    use json_patch::PatchOperation;
+
+    use super::Guard;
+
+    pub(super) fn apply(_: Guard, ops: Vec<PatchOperation>) -> Vec<PatchOperation> {
+        ops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Value {
+        json!({"metadata": {"resourceVersion": "7"}, "spec": {"range": "198.18.0.0/30", "allocations": {
+            "1": {"id": "c1", "podref": "ns/a", "ifname": "net1"}}}})
+    }
+
+    fn entry(id: &str, podref: &str) -> IpAllocation {
+        IpAllocation { id: id.into(), podref: podref.into(), ifname: "net1".into(), ..IpAllocation::default() }
+    }
+
+    #[test]
+    fn a_free_offset_is_added_once() {
+        let mut doc = pool();
+        apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"))).unwrap();
+        assert_eq!(doc["spec"]["allocations"]["2"]["podref"], "ns/b");
+        let before = doc.clone();
+        let refused = apply(&mut doc, &add_entry(2, &entry("c3", "ns/c"))).unwrap_err();
+        assert_eq!(refused.op, "test");
+        assert_eq!(doc, before, "nothing of a refused patch is applied");
+    }
+
+    #[test]
+    fn a_test_of_null_needs_the_parent() {
+        let mut doc = json!({"spec": {}});
+        assert!(apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"))).is_err(), "no allocations map");
+    }
+
+    #[test]
+    fn removal_and_replacement_test_the_holder() {
+        let mut doc = pool();
+        assert!(apply(&mut doc, &remove_entry(1, &entry("other", "ns/a"), None)).is_err());
+        assert!(apply(&mut doc, &replace_entry(1, &entry("c1", "ns/x"), &entry("c9", "ns/a"))).is_err());
+        apply(&mut doc, &replace_entry(1, &entry("c1", "ns/a"), &entry("c9", "ns/a"))).unwrap();
+        apply(&mut doc, &remove_entry(1, &entry("c9", "ns/a"), None)).unwrap();
+        assert_eq!(doc["spec"]["allocations"], json!({}));
+    }
+
+    #[test]
+    fn a_release_record_prunes_only_what_it_read() {
+        let mut doc = pool();
+        merge(&mut doc, &make_released());
+        doc["spec"]["released"]["2"] = json!("2026-01-01T00:00:00Z");
+        let record = ReleaseRecord {
+            at: "2026-01-02T00:00:00Z".into(),
+            prune: vec![("2".into(), "2025-12-31T00:00:00Z".into())],
+            map_exists: true,
+        };
+        assert!(apply(&mut doc, &remove_entry(1, &entry("c1", "ns/a"), Some(&record))).is_err(), "renewed since");
+        let record = ReleaseRecord { prune: vec![("2".into(), "2026-01-01T00:00:00Z".into())], ..record };
+        apply(&mut doc, &remove_entry(1, &entry("c1", "ns/a"), Some(&record))).unwrap();
+        assert_eq!(doc["spec"]["released"], json!({"1": "2026-01-02T00:00:00Z"}));
+    }
+
+    #[test]
+    fn a_slice_moves_only_from_the_owner_read() {
+        let mut doc = json!({"status": {"allocations": [{"nodeName": "", "sliceRange": "198.18.0.0/30"}]}});
+        let free = NodeSliceAllocation { node_name: String::new(), slice_range: "198.18.0.0/30".into() };
+        apply(&mut doc, &move_slice(0, &free, "node-a")).unwrap();
+        assert!(apply(&mut doc, &move_slice(0, &free, "node-b")).is_err(), "node-a has it now");
+        assert_eq!(doc["status"]["allocations"][0]["nodeName"], "node-a");
+    }
+}
