@@ -3,7 +3,6 @@
 
 use hereabouts_ipam::codes::Code;
 use hereabouts_ipam::config::ConfigError;
-use hereabouts_ipam::ipam::IpamError;
 use serde_json::json;
 
 /// A failed invocation: its code and what went wrong.
@@ -34,23 +33,5 @@ impl CniError {
 impl From<ConfigError> for CniError {
     fn from(e: ConfigError) -> Self {
         CniError::new(e.code(), e.to_string())
-    }
-}
-
-impl From<IpamError> for CniError {
-    fn from(e: IpamError) -> Self {
-        CniError::new(e.code(), e.to_string())
-    }
-}
-
-impl From<hereabouts_ipam::routetable::RouteTableError> for CniError {
-    fn from(e: hereabouts_ipam::routetable::RouteTableError) -> Self {
-        CniError::new(e.code(), e.to_string())
-    }
-}
-
-impl From<hereabouts_ipam::routetable::TableError> for CniError {
-    fn from(e: hereabouts_ipam::routetable::TableError) -> Self {
-        hereabouts_ipam::routetable::RouteTableError::from(e).into()
     }
 }

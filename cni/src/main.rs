@@ -4,7 +4,8 @@
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
-use hereabouts_cni::{CniEnv, CniError, LiveConnector, dispatch, output};
+use hereabouts_cni::{CniEnv, CniError, dispatch, init_logging, output};
+use hereabouts_ipam::LiveHost;
 use hereabouts_ipam::codes::Code;
 
 fn main() -> ExitCode {
@@ -33,5 +34,5 @@ fn run(stdin: &[u8]) -> Result<Option<String>, CniError> {
         .enable_all()
         .build()
         .map_err(|e| CniError::new(Code::Io, format!("start runtime: {e}")))?;
-    rt.block_on(dispatch(&env, stdin, &LiveConnector))
+    rt.block_on(dispatch(&env, stdin, &LiveHost, init_logging))
 }

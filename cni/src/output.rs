@@ -1,8 +1,8 @@
 //! Results in the layout each CNI version expects.
 
+use hereabouts_ipam::Assigned;
 use hereabouts_ipam::codes::{NEWEST_VERSION, SUPPORTED_VERSIONS};
 use hereabouts_ipam::config::IpamConfig;
-use hereabouts_ipam::ipam::Assigned;
 use serde_json::{Value, json};
 
 /// The `cniVersion` of the config on stdin, for error messages; the newest supported when it cannot be read.

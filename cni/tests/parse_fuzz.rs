@@ -28,9 +28,10 @@ use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
-use hereabouts_cni::Connector;
-use hereabouts_ipam::config::{DEFAULT_FLAT_FILE_PATHS, LogLevel};
+use hereabouts_ipam::config::DEFAULT_FLAT_FILE_PATHS;
+use hereabouts_ipam::routetable::{KernelTable, TableError};
 use hereabouts_ipam::store::{ConnectError, MemoryStore};
+use hereabouts_ipam::verbs::Host;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngAlgorithm, TestRng, TestRunner};
 
@@ -98,8 +99,8 @@ fn case() -> impl Strategy<Value = Case> {
     })
 }
 
-/// A store in memory instead of an API server, and no logging. Counts connects: a config refused by the strict
-/// loader must never cost one.
+/// A store in memory instead of an API server, no routing table, no host lock (and the tests start no logging).
+/// Counts connects: a config refused by the strict loader must never cost one.
 #[derive(Debug)]
 pub struct TestConnector {
     pub store: MemoryStore,
@@ -112,14 +113,21 @@ impl TestConnector {
     }
 }
 
-impl Connector for TestConnector {
+impl Host for TestConnector {
     type Store = MemoryStore;
-
-    fn init_logging(&self, _log_file: Option<&Path>, _level: LogLevel) {}
+    type Table = KernelTable;
 
     async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
         self.connects.set(self.connects.get() + 1);
         Ok(self.store.clone())
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        Err(TableError::Netlink { op: "open a netlink socket", detail: "the generated configs use no route".into() })
+    }
+
+    fn lock_dir(&self) -> Option<std::path::PathBuf> {
+        None
     }
 }
 

@@ -4,24 +4,18 @@
 //! needs a person (an address held twice, an offset Whereabouts cannot read, a gone node's slice) is reported.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use hereabouts_ipam::allocator::MAX_OFFSET;
+use hereabouts_ipam::claim::{address_of, reservation_of};
 use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
-use hereabouts_ipam::ipam::{address_of, reservation_of};
-use hereabouts_ipam::store::{KubeStore, claimed_at};
-use hereabouts_reconciler::cluster::{Cluster, Notice};
-use hereabouts_reconciler::decide::{
+use hereabouts_ipam::reconcile::rules::{
     EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, StatefulSetView, Verdict, entry_claim, judge,
     judge_reservation,
 };
-use hereabouts_reconciler::http::Health;
-use hereabouts_reconciler::metrics::Metrics;
-use hereabouts_reconciler::release::Releaser;
-use hereabouts_reconciler::run::parse_duration;
-use hereabouts_reconciler::sweep::reconcile_once;
+use hereabouts_ipam::reconcile::{Cluster, Notice, Releaser, parse_duration, read_statefulset, reconcile_once};
+use hereabouts_ipam::store::{KubeStore, claimed_at};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -100,7 +94,7 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
     let releaser = Releaser {
         store: KubeStore::new(client.clone(), &namespace),
         cluster: CliCluster(client.clone()),
-        health: Arc::new(Health { ready: true.into(), metrics: Metrics::new() }),
+        tally: (),
         grace: args.grace,
         orphan_age: args.orphan_age,
     };
@@ -250,7 +244,7 @@ impl Cluster for CliCluster {
     }
 
     async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
-        hereabouts_reconciler::cluster::read_statefulset(&self.0, namespace, name).await
+        read_statefulset(&self.0, namespace, name).await
     }
 
     async fn publish(&self, podref: &str, _uid: Option<&str>, notice: Notice) {

@@ -1,9 +1,9 @@
 //! A client under kubectl's kubeconfig rules, the namespace of the pools, and pods as the rules see them.
 
 use anyhow::Context as _;
+use hereabouts_ipam::reconcile::rules::{PodView, podref_parts, sticky_wanted};
+use hereabouts_ipam::reconcile::{read_statefulset, view_of};
 use hereabouts_ipam::store::DEFAULT_NAMESPACE;
-use hereabouts_reconciler::cluster::view_of;
-use hereabouts_reconciler::decide::{PodView, podref_parts};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -60,7 +60,6 @@ pub async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> 
 pub async fn sticky(client: &Client, entry: &hereabouts_ipam::crd::IpAllocation) -> anyhow::Result<bool> {
     let Some(name) = entry.statefulset.as_deref() else { return Ok(false) };
     let Some((namespace, _)) = podref_parts(&entry.podref) else { return Ok(false) };
-    let set =
-        hereabouts_reconciler::cluster::read_statefulset(client, namespace, name).await.map_err(anyhow::Error::msg)?;
-    Ok(hereabouts_reconciler::decide::sticky_wanted(entry, set.as_ref()))
+    let set = read_statefulset(client, namespace, name).await.map_err(anyhow::Error::msg)?;
+    Ok(sticky_wanted(entry, set.as_ref()))
 }

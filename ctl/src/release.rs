@@ -5,11 +5,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hereabouts_ipam::SETTLE_TIME;
 use hereabouts_ipam::budget::Budget;
+use hereabouts_ipam::claim::{Reclaimed, pool_scope, reclaim};
 use hereabouts_ipam::crd::IpPool;
-use hereabouts_ipam::ipam::{Reclaimed, SETTLE_TIME, pool_scope, reclaim};
+use hereabouts_ipam::reconcile::rules::{Facts, Keep, PodView, Verdict, judge};
 use hereabouts_ipam::store::KubeStore;
-use hereabouts_reconciler::decide::{Facts, Keep, PodView, Verdict, judge};
 use kube::Api;
 use kube::api::ListParams;
 

@@ -3,10 +3,10 @@
 use std::net::IpAddr;
 
 use anyhow::Context as _;
+use hereabouts_ipam::claim::{pool_scope, reservation_of};
 use hereabouts_ipam::cooldown;
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
-use hereabouts_ipam::ipam::{pool_scope, reservation_of};
-use hereabouts_reconciler::gauges::capacity;
+use hereabouts_ipam::store::capacity;
 use kube::Api;
 use kube::api::ListParams;
 use serde::Serialize;

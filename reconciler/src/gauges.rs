@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hereabouts_ipam::crd::IpPool;
-use hereabouts_ipam::range::IpRange;
-use hereabouts_ipam::store::USABLE_ANNOTATION;
+
+use hereabouts_ipam::store::capacity;
 use kube::Api;
 use kube::api::ListParams;
 use tokio_util::sync::CancellationToken;
@@ -19,12 +19,6 @@ use crate::metrics::{Metrics, PoolLabels};
 
 /// Pools read per page: a page of pools near etcd's object limit is megabytes.
 const PAGE: u32 = 4;
-
-/// How many addresses `pool` may hand out: what its creator's config said, else its range's usable count.
-pub fn capacity(pool: &IpPool) -> u128 {
-    let annotated = pool.metadata.annotations.as_ref().and_then(|a| a.get(USABLE_ANNOTATION)?.parse().ok());
-    annotated.unwrap_or_else(|| IpRange::parse(&pool.spec.range, None, None, &[]).map_or(0, |r| r.usable_count()))
-}
 
 /// Sets the gauges of every pool the leader reads every `every`, until `shutdown`; clears them while it does not
 /// lead.
@@ -85,29 +79,5 @@ async fn refresh(pools: &Api<IpPool>, metrics: &Metrics) -> Result<BTreeSet<Pool
             Some(token) => params = params.continue_token(&token),
             None => return Ok(seen),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pool(range: &str, usable: Option<&str>) -> IpPool {
-        let mut pool = IpPool::new("p", hereabouts_ipam::crd::IpPoolSpec { range: range.into(), ..Default::default() });
-        if let Some(u) = usable {
-            pool.metadata.annotations = Some([(USABLE_ANNOTATION.to_string(), u.to_string())].into());
-        }
-        pool
-    }
-
-    #[test]
-    fn capacity_is_the_configs_else_the_ranges() {
-        assert_eq!(capacity(&pool("198.18.0.0/24", Some("100"))), 100);
-        assert_eq!(
-            capacity(&pool("198.18.0.0/24", None)),
-            254,
-            "Whereabouts' pool: the range less network and broadcast"
-        );
-        assert_eq!(capacity(&pool("198.18.0.0/24", Some("many"))), 254, "an unreadable annotation is passed over");
     }
 }

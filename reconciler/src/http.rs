@@ -10,6 +10,9 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use hereabouts_ipam::reconcile::Tally;
+use hereabouts_ipam::reconcile::rules::Reason;
+
 use crate::metrics::Metrics;
 
 /// What the endpoints report.
@@ -18,6 +21,31 @@ pub struct Health {
     /// Set once the caches have synced and the start-up resync ran.
     pub ready: AtomicBool,
     pub metrics: Metrics,
+}
+
+/// The releases and repairs the rules make, counted in the metrics.
+impl Tally for Health {
+    fn released(&self, reason: Reason) {
+        self.metrics.count_release(reason.as_str());
+    }
+    fn changed(&self) {
+        self.metrics.patch_conflicts.inc();
+    }
+    fn failed(&self) {
+        self.metrics.release_failures.inc();
+    }
+    fn restored(&self) {
+        self.metrics.reservations_restored.inc();
+    }
+    fn conflict(&self) {
+        self.metrics.conflicts_seen.inc();
+    }
+    fn orphan_released(&self) {
+        self.metrics.reservations_released.inc();
+    }
+    fn conflicts_now(&self, count: usize) {
+        self.metrics.conflicts.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -1,8 +1,7 @@
-//! `hereabouts-reconciler` as a library: the DaemonSet binary's loops, and the release rules and actions they
-//! share, which the protocol's property tests drive over an in-memory store.
+//! `hereabouts-reconciler` as a library: the DaemonSet binary's loops (the node's pods, the leader's schedule,
+//! slices and gauges, the provider's releases) and install-cni. The release rules they apply are
+//! `hereabouts_ipam::reconcile`'s.
 
-pub mod cluster;
-pub mod decide;
 pub mod gauges;
 pub mod http;
 pub mod install_cni;
@@ -10,7 +9,6 @@ pub mod leader;
 pub mod metrics;
 pub mod node_slices;
 pub mod pods;
-pub mod release;
 pub mod run;
 pub mod schedule;
 pub mod sub_interfaces;

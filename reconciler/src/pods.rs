@@ -20,9 +20,10 @@ use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Cluster, is_finished};
-use crate::decide::{Index, Keep, KnownPod, suspicious};
-use crate::release::{Considered, Releaser, ReservationOutcome, Views, entries};
+use hereabouts_ipam::reconcile::rules::{Index, Keep, KnownPod, suspicious};
+use hereabouts_ipam::reconcile::{Cluster, Considered, Releaser, ReservationOutcome, Views, entries, is_finished};
+
+use crate::http::Health;
 
 /// The longest a failed release waits before it is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -78,7 +79,7 @@ fn backoff(attempt: u32) -> Duration {
 
 /// What the node loop works from: the caches of every pool and of this node's reservations.
 pub struct NodeLoop<S, C> {
-    pub releaser: Arc<Releaser<S, C>>,
+    pub releaser: Arc<Releaser<S, C, Arc<Health>>>,
     pub pools: Cache<IpPool>,
     pub reservations: Cache<OverlappingRangeIpReservation>,
     pub node: String,
@@ -102,7 +103,7 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
         let mut synced = false;
         let mut retries = Retries::default();
         let mut resync_at: Option<Instant> = None;
-        let health = &self.releaser.health;
+        let health = &self.releaser.tally;
         loop {
             let next = [retries.next_due(), resync_at].into_iter().flatten().min();
             let wake = async {
@@ -182,7 +183,7 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
             }
         }
         if let Some(after) = again {
-            self.releaser.health.metrics.retries.inc();
+            self.releaser.tally.metrics.retries.inc();
             tracing::debug!(podref = %retry.podref, attempt = retry.attempt + 1, ?after, "release scheduled again");
             retries.schedule(Retry { attempt: retry.attempt + 1, ..retry }, after);
         }
@@ -191,7 +192,7 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
     /// Judges every entry recorded on this node whose pod is not, or no longer, a live pod of this node, and
     /// this node's reservations. Returns when to look again.
     async fn resync(&self, on_node: &HashMap<String, KnownPod>) -> Instant {
-        self.releaser.health.metrics.node_resyncs.inc();
+        self.releaser.tally.metrics.node_resyncs.inc();
         let state = self.pools.state();
         let mut views = Views::new();
         let mut soon = false;

@@ -19,15 +19,14 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::KubeCluster;
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::node_slices::{self, SliceKeeper};
 use crate::pods::NodeLoop;
-use crate::release::Releaser;
 use crate::schedule::ScheduleSource;
 use crate::sub_interfaces::{self, SubInterfaceKeeper};
 use crate::{gauges, leader, sweep};
+use hereabouts_ipam::reconcile::{KubeCluster, Releaser, parse_duration};
 
 /// `run` flags.
 #[derive(Debug, clap::Args)]
@@ -108,20 +107,6 @@ fn provider_from(path: &std::path::Path) -> anyhow::Result<(ProviderClient, Dura
 
 const MAX_PROVIDER_CALL: Duration = Duration::from_secs(121);
 
-/// `90s`, `2m`, `500ms` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 60s, 2m or 500ms"))?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        other => Err(format!("unknown unit {other:?} in {text:?} (use ms, s, m or h)")),
-    }
-}
-
 const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 
 fn grace_from(args: &Args) -> anyhow::Result<Duration> {
@@ -173,7 +158,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let releaser = Arc::new(Releaser {
         store: KubeStore::new(client.clone(), &args.namespace),
         cluster: KubeCluster::new(client.clone(), Recorder::new(client.clone(), reporter)),
-        health: health.clone(),
+        tally: health.clone(),
         grace,
         orphan_age: args.orphan_age,
     });

@@ -235,6 +235,6 @@ mod tests {
 
     #[test]
     fn a_hold_is_never_judged_as_a_pod() {
-        assert!(crate::decide::podref_parts(HOLD_PODREF).is_none());
+        assert!(hereabouts_ipam::reconcile::rules::podref_parts(HOLD_PODREF).is_none());
     }
 }

@@ -110,7 +110,7 @@ fn objects_come_in_order_in_kube_system() {
         assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("ClusterRole", name));
         assert_eq!(binding.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::CNI_NAME)]);
     }
-    assert_eq!(deploy::CNI_RANGES_NAME, hereabouts_ipam::ipam::RANGES_CLUSTER_ROLE, "the name errors give");
+    assert_eq!(deploy::CNI_RANGES_NAME, hereabouts_ipam::claim::RANGES_CLUSTER_ROLE, "the name errors give");
     let rules = hereabouts_tests::rbac::cni_ranges_rules();
     assert_eq!(rules.len(), 1, "one rule");
     assert_eq!(

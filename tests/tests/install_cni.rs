@@ -362,7 +362,7 @@ async fn once_mints_a_cni_token_and_installs_the_binary_kubeconfig_and_flat_file
         "ipam": {"type": "hereabouts", "range": "10.20.0.0/24", "configuration_path": host.flat_file()}});
     let stdin = serde_json::to_vec(&stdin).unwrap();
     let cfg = load_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]).expect("the flat file loads");
-    assert_eq!(cfg.kubeconfig.as_deref(), Some(Path::new(HOST_KUBECONFIG)));
+    assert_eq!(cfg.mode.kube().and_then(|k| k.kubeconfig.as_deref()), Some(Path::new(HOST_KUBECONFIG)));
     assert_eq!(cfg.log_level, LogLevel::Verbose);
     assert_eq!(cfg.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
 

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const IGNORED_REASON: &str = hereabouts_ipam::ipam::IGNORED_CANDIDATES_REASON;
+const IGNORED_REASON: &str = hereabouts_ipam::provider::IGNORED_CANDIDATES_REASON;
 
 fn config(fx: &CniFixture, provider: &ReferenceProvider, ranges: Value) -> Value {
     let section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo"});

@@ -99,7 +99,7 @@ fn strict_verdict(env: &CniEnv, loaded: &Result<IpamConfig, config::ConfigError>
     if env.command == Command::Add && cfg.require_pod().is_err() {
         return Verdict::Refused(Code::InvalidEnvironment);
     }
-    if cfg.kubeconfig.is_none() {
+    if cfg.mode.kube().is_none_or(|k| k.kubeconfig.is_none()) {
         return Verdict::Refused(Code::InvalidConfig);
     }
     Verdict::Valid(Box::new(cfg.clone()))
@@ -131,7 +131,7 @@ pub fn run(rt: &Runtime, case: &Case, stats: &mut Stats) -> TestCaseResult {
         Verdict::Refused(_) => counts.1 += 1,
     }
     let host = TestConnector::new();
-    let out = rt.block_on(dispatch(&env, &case.stdin, &host));
+    let out = rt.block_on(dispatch(&env, &case.stdin, &host, |_, _| {}));
     outcome_shape(&out, &case.stdin)?;
     if let Err(e) = &out {
         *stats.codes.entry(e.code.number()).or_default() += 1;
@@ -344,13 +344,12 @@ fn assigned_from(
     let pools = host.store.pools();
     // one pool per range, or in slice mode the pool of the slice that holds the address (offsets from its own
     // network address)
-    let (name, offset) = match cfg.node_slice_prefix() {
-        None => (names::pool_name(&cfg.network_name, r.cidr()), offset),
-        Some(_) => {
+    let (name, offset) = match &cfg.mode {
+        hereabouts_ipam::Mode::Slices(_) => {
             let slice_of = |p: &hereabouts_ipam::crd::IpPool| p.spec.range.parse::<ipnet::IpNet>().ok();
             let pool = pools.iter().find(|p| slice_of(p).is_some_and(|c| c.contains(&got.ip)));
             let Some(pool) = pool else { return Err(TestCaseError::fail(format!("no slice pool holds {}", got.ip))) };
-            let base = slice_of(pool).expect("checked").network();
+            let base = slice_of(pool).expect("found by its range").network();
             let offset = match (got.ip, base) {
                 (IpAddr::V4(ip), IpAddr::V4(b)) => u128::from(u32::from(ip) - u32::from(b)),
                 (IpAddr::V6(ip), IpAddr::V6(b)) => u128::from(ip) - u128::from(b),
@@ -358,6 +357,7 @@ fn assigned_from(
             };
             (pool.metadata.name.clone().unwrap_or_default(), offset)
         }
+        _ => (names::pool_name(&cfg.network_name, r.cidr()), offset),
     };
     let entry = pools
         .iter()
@@ -367,7 +367,7 @@ fn assigned_from(
     prop_assert_eq!(&entry.podref, &pod_of(&env.args));
     prop_assert_eq!(&entry.id, &env.container_id);
     prop_assert_eq!(&entry.ifname, &env.ifname);
-    if cfg.overlapping_ranges {
+    if cfg.mode.kube().is_some_and(|k| k.overlapping_ranges) {
         let reservation = names::reservation_name(&cfg.network_name, got.ip);
         prop_assert!(reserved(host, &reservation), "no reservation {} for {}", reservation, got.ip);
     }
@@ -388,17 +388,17 @@ fn after_add(
     host: &TestConnector,
     ips: &[ResultIp],
 ) -> TestCaseResult {
-    let again = rt.block_on(dispatch(env, &case.stdin, host));
+    let again = rt.block_on(dispatch(env, &case.stdin, host, |_, _| {}));
     let Ok(Some(again)) = again else { return Err(TestCaseError::fail(format!("a repeated ADD failed: {again:?}"))) };
     prop_assert_eq!(&result_ips(&again, cfg)?, ips, "a repeated ADD handed out other addresses");
 
     let mut other = env.clone();
     other.command = Command::Check;
-    let checked = rt.block_on(dispatch(&other, &case.stdin, host));
+    let checked = rt.block_on(dispatch(&other, &case.stdin, host, |_, _| {}));
     prop_assert!(matches!(checked, Ok(None)), "CHECK after ADD: {:?}", checked);
 
     other.command = Command::Del;
-    let deleted = rt.block_on(dispatch(&other, &case.stdin, host));
+    let deleted = rt.block_on(dispatch(&other, &case.stdin, host, |_, _| {}));
     prop_assert!(matches!(deleted, Ok(None)), "DEL after ADD: {:?}", deleted);
     prop_assert!(!holds_any(host, env), "DEL left an entry of the attachment");
     for got in &ips[..cfg.ranges.len()] {
@@ -406,7 +406,7 @@ fn after_add(
         prop_assert!(!reserved(host, &name), "DEL left reservation {}", name);
     }
     let writes = host.store.writes();
-    let deleted = rt.block_on(dispatch(&other, &case.stdin, host));
+    let deleted = rt.block_on(dispatch(&other, &case.stdin, host, |_, _| {}));
     prop_assert!(matches!(deleted, Ok(None)), "second DEL: {:?}", deleted);
     prop_assert_eq!(host.store.writes(), writes, "DEL of an attachment that holds nothing wrote");
     Ok(())

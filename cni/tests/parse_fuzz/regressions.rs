@@ -21,7 +21,7 @@ fn add(ipam: &str, extra: &str) -> Result<Vec<String>, (Code, String, u32)> {
     let env = CniEnv::from_lookup(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_string())).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     let host = TestConnector::new();
-    match rt.block_on(dispatch(&env, stdin.as_bytes(), &host)) {
+    match rt.block_on(dispatch(&env, stdin.as_bytes(), &host, |_, _| {})) {
         Ok(out) => {
             let json: serde_json::Value = serde_json::from_str(&out.unwrap_or_default()).unwrap();
             Ok(json["ips"].as_array().unwrap().iter().map(|ip| ip["address"].as_str().unwrap().to_string()).collect())

@@ -1,4 +1,5 @@
-//! Netconf + flat file + `CNI_ARGS` + `runtimeConfig` -> a validated [`IpamConfig`] (DESIGN §3).
+//! Netconf + flat file + `CNI_ARGS` + `runtimeConfig` -> a validated [`IpamConfig`], whose [`Mode`] says how its
+//! addresses are kept.
 //!
 //! The keys and their meaning are Whereabouts' (`pkg/config/config.go`, `pkg/types/types.go` of v0.9.2), so a
 //! NetworkAttachmentDefinition written for Whereabouts works unchanged. Where Whereabouts silently drops a mistake
@@ -24,6 +25,7 @@ mod cni_args;
 mod error;
 mod flatfile;
 mod json;
+mod mode;
 mod netconf;
 pub mod provider;
 mod ranges;
@@ -52,16 +54,15 @@ use serde::Serialize;
 
 pub use error::{ConfigError, UnknownKey};
 pub use flatfile::{DEFAULT_FLAT_FILE_PATHS, NODE_NAME_FILE};
+pub use mode::{Kube, Mode, Pools, Provider, ReleaseKube, ReleaseMode, Slices};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 pub use routing::{
     Claiming, DEFAULT_PROPAGATION, DEFAULT_REQUESTED_RETRY, DEFAULT_ROUTE_PROTOCOL, DEFAULT_ROUTE_TABLE,
-    DEFAULT_STATE_DIR, Datastore, HostRoutes, KEYS as ROUTING_KEYS,
+    DEFAULT_STATE_DIR, HostRoutes, KEYS as ROUTING_KEYS, RouteTable,
 };
 pub use selection::{RANGES_ANNOTATION, RangeFacts, RangeSelection};
 
-use crate::allocator::Strategy;
-use crate::provider::placement::{Candidate, Narrowed, Placement, narrow};
 use crate::range::IpRange;
 use json::Problems;
 
@@ -71,7 +72,7 @@ pub use crate::codes::SUPPORTED_VERSIONS as SUPPORTED_CNI_VERSIONS;
 /// The values of `ipam.type` this plugin answers to: its own name, and Whereabouts' (it is a drop-in).
 pub const IPAM_TYPES: [&str; 2] = ["hereabouts", "whereabouts"];
 
-/// The time budget of one invocation when `timeout_seconds` is not set (DESIGN §5).
+/// The time budget of one invocation when `timeout_seconds` is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The longest `timeout_seconds` allowed: a runtime gives up on a plugin well before, and the reconciler takes
@@ -99,10 +100,6 @@ pub struct IpamConfig {
     /// `range` first (if set), then `ipRanges` in order. Empty only when `addresses` is not. The gateway is already
     /// excluded from every range that contains it.
     pub ranges: Vec<IpRange>,
-    /// How each of `ranges` is placed: all [`Placement::Ordinary`] without `iaas_provider`. With it, the ranges are
-    /// an interface's *candidates*: one address per IP family, from the first candidate of the highest class that
-    /// gives one ([`crate::provider::placement::narrow`]).
-    pub placements: Vec<crate::provider::placement::Placement>,
     /// `ipam.gateway`, returned with every address taken from a range; never handed out.
     pub gateway: Option<IpAddr>,
     /// `ipam.routes`.
@@ -111,45 +108,21 @@ pub struct IpamConfig {
     pub dns: Option<Dns>,
     /// `ipam.addresses`: static addresses returned as they are, with `GATEWAY=` from `CNI_ARGS` applied.
     pub addresses: Vec<StaticAddress>,
-    /// `ipam.enable_overlapping_ranges`, default `true`: claim each address cluster-wide with an
-    /// OverlappingRangeIPReservation.
-    pub overlapping_ranges: bool,
-    /// `ipam.kubernetes.kubeconfig`. Whereabouts refuses a config without one; the caller decides.
-    pub kubeconfig: Option<PathBuf>,
     /// `ipam.log_file`.
     pub log_file: Option<PathBuf>,
     /// `ipam.log_level`, default [`LogLevel::Debug`] as for Whereabouts.
     pub log_level: LogLevel,
-    /// `ipam.allocation_strategy` (ours): `"lowest"` (default) or `"random"`.
-    pub strategy: Strategy,
     /// Exact addresses asked for: `runtimeConfig.ips`, then `CNI_ARGS` `IP=`, without repeats. Each is a usable
     /// address of one of `ranges`.
     pub requested: Vec<IpAddr>,
     /// The pod, from `CNI_ARGS`; see [`IpamConfig::require_pod`].
     pub pod: PodRef,
-    /// `ipam.node_slice_size`, e.g. `/26`: checked to slice every range.
-    pub node_slice_size: Option<String>,
     /// `ipam.reconciler_cron_expression`, not checked here.
     pub reconciler_cron_expression: Option<String>,
     /// `ipam.timeout_seconds` (ours), default [`DEFAULT_TIMEOUT`]: the time budget of the invocation.
     pub timeout: Duration,
-    /// `ipam.iaas_provider`: the range's addresses are cloud sub-interfaces of this provider (IaaS provider mode).
-    pub provider: Option<crate::provider::ProviderConfig>,
-    /// `ipam.pod_ranges` and each range's `name` and `node_selector`: how an ADD chooses among the ranges
-    /// ([`IpamConfig::choose_ranges`]). Inactive by default: every range gives an address, as in Whereabouts.
-    pub selection: RangeSelection,
-    /// `ipam.reuse_cooldown_seconds` (ours): the reuse cooldown an ADD sets on the pools it uses (`Some(0)` takes it
-    /// away; `None` leaves each pool's as it is). A pool's cooldown, whoever set it, is what its ADDs and releases
-    /// honour ([`crate::cooldown`]).
-    pub reuse_cooldown: Option<u64>,
-    /// `ipam.datastore`: where allocations are kept, the API server unless `"routetable"`.
-    pub datastore: Datastore,
-    /// The host routes installed for each address: with the routing-table datastore, or `announce_routes`.
-    pub host_routes: Option<HostRoutes>,
-    /// How the routing-table datastore claims an address (`Some` exactly with that datastore).
-    pub claiming: Option<Claiming>,
-    /// The StatefulSet that controls the pod, as the ADD read it (sticky ranges only; never from the config).
-    pub owner_statefulset: Option<String>,
+    /// How the addresses are kept: the mode, with exactly its own settings.
+    pub mode: Mode,
     /// Keys accepted and ignored (legacy Whereabouts keys, flat-file keys without effect, `CNI_ARGS` let through by
     /// `IgnoreUnknown`), named as in messages, for a debug log. Values are left out (`etcd_password`).
     pub ignored: Vec<String>,
@@ -283,33 +256,6 @@ impl fmt::Display for LogLevel {
 }
 
 impl IpamConfig {
-    /// The prefix length of a node's slice, in slice mode (`node_slice_size`, DESIGN §7).
-    pub fn node_slice_prefix(&self) -> Option<u8> {
-        self.node_slice_size.as_deref().and_then(netconf::slice_prefix)
-    }
-
-    /// IaaS provider mode: the indices of the ranges that are candidates, narrowed to the highest class among them
-    /// (decided from the config alone, so alike on every node).
-    pub fn candidates(&self) -> Narrowed<usize> {
-        let candidates = self.placements.iter().enumerate().filter(|(_, p)| p.is_candidate());
-        narrow(
-            candidates.map(|(i, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: i }).collect(),
-        )
-    }
-
-    /// IaaS provider mode: the ranges an ADD tries, the candidates of the highest class (with the IPv6 half of each
-    /// kept pair), in the order it tries them.
-    pub fn kept_ranges(&self) -> Vec<&IpRange> {
-        let mut out = Vec::new();
-        for i in self.candidates().kept {
-            out.push(&self.ranges[i]);
-            if let Placement::Paired { v6 } = self.placements[i] {
-                out.push(&self.ranges[v6]);
-            }
-        }
-        out
-    }
-
     /// The requested address that range `index` gives, if any: each requested address goes to the first range
     /// that can hand it out (ranges may overlap) and gives no other one.
     pub fn requested_for(&self, index: usize) -> Option<IpAddr> {
@@ -329,11 +275,6 @@ impl IpamConfig {
         }
         Err(ConfigError::CniArgs(format!("{} missing or empty: ADD needs the pod", missing.join(" and "))))
     }
-}
-
-/// Whether an `ipRanges` entry asks for sticky addresses (the routing-table datastore has no StatefulSets).
-fn raw_sticky_ranges(raw: &netconf::RawIpam<'_>) -> bool {
-    raw.ip_ranges.as_ref().is_some_and(|r| r.value.iter().any(|e| e.sticky_statefulset.is_some()))
 }
 
 /// Loads the config of one invocation, with the flat file looked for in [`DEFAULT_FLAT_FILE_PATHS`].
@@ -371,36 +312,9 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
     if let Some(a) = &raw.addresses {
         ranges::check_static(a, &ranges)?;
     }
-    if let Some(size) = &raw.node_slice_size {
-        ranges::check_node_slice(&ranges, size)?;
-    }
     let requested = requested::resolve(&net.runtime_ips, &args.ips, &ranges)?;
     let timeout = raw.timeout.as_ref().map_or(DEFAULT_TIMEOUT, |f| f.value);
-    let provider = raw.iaas_provider.as_ref().map(|f| provider::parse(&f.value, timeout)).transpose()?;
-    if provider.is_some() && raw.node_slice_size.is_some() {
-        return Err(ConfigError::invalid(
-            "ipam.iaas_provider",
-            "not with node_slice_size: a provider-backed range is placed by its provider, not sliced by node",
-        ));
-    }
-    let placements = provider::placements(&raw, &ranges, provider.is_some())?;
-    let selection = selection::parse(&raw, &ranges, provider.is_some())?;
-    let claiming = raw.routing.check(&[
-        ("node_slice_size", raw.node_slice_size.is_some()),
-        ("iaas_provider", provider.is_some()),
-        ("pod_ranges", raw.pod_ranges.is_some()),
-        ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(&raw)),
-        ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
-    ])?;
-    if let Some(claiming) = &claiming {
-        if let Some(f) = &raw.strategy {
-            return Err(ConfigError::invalid(
-                f.origin.key("allocation_strategy"),
-                "the routing-table datastore always picks at random (two nodes must not try the same address first)",
-            ));
-        }
-        ranges::check_exclude_counts(&ranges, claiming.exclude_first, claiming.exclude_last)?;
-    }
+    let mode = Mode::build(&raw, &ranges, timeout)?;
     let mut ignored = raw.ignored;
     ignored.extend(args.ignored);
     Ok(IpamConfig {
@@ -408,28 +322,17 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
         name: net.name,
         network_name: raw.network_name.map(|f| f.value).unwrap_or_default(),
         ranges,
-        placements,
         gateway: raw.gateway.map(|f| f.value),
         routes: raw.routes.map(|f| f.value).unwrap_or_default(),
         dns: raw.dns.into_dns(),
         addresses,
-        overlapping_ranges: raw.overlapping_ranges.is_none_or(|f| f.value),
-        kubeconfig: raw.kubeconfig.map(|f| f.value),
         log_file: raw.log_file.map(|f| f.value),
         log_level: raw.log_level.map(|f| f.value).unwrap_or_default(),
-        strategy: raw.strategy.map(|f| f.value).unwrap_or_default(),
         requested,
         pod: PodRef { namespace: args.pod_namespace, name: args.pod_name, uid: args.pod_uid },
-        node_slice_size: raw.node_slice_size.map(|f| f.value),
         reconciler_cron_expression: raw.reconciler_cron_expression.map(|f| f.value),
         timeout,
-        provider,
-        selection,
-        reuse_cooldown: raw.reuse_cooldown.map(|f| f.value),
-        datastore: raw.routing.datastore(),
-        host_routes: raw.routing.host_routes(),
-        claiming,
-        owner_statefulset: None,
+        mode,
         ignored,
         flat_file,
     })

@@ -101,7 +101,7 @@ pub(super) struct RawIpam<'p> {
     pub configuration_path: Field<'p, PathBuf>,
     pub log_file: Field<'p, PathBuf>,
     pub log_level: Field<'p, LogLevel>,
-    pub node_slice_size: Field<'p, String>,
+    pub node_slice_size: Field<'p, crate::slices::SliceSize>,
     pub reconciler_cron_expression: Field<'p, String>,
     pub strategy: Field<'p, Strategy>,
     pub timeout: Field<'p, Duration>,
@@ -525,15 +525,9 @@ fn cooldown(n: u64, key: &str) -> Result<u64, ConfigError> {
 }
 
 /// `node_slice_size`: a prefix length, `/24` or `24` (Whereabouts' `iphelpers.DivideRangeBySize`).
-fn slice_size(s: String, key: &str) -> Result<String, ConfigError> {
-    match slice_prefix(&s) {
-        Some(_) => Ok(s),
-        None => Err(ConfigError::invalid(key, format!("{s:?}: expected a prefix length such as \"/26\" or \"26\""))),
-    }
-}
-
-pub(super) fn slice_prefix(s: &str) -> Option<u8> {
-    crate::slices::parse_slice_size(s)
+fn slice_size(s: String, key: &str) -> Result<crate::slices::SliceSize, ConfigError> {
+    crate::slices::SliceSize::parse(&s)
+        .ok_or_else(|| ConfigError::invalid(key, format!("{s:?}: expected a prefix length such as \"/26\" or \"26\"")))
 }
 
 /// Whether the inline `ipam.type` names this plugin: Whereabouts only accepts `"whereabouts"` (and checks it

@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::StaticAddress;
 use super::error::ConfigError;
-use super::netconf::{Origin, RawIpam, Sourced, cidr, family, ip, net_v4, same_family, slice_prefix};
+use super::netconf::{Origin, RawIpam, Sourced, cidr, family, ip, net_v4, same_family};
 use crate::range::IpRange;
 
 /// One range entry with the keys of its parts.
@@ -290,12 +290,17 @@ pub(super) fn check_static(addresses: &Sourced<'_, Vec<StaticAddress>>, ranges: 
 /// `node_slice_size` must cut the range into slices: a prefix between the range's and the address length, and
 /// no more slices than one NodeSlicePool lists. One range only: a network's NodeSlicePool slices one range (as
 /// Whereabouts' controller slices `ipRanges[0]`).
-pub(super) fn check_node_slice(ranges: &[IpRange], size: &Sourced<'_, String>) -> Result<(), ConfigError> {
+pub(super) fn check_node_slice(
+    ranges: &[IpRange],
+    size: &Sourced<'_, crate::slices::SliceSize>,
+) -> Result<crate::slices::SliceSize, ConfigError> {
     let key = size.origin.key("node_slice_size");
-    let p = slice_prefix(&size.value).expect("checked when read");
     match ranges {
         [] => Err(ConfigError::invalid(key, "there is no range to slice")),
-        [r] => crate::slices::divide(r.cidr(), p).map(drop).map_err(|e| ConfigError::invalid(key, e.to_string())),
+        [r] => match crate::slices::divide(r.cidr(), size.value.prefix()) {
+            Ok(_) => Ok(size.value.clone()),
+            Err(e) => Err(ConfigError::invalid(key, e.to_string())),
+        },
         _ => Err(ConfigError::invalid(
             key,
             format!("slices one range, and this config has {}: give each range a network of its own", ranges.len()),

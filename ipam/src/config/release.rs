@@ -25,8 +25,8 @@ use serde_json::{Map, Value};
 use super::json::{Problems, object, string};
 use super::netconf::{Origin, RawIpam};
 use super::{
-    ConfigError, DEFAULT_FLAT_FILE_PATHS, DEFAULT_TIMEOUT, Input, IpamConfig, LogLevel, PodRef, cni_args, flatfile,
-    load_with_paths, netconf, ranges,
+    ConfigError, DEFAULT_FLAT_FILE_PATHS, DEFAULT_TIMEOUT, Input, IpamConfig, LogLevel, PodRef, ReleaseMode, cni_args,
+    flatfile, load_with_paths, netconf, ranges,
 };
 use crate::range::IpRange;
 
@@ -44,12 +44,6 @@ pub struct ReleaseConfig {
     /// Every range whose CIDR could be read: `range`, then `ipRanges` in order. A range the strict rules refuse is
     /// its whole CIDR, which is enough to name its pool and map offsets to addresses.
     pub ranges: Vec<IpRange>,
-    /// `ipam.enable_overlapping_ranges`, default `true`.
-    pub overlapping_ranges: bool,
-    /// Whether `ipam.node_slice_size` is set (slice mode, DESIGN §7).
-    pub sliced: bool,
-    /// `ipam.kubernetes.kubeconfig`.
-    pub kubeconfig: Option<PathBuf>,
     /// The flat file read, if any.
     pub flat_file: Option<PathBuf>,
     /// `ipam.log_file`.
@@ -60,10 +54,8 @@ pub struct ReleaseConfig {
     pub timeout: Duration,
     /// The pod, from `CNI_ARGS` when they could be read; otherwise unknown (empty).
     pub pod: PodRef,
-    /// `ipam.datastore`.
-    pub datastore: super::Datastore,
-    /// The host routes ADD installed, whose records DEL and GC remove.
-    pub host_routes: Option<super::HostRoutes>,
+    /// Where ADD kept what it wrote: the mode, as far as DEL and GC need it.
+    pub mode: ReleaseMode,
     /// Every problem that was passed over, as a sentence naming the key, for a warning log: first why the strict
     /// loader refused the config (followed by what was done about it, when that is more than leaving the key out).
     /// Empty when it accepted it.
@@ -77,16 +69,12 @@ impl From<IpamConfig> for ReleaseConfig {
             name: c.name,
             network_name: c.network_name,
             ranges: c.ranges,
-            overlapping_ranges: c.overlapping_ranges,
-            sliced: c.node_slice_size.is_some(),
-            kubeconfig: c.kubeconfig,
+            mode: c.mode.release_mode(),
             flat_file: c.flat_file,
             log_file: c.log_file,
             log_level: c.log_level,
             timeout: c.timeout,
             pod: c.pod,
-            datastore: c.datastore,
-            host_routes: c.host_routes,
             warnings: Vec::new(),
         }
     }
@@ -145,16 +133,12 @@ fn lenient(input: &Input<'_>, flat_file_paths: &[PathBuf], refusal: &ConfigError
         name: String::new(),
         network_name: String::new(),
         ranges: Vec::new(),
-        overlapping_ranges: true,
-        sliced: false,
-        kubeconfig: None,
+        mode: ReleaseMode::default(),
         flat_file: None,
         log_file: None,
         log_level: LogLevel::default(),
         timeout: DEFAULT_TIMEOUT,
         pod,
-        datastore: super::Datastore::Kubernetes,
-        host_routes: None,
         warnings: Vec::new(),
     };
     if let Some(top) = top_level(input.stdin, &mut warnings) {
@@ -239,16 +223,12 @@ fn read_ipam(ipam: &Map<String, Value>, flat_file_paths: &[PathBuf], out: &mut R
         warnings.push("ipam.range: no range could be read: there is nothing to release".to_string());
     }
     warnings.extend(raw.ignored.iter().map(|k| format!("ignored: {k}")));
+    out.mode = ReleaseMode::read(&raw, &ranges);
     out.network_name = raw.network_name.map(|f| f.value).unwrap_or_default();
     out.ranges = ranges;
-    out.overlapping_ranges = raw.overlapping_ranges.is_none_or(|f| f.value);
-    out.sliced = raw.node_slice_size.is_some();
-    out.kubeconfig = raw.kubeconfig.map(|f| f.value);
     out.log_file = raw.log_file.map(|f| f.value);
     out.log_level = raw.log_level.map(|f| f.value).unwrap_or_default();
     out.timeout = raw.timeout.map_or(DEFAULT_TIMEOUT, |f| f.value);
-    out.datastore = raw.routing.datastore();
-    out.host_routes = raw.routing.host_routes();
 }
 
 /// Lenient parsing notes its mistakes instead of failing; should that ever change, the release still goes on.

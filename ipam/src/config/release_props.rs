@@ -70,10 +70,7 @@ fn valid() -> Vec<(Vec<u8>, &'static str, Flat)> {
 fn assert_same(got: &ReleaseConfig, add: &IpamConfig) {
     assert_eq!(got.ranges, add.ranges);
     assert_eq!((&got.cni_version, &got.name, &got.network_name), (&add.cni_version, &add.name, &add.network_name));
-    assert_eq!(
-        (&got.kubeconfig, got.overlapping_ranges, got.timeout),
-        (&add.kubeconfig, add.overlapping_ranges, add.timeout)
-    );
+    assert_eq!((&got.mode, got.timeout), (&add.mode.release_mode(), add.timeout));
     assert_eq!((&got.log_file, got.log_level, &got.pod), (&add.log_file, add.log_level, &add.pod));
     assert!(got.warnings.is_empty(), "{:#?}", got.warnings);
 }
@@ -244,8 +241,7 @@ proptest! {
             Ok(add) => {
                 prop_assert_eq!(&got.ranges, &add.ranges);
                 prop_assert_eq!(&got.network_name, &add.network_name);
-                prop_assert_eq!(&got.kubeconfig, &add.kubeconfig);
-                prop_assert_eq!(got.overlapping_ranges, add.overlapping_ranges);
+                prop_assert_eq!(&got.mode, &add.mode.release_mode());
                 prop_assert_eq!(got.timeout, add.timeout);
                 prop_assert!(got.warnings.is_empty(), "{:?}", got.warnings);
             }

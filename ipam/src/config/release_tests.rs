@@ -263,10 +263,8 @@ fn configs_upstream_accepted_release_their_ranges() {
         if pool_names(&got.network_name, &got.ranges) != pool_names(&add.network_name, &add.ranges) {
             wrong.push(format!("pools {:?}", pool_names(&got.network_name, &got.ranges)));
         }
-        if (&got.network_name, &got.kubeconfig, got.overlapping_ranges)
-            != (&add.network_name, &add.kubeconfig, add.overlapping_ranges)
-        {
-            wrong.push(format!("network {:?}, kubeconfig {:?}", got.network_name, got.kubeconfig));
+        if (&got.network_name, &got.mode) != (&add.network_name, &add.mode.release_mode()) {
+            wrong.push(format!("network {:?}, mode {:?}", got.network_name, got.mode));
         }
         if got.pod != add.pod || got.name != add.name {
             wrong.push(format!("pod {}, name {:?}", got.pod, got.name));
@@ -314,7 +312,7 @@ fn nothing_to_read_is_an_empty_config_with_a_warning() {
     ] {
         let c = release(stdin, POD_ARGS, &[]);
         assert!(c.ranges.is_empty());
-        assert_eq!((c.kubeconfig, c.overlapping_ranges, c.timeout), (None, true, Duration::from_secs(90)));
+        assert_eq!((c.mode, c.timeout), (ReleaseMode::default(), Duration::from_secs(90)));
         assert_eq!(c.pod.to_string(), "ns1/pod-0", "the pod is read all the same");
         assert!(c.warnings.iter().any(|w| w.contains(key)), "{key}: {:#?}", c.warnings);
     }
@@ -389,7 +387,7 @@ fn a_missing_configuration_path_falls_back_to_the_default_paths() {
     std::fs::write(&flat, r#"{"kubernetes": {"kubeconfig": "/flat/k"}}"#).unwrap();
     let conf = netconf(ranged(json!({"kubernetes": null, "configuration_path": "/nonexistent/x.conf"})));
     let c = release(&conf, "", &[flat]);
-    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new("/flat/k")));
+    assert_eq!(c.mode.kube().unwrap().kubeconfig.as_deref(), Some(Path::new("/flat/k")));
     assert!(c.warnings[0].starts_with("ipam.configuration_path"), "{:#?}", c.warnings);
 }
 
@@ -403,9 +401,9 @@ fn flat_file_keys_with_mistakes_are_passed_over_one_by_one() {
     )
     .unwrap();
     let c = release(&netconf(ranged(json!({"kubernetes": null}))), "", std::slice::from_ref(&flat));
-    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new("/flat/k")));
+    assert_eq!(c.mode.kube().unwrap().kubeconfig.as_deref(), Some(Path::new("/flat/k")));
     assert_eq!(c.log_level, LogLevel::Debug);
-    assert!(c.overlapping_ranges, "only the inline value counts, as for ADD");
+    assert!(c.mode.kube().unwrap().overlapping_ranges, "only the inline value counts, as for ADD");
     let flat_key = format!("log_level (flat file {})", flat.display());
     assert!(c.warnings.iter().any(|w| w.starts_with(&flat_key)), "{:#?}", c.warnings);
 }

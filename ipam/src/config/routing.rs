@@ -44,9 +44,9 @@ pub const KEYS: &[&str] = &[
     "announce_routes",
 ];
 
-/// Where a config keeps its allocations.
+/// Where a config keeps its allocations, as the `datastore` key says.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Datastore {
+pub(super) enum Datastore {
     /// IPPool and OverlappingRangeIPReservation objects on the API server (the default, Whereabouts' only one).
     #[default]
     Kubernetes,
@@ -78,6 +78,24 @@ pub struct Claiming {
     pub exclude_first: u64,
     /// `exclude_last`: this many usable addresses at the end of each range are never handed out.
     pub exclude_last: u64,
+}
+
+/// The routing-table datastore's settings: [`super::Mode::RouteTable`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTable {
+    /// Where the claims go, as host routes.
+    pub routes: HostRoutes,
+    /// How an address is claimed.
+    pub claiming: Claiming,
+}
+
+/// What the routing keys make of a config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Routing {
+    /// The API server keeps the addresses; with `announce_routes`, a host route is installed for each.
+    Kubernetes { announce: Option<HostRoutes> },
+    /// The routing table keeps them.
+    RouteTable(RouteTable),
 }
 
 /// The routing keys as given, inline or in the flat file.
@@ -132,10 +150,10 @@ pub(super) fn parse_key<'p>(
             raw.table = sourced(origin, table);
         }
         "route_protocol" => {
-            let protocol = match uint32(v, key)? {
+            let protocol = match uint32(v, key)?.map(|p| (p, u8::try_from(p))) {
                 // 0..=4 are the kernel's own (unspec, redirect, kernel, boot, static): a daemon could not tell ours
-                Some(p @ 5..=255) => Some(u8::try_from(p).expect("checked")),
-                Some(p) => {
+                Some((_, Ok(p @ 5..))) => Some(p),
+                Some((p, _)) => {
                     return Err(ConfigError::invalid(key, format!("{p}: must be 5 to 255 (0 to 4 are the kernel's)")));
                 }
                 None => None,
@@ -201,20 +219,30 @@ impl<'p> RawRouting<'p> {
         self.datastore.as_ref().map(|f| f.value).unwrap_or_default()
     }
 
-    /// The host routes the config installs, if any: with the routing-table datastore, or with `announce_routes`.
-    pub(super) fn host_routes(&self) -> Option<HostRoutes> {
-        let announce = self.announce.as_ref().is_some_and(|f| f.value);
-        (self.datastore() == Datastore::RouteTable || announce).then(|| HostRoutes {
+    /// The host routes as the keys say (where a config installs any).
+    fn routes(&self) -> HostRoutes {
+        HostRoutes {
             table: self.table.as_ref().map_or(DEFAULT_ROUTE_TABLE, |f| f.value),
             protocol: self.protocol.as_ref().map_or(DEFAULT_ROUTE_PROTOCOL, |f| f.value),
             device: self.device.as_ref().map(|f| f.value.clone()),
             state_dir: self.state_dir.as_ref().map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), |f| f.value.clone()),
-        })
+        }
     }
 
-    /// Checks the keys against the mode and returns how the datastore claims, with the routing-table datastore.
-    /// `others` are the keys of the rest of the config that need the API server, set or not.
-    pub(super) fn check(&self, others: &[(&str, bool)]) -> Result<Option<Claiming>, ConfigError> {
+    /// With `announce_routes` (and the Kubernetes datastore), the routes ADD installs for each address.
+    pub(super) fn announced(&self) -> Option<HostRoutes> {
+        let announce = self.announce.as_ref().is_some_and(|f| f.value);
+        (self.datastore() == Datastore::Kubernetes && announce).then(|| self.routes())
+    }
+
+    /// With the routing-table datastore, where its claims are.
+    pub(super) fn route_table(&self) -> Option<HostRoutes> {
+        (self.datastore() == Datastore::RouteTable).then(|| self.routes())
+    }
+
+    /// Checks the keys against the datastore and says what they make of the config. `others` are the keys of the
+    /// rest of the config that need the API server, set or not.
+    pub(super) fn check(&self, others: &[(&str, bool)]) -> Result<Routing, ConfigError> {
         let set = |f: Option<Origin<'_>>, k: &str| f.map(|o| o.key(k));
         let claim_keys = [
             set(self.propagation.as_ref().map(|f| f.origin), "propagation_timeout_ms"),
@@ -232,7 +260,8 @@ impl<'p> RawRouting<'p> {
             if let Some(key) = claim_keys.into_iter().flatten().next() {
                 return Err(ConfigError::invalid(key, "only with \"datastore\": \"routetable\""));
             }
-            if self.host_routes().is_none()
+            let announce = self.announced();
+            if announce.is_none()
                 && let Some(key) = route_keys.into_iter().flatten().next()
             {
                 return Err(ConfigError::invalid(
@@ -240,7 +269,7 @@ impl<'p> RawRouting<'p> {
                     "only with \"datastore\": \"routetable\" or \"announce_routes\": true",
                 ));
             }
-            return Ok(None);
+            return Ok(Routing::Kubernetes { announce });
         }
         if let Some(f) = &self.announce {
             return Err(ConfigError::invalid(
@@ -254,11 +283,12 @@ impl<'p> RawRouting<'p> {
                 "not with \"datastore\": \"routetable\": it needs the API server, which that datastore does not use",
             ));
         }
-        Ok(Some(Claiming {
+        let claiming = Claiming {
             propagation: self.propagation.as_ref().map_or(DEFAULT_PROPAGATION, |f| f.value),
             requested_retry: self.requested_retry.as_ref().map_or(DEFAULT_REQUESTED_RETRY, |f| f.value),
             exclude_first: self.exclude_first.as_ref().map_or(0, |f| f.value),
             exclude_last: self.exclude_last.as_ref().map_or(0, |f| f.value),
-        }))
+        };
+        Ok(Routing::RouteTable(RouteTable { routes: self.routes(), claiming }))
     }
 }

@@ -22,30 +22,42 @@ fn refused(ipam: Value) -> ConfigError {
     load(ipam).unwrap_err()
 }
 
+/// The routing-table mode of `c`.
+fn route_table(c: &IpamConfig) -> &RouteTable {
+    match &c.mode {
+        Mode::RouteTable(t) => t,
+        other => panic!("the routing table, not {other:?}"),
+    }
+}
+
+/// The routes a Kubernetes-mode config announces.
+fn announced(c: &IpamConfig) -> Option<&HostRoutes> {
+    c.mode.kube().expect("a mode on the API server").announce.as_ref()
+}
+
 #[test]
 fn the_routing_table_datastore_needs_no_kubeconfig_and_has_the_seeds_defaults() {
     let c = load(routetable(json!({}))).unwrap();
-    assert_eq!(c.datastore, Datastore::RouteTable);
     assert_eq!(
-        c.host_routes,
-        Some(HostRoutes { table: 254, protocol: 192, device: None, state_dir: PathBuf::from(DEFAULT_STATE_DIR) })
+        route_table(&c).routes,
+        HostRoutes { table: 254, protocol: 192, device: None, state_dir: PathBuf::from(DEFAULT_STATE_DIR) }
     );
-    let claiming = c.claiming.unwrap();
+    let claiming = &route_table(&c).claiming;
     assert_eq!(
         (claiming.propagation, claiming.requested_retry),
         (Duration::from_millis(100), Duration::from_millis(100))
     );
     assert_eq!((claiming.exclude_first, claiming.exclude_last), (0, 0));
-    assert_eq!(c.kubeconfig, None);
+    assert_eq!(c.mode.kube(), None, "no API server, no kubeconfig");
 
     let c = load(routetable(json!({"route_table": 100, "route_protocol": 201, "route_device": "vxlan0",
         "route_state_dir": "/run/hereabouts", "propagation_timeout_ms": 250, "requested_address_retry_ms": 50,
         "exclude_first": 2, "exclude_last": 3})))
     .unwrap();
-    let routes = c.host_routes.unwrap();
+    let routes = &route_table(&c).routes;
     assert_eq!((routes.table, routes.protocol, routes.device.as_deref()), (100, 201, Some("vxlan0")));
     assert_eq!(routes.state_dir, Path::new("/run/hereabouts"));
-    let claiming = c.claiming.unwrap();
+    let claiming = &route_table(&c).claiming;
     assert_eq!(claiming.propagation, Duration::from_millis(250));
     assert_eq!((claiming.exclude_first, claiming.exclude_last), (2, 3));
 }
@@ -54,7 +66,7 @@ fn the_routing_table_datastore_needs_no_kubeconfig_and_has_the_seeds_defaults() 
 fn whereabouts_datastore_values_change_nothing_and_others_are_refused() {
     for value in ["kubernetes", "etcd"] {
         let c = load(json!({"type": "whereabouts", "range": "10.0.0.0/24", "datastore": value})).unwrap();
-        assert_eq!((c.datastore, c.host_routes, c.claiming), (Datastore::Kubernetes, None, None));
+        assert!(matches!(&c.mode, Mode::Pools(p) if p.kube.announce.is_none()), "{:?}", c.mode);
         assert_eq!(c.ignored, ["ipam.datastore"]);
     }
     let e = refused(routetable(json!({"datastore": "routing-table"})));
@@ -133,11 +145,10 @@ fn keys_of_another_mode_are_refused_with_code_7() {
 fn announcing_keeps_the_kubernetes_datastore_and_uses_the_route_keys() {
     let c = load(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": true, "route_protocol": 201}))
         .unwrap();
-    assert_eq!(c.datastore, Datastore::Kubernetes);
-    assert_eq!(c.claiming, None);
-    assert_eq!(c.host_routes.map(|r| (r.table, r.protocol)), Some((254, 201)));
+    assert!(matches!(c.mode, Mode::Pools(_)), "{:?}", c.mode);
+    assert_eq!(announced(&c).map(|r| (r.table, r.protocol)), Some((254, 201)));
     let c = load(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": false})).unwrap();
-    assert_eq!(c.host_routes, None);
+    assert_eq!(announced(&c), None);
 }
 
 #[test]
@@ -148,14 +159,12 @@ fn the_flat_file_supplies_routing_keys_and_release_reads_them_leniently() {
         .unwrap();
     let stdin = netconf(json!({"type": "hereabouts", "range": "198.18.0.0/28", "route_protocol": 198}));
     let c = load_with_paths(&Input { stdin: &stdin, cni_args: "" }, std::slice::from_ref(&flat)).unwrap();
-    assert_eq!(c.datastore, Datastore::RouteTable);
-    assert_eq!(c.host_routes.as_ref().map(|r| r.protocol), Some(198), "inline wins");
-    assert_eq!(c.claiming.map(|c| c.propagation), Some(Duration::from_millis(300)));
+    assert_eq!(route_table(&c).routes.protocol, 198, "inline wins");
+    assert_eq!(route_table(&c).claiming.propagation, Duration::from_millis(300));
 
     // DEL of a config ADD would refuse still finds the host routes to remove
     let stdin = netconf(routetable(json!({"rangeStart": "198.18.0.2", "route_state_dir": "/run/h"})));
     let r = load_for_release_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]);
-    assert_eq!(r.datastore, Datastore::RouteTable);
-    assert_eq!(r.host_routes.map(|h| h.state_dir), Some(PathBuf::from("/run/h")));
+    assert!(matches!(&r.mode, ReleaseMode::RouteTable(h) if h.state_dir == Path::new("/run/h")), "{:?}", r.mode);
     assert!(!r.warnings.is_empty());
 }

@@ -4,7 +4,7 @@
 //! names the ranges it wants in the annotation [`RANGES_ANNOTATION`], and its namespace's annotation of the same key
 //! is the default for pods without one (Calico's `cni.projectcalico.org/ipv4pools` on pods and namespaces). A range
 //! with a `node_selector` serves only nodes whose labels it selects. Both are read from the API server by the ADD
-//! (and CHECK) of a config that uses them, and by no other: see [`crate::ipam::choose_ranges`].
+//! (and CHECK) of a config that uses them, and by no other.
 //!
 //! This module parses the keys and makes the choice from what was read; it does no I/O.
 
@@ -196,43 +196,42 @@ fn references(value: &str, network: &str) -> Result<Option<Vec<String>>, String>
     Ok(Some(list))
 }
 
-impl IpamConfig {
-    /// The config of this ADD narrowed to the ranges `facts` choose on `node`: the pod's annotation (else its
-    /// namespace's, else every range), less the ranges whose node selector leaves `node` out. A range the pod
-    /// names that does not exist or does not serve the node is an error, as is a node that no range serves; so is
-    /// a requested address (`ips`, `IP=`) outside the chosen ranges.
-    pub fn choose_ranges(&self, node: &str, facts: &RangeFacts) -> Result<IpamConfig, ConfigError> {
-        let sel = &self.selection;
-        let pod_source = format!("annotation {RANGES_ANNOTATION} of pod {}", self.pod);
-        let ns_source = format!("annotation {RANGES_ANNOTATION} of namespace {}", self.pod.namespace);
+impl RangeSelection {
+    /// The ranges of `cfg` this ADD of its pod on `node` uses, by index: the pod's annotation (else its namespace's,
+    /// else every range), less the ranges whose node selector leaves `node` out. A range the pod names that does
+    /// not exist or does not serve the node is an error, as is a node that no range serves; so is a requested
+    /// address (`ips`, `IP=`) outside the chosen ranges.
+    pub fn choose(&self, cfg: &IpamConfig, node: &str, facts: &RangeFacts) -> Result<Vec<usize>, ConfigError> {
+        let pod_source = format!("annotation {RANGES_ANNOTATION} of pod {}", cfg.pod);
+        let ns_source = format!("annotation {RANGES_ANNOTATION} of namespace {}", cfg.pod.namespace);
         let mut asked: Option<(String, Vec<String>)> = None;
-        if sel.by_pod {
+        if self.by_pod {
             for (source, value) in [(pod_source, &facts.pod), (ns_source, &facts.namespace)] {
                 let Some(value) = value else { continue };
-                let refs = references(value, &self.name).map_err(|why| ConfigError::invalid(&source, why))?;
+                let refs = references(value, &cfg.name).map_err(|why| ConfigError::invalid(&source, why))?;
                 if let Some(refs) = refs {
                     asked = Some((source, refs));
                     break;
                 }
             }
         }
-        let serves = |i: usize| match &sel.node_selectors[i] {
+        let serves = |i: usize| match &self.node_selectors[i] {
             None => true,
             Some(s) => facts.node_labels.as_ref().is_some_and(|labels| s.matches(labels)),
         };
-        let all: Vec<String> = (0..self.ranges.len()).map(|i| sel.describe(&self.ranges, i)).collect();
+        let all: Vec<String> = (0..cfg.ranges.len()).map(|i| self.describe(&cfg.ranges, i)).collect();
         let keep: Vec<usize> = match &asked {
             Some((source, refs)) => {
                 let mut keep = Vec::new();
                 for r in refs {
-                    let index = self.range_index(r).ok_or_else(|| {
+                    let index = self.range_index(&cfg.ranges, r).ok_or_else(|| {
                         ConfigError::invalid(
                             source,
-                            format!("{r:?} names no range of network {} (its ranges: {})", self.name, all.join(", ")),
+                            format!("{r:?} names no range of network {} (its ranges: {})", cfg.name, all.join(", ")),
                         )
                     })?;
                     if !serves(index) {
-                        let selector = sel.node_selectors[index].as_ref().map(ToString::to_string).unwrap_or_default();
+                        let selector = self.node_selectors[index].as_ref().map(ToString::to_string).unwrap_or_default();
                         return Err(ConfigError::invalid(
                             source,
                             format!(
@@ -249,14 +248,14 @@ impl IpamConfig {
                 keep.sort_unstable();
                 keep
             }
-            None => (0..self.ranges.len()).filter(|i| serves(*i)).collect(),
+            None => (0..cfg.ranges.len()).filter(|i| serves(*i)).collect(),
         };
         if keep.is_empty() {
             return Err(ConfigError::invalid(
                 "ipam.ipRanges",
                 format!(
                     "no range of network {} serves node {node}: {} (ranges: {})",
-                    self.name,
+                    cfg.name,
                     match facts.node_labels {
                         Some(_) => "it matches the node_selector of none".to_string(),
                         None => format!("every range has a node_selector and {}", node_verdict(node, facts)),
@@ -265,38 +264,48 @@ impl IpamConfig {
                 ),
             ));
         }
-        let mut narrowed = self.clone();
-        narrowed.ranges = keep.iter().map(|i| self.ranges[*i].clone()).collect();
-        narrowed.placements = keep.iter().map(|i| self.placements[*i].clone()).collect();
-        narrowed.selection.names = keep.iter().map(|i| sel.names[*i].clone()).collect();
-        narrowed.selection.node_selectors = keep.iter().map(|i| sel.node_selectors[*i].clone()).collect();
-        narrowed.selection.sticky = keep.iter().map(|i| sel.sticky[*i]).collect();
-        narrowed.owner_statefulset = facts.statefulset.clone();
-        if let Err(ip) = requested::by_range(&narrowed.ranges, &self.requested) {
+        let ranges: Vec<IpRange> = keep.iter().map(|i| cfg.ranges[*i].clone()).collect();
+        if let Err(ip) = requested::by_range(&ranges, &cfg.requested) {
             let chosen: Vec<String> = keep.iter().map(|i| all[*i].clone()).collect();
             return Err(ConfigError::invalid(
                 "requested address",
-                format!("{ip} lies in no range chosen for pod {} (chosen: {})", self.pod, chosen.join(", ")),
+                format!("{ip} lies in no range chosen for pod {} (chosen: {})", cfg.pod, chosen.join(", ")),
             ));
         }
-        Ok(narrowed)
+        Ok(keep)
     }
 
-    /// The StatefulSet an entry in `range` records (sticky StatefulSet addresses): the pod's owner, when `range` is
-    /// sticky (never in slice mode, which the config refuses with it).
-    pub fn sticky_statefulset(&self, range: &IpRange) -> Option<String> {
-        let owner = self.owner_statefulset.as_ref()?;
-        let index = self.ranges.iter().position(|r| r.cidr() == range.cidr())?;
-        self.selection.sticky.get(index).copied().unwrap_or(false).then(|| owner.clone())
+    /// The selection of the ranges at `keep` only.
+    pub fn narrowed(&self, keep: &[usize]) -> RangeSelection {
+        RangeSelection {
+            by_pod: self.by_pod,
+            names: keep.iter().map(|i| self.names[*i].clone()).collect(),
+            node_selectors: keep.iter().map(|i| self.node_selectors[*i].clone()).collect(),
+            sticky: keep.iter().map(|i| self.sticky[*i]).collect(),
+        }
+    }
+
+    /// The StatefulSet an entry in `range` (one of `ranges`) records: `owner`, the pod's, when `range` is sticky.
+    pub fn sticky_statefulset(&self, ranges: &[IpRange], range: &IpRange, owner: Option<&str>) -> Option<String> {
+        let owner = owner?;
+        let index = ranges.iter().position(|r| r.cidr() == range.cidr())?;
+        self.sticky.get(index).copied().unwrap_or(false).then(|| owner.to_string())
     }
 
     /// The range a reference names: its `name`, or its CIDR.
-    fn range_index(&self, reference: &str) -> Option<usize> {
-        let by_name = self.selection.names.iter().position(|n| n.as_deref() == Some(reference));
+    fn range_index(&self, ranges: &[IpRange], reference: &str) -> Option<usize> {
+        let by_name = self.names.iter().position(|n| n.as_deref() == Some(reference));
         by_name.or_else(|| {
             let net: IpNet = reference.parse().ok()?;
-            self.ranges.iter().position(|r| r.cidr() == net)
+            ranges.iter().position(|r| r.cidr() == net)
         })
+    }
+}
+
+impl IpamConfig {
+    /// This config with only the ranges at `keep`, and `mode` (narrowed alike by the caller).
+    pub fn with_ranges(&self, keep: &[usize], mode: super::Mode) -> IpamConfig {
+        IpamConfig { ranges: keep.iter().map(|i| self.ranges[*i].clone()).collect(), mode, ..self.clone() }
     }
 }
 

@@ -26,11 +26,25 @@ fn three() -> IpamConfig {
     .unwrap()
 }
 
+/// The one-pool-per-range settings of `cfg`.
+fn pools(cfg: &IpamConfig) -> &Pools {
+    match &cfg.mode {
+        Mode::Pools(p) => p,
+        other => panic!("one pool per range, not {other:?}"),
+    }
+}
+
+/// `cfg` narrowed to what `facts` choose on `node`, as an ADD narrows it.
+fn choose(cfg: &IpamConfig, node: &str, facts: &RangeFacts) -> Result<(IpamConfig, Pools), ConfigError> {
+    let keep = pools(cfg).selection.choose(cfg, node, facts)?;
+    Ok(pools(cfg).narrowed(cfg, &keep, facts.statefulset.clone()))
+}
+
 fn zone(z: &str) -> Option<BTreeMap<String, String>> {
     Some(BTreeMap::from([("zone".to_string(), z.to_string())]))
 }
 
-fn chosen(cfg: &IpamConfig) -> Vec<String> {
+fn chosen((cfg, _): &(IpamConfig, Pools)) -> Vec<String> {
     cfg.ranges.iter().map(|r| r.cidr().to_string()).collect()
 }
 
@@ -46,10 +60,10 @@ fn facts(pod: Option<&str>, namespace: Option<&str>, labels: Option<BTreeMap<Str
 #[test]
 fn the_keys_are_read_and_checked() {
     let cfg = three();
-    assert!(cfg.selection.by_pod && cfg.selection.reads_node());
-    assert_eq!(cfg.selection.names, [Some("blue".into()), Some("red".into()), Some("green".into())]);
+    assert!(pools(&cfg).selection.by_pod && pools(&cfg).selection.reads_node());
+    assert_eq!(pools(&cfg).selection.names, [Some("blue".into()), Some("red".into()), Some("green".into())]);
     let plain = load(json!({"type": "hereabouts", "range": "198.18.1.0/24"}), ARGS).unwrap();
-    assert!(!plain.selection.is_active(), "a Whereabouts config reads nothing more");
+    assert!(!pools(&plain).selection.is_active(), "a Whereabouts config reads nothing more");
     let cases = [
         (json!([{"range": "198.18.1.0/24", "name": "Blue"}]), "ipam.ipRanges[0].name", 7),
         (
@@ -80,7 +94,7 @@ fn the_keys_are_read_and_checked() {
 #[test]
 fn the_pod_annotation_then_the_namespace_then_every_range_that_serves_the_node() {
     let cfg = three();
-    let on_a = |pod, ns| cfg.choose_ranges("n1", &facts(pod, ns, zone("a"))).map(|c| chosen(&c));
+    let on_a = |pod, ns| choose(&cfg, "n1", &facts(pod, ns, zone("a"))).map(|c| chosen(&c));
     assert_eq!(on_a(Some(r#"["red"]"#), Some("blue")).unwrap(), ["198.18.2.0/24"]);
     assert_eq!(on_a(None, Some("blue")).unwrap(), ["198.18.1.0/24"]);
     assert_eq!(on_a(None, None).unwrap(), ["198.18.1.0/24", "198.18.2.0/24"], "green is for zone=b only");
@@ -89,15 +103,15 @@ fn the_pod_annotation_then_the_namespace_then_every_range_that_serves_the_node()
     // the object form: this network's entry, else the namespace's default
     assert_eq!(on_a(Some(r#"{"net1": ["red"], "net2": ["x"]}"#), Some("blue")).unwrap(), ["198.18.2.0/24"]);
     assert_eq!(on_a(Some(r#"{"net2": ["x"]}"#), Some("blue")).unwrap(), ["198.18.1.0/24"]);
-    let on_b = cfg.choose_ranges("n2", &facts(Some("green"), None, zone("b"))).unwrap();
+    let on_b = choose(&cfg, "n2", &facts(Some("green"), None, zone("b"))).unwrap();
     assert_eq!(chosen(&on_b), ["198.18.3.0/24"]);
-    assert_eq!(on_b.selection.names, [Some("green".to_string())]);
+    assert_eq!(on_b.1.selection.names, [Some("green".to_string())]);
 }
 
 #[test]
 fn a_choice_that_cannot_be_honoured_is_a_clear_error() {
     let cfg = three();
-    let err = |f: RangeFacts| cfg.choose_ranges("n1", &f).unwrap_err();
+    let err = |f: RangeFacts| choose(&cfg, "n1", &f).unwrap_err();
     let e = err(facts(Some("purple"), None, zone("a")));
     assert_eq!(e.code().number(), 7);
     assert_eq!(
@@ -131,12 +145,12 @@ fn a_node_no_range_serves_and_a_request_outside_the_choice_are_refused() {
         ARGS,
     )
     .unwrap();
-    assert!(!only_b.selection.by_pod);
-    let e = only_b.choose_ranges("n1", &facts(Some("ignored: pod_ranges is off"), None, zone("a"))).unwrap_err();
+    assert!(!pools(&only_b).selection.by_pod);
+    let e = choose(&only_b, "n1", &facts(Some("ignored: pod_ranges is off"), None, zone("a"))).unwrap_err();
     assert!(e.to_string().contains("no range of network net1 serves node n1: it matches the node_selector of none"));
-    let both = only_b.choose_ranges("n1", &facts(None, None, zone("b"))).unwrap();
+    let both = choose(&only_b, "n1", &facts(None, None, zone("b"))).unwrap();
     assert_eq!(chosen(&both), ["198.18.3.0/24", "2001:db8:3::/64"]);
-    assert_eq!(chosen(&only_b.choose_ranges("n1", &facts(None, None, zone("c"))).unwrap()), ["2001:db8:3::/64"]);
+    assert_eq!(chosen(&choose(&only_b, "n1", &facts(None, None, zone("c"))).unwrap()), ["2001:db8:3::/64"]);
 
     let asked = load(
         json!({"type": "hereabouts", "pod_ranges": true, "ipRanges": [
@@ -145,13 +159,13 @@ fn a_node_no_range_serves_and_a_request_outside_the_choice_are_refused() {
         &format!("{ARGS};IP=198.18.2.7"),
     )
     .unwrap();
-    let e = asked.choose_ranges("n1", &facts(Some("blue"), None, None)).unwrap_err();
+    let e = choose(&asked, "n1", &facts(Some("blue"), None, None)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "requested address: 198.18.2.7 lies in no range chosen for pod team-a/web-0 (chosen: blue (198.18.1.0/24))"
     );
-    let red = asked.choose_ranges("n1", &facts(Some("red"), None, None)).unwrap();
-    assert_eq!(red.requested_for(0), Some("198.18.2.7".parse().unwrap()));
+    let red = choose(&asked, "n1", &facts(Some("red"), None, None)).unwrap();
+    assert_eq!(red.0.requested_for(0), Some("198.18.2.7".parse().unwrap()));
 }
 
 #[test]
@@ -163,19 +177,19 @@ fn sticky_statefulset_is_per_range_with_a_config_wide_default() {
         ARGS,
     )
     .unwrap();
-    assert_eq!(cfg.selection.sticky, [true, true, false]);
-    assert!(cfg.selection.reads_pod() && cfg.selection.is_active(), "the ADD reads the pod's owner");
+    assert_eq!(pools(&cfg).selection.sticky, [true, true, false]);
+    assert!(pools(&cfg).selection.reads_pod() && pools(&cfg).selection.is_active(), "the ADD reads the pod's owner");
     // the owner comes from the ADD's read, never from the config
-    let mut owned =
-        cfg.choose_ranges("n1", &RangeFacts { statefulset: Some("web".into()), ..Default::default() }).unwrap();
-    assert_eq!(owned.sticky_statefulset(&owned.ranges[0].clone()), Some("web".to_string()));
-    assert_eq!(owned.sticky_statefulset(&owned.ranges[2].clone()), None);
-    owned.owner_statefulset = None;
-    assert_eq!(owned.sticky_statefulset(&owned.ranges[0].clone()), None, "no owner: nothing recorded");
+    let (owned, mut sticky) =
+        choose(&cfg, "n1", &RangeFacts { statefulset: Some("web".into()), ..Default::default() }).unwrap();
+    assert_eq!(sticky.sticky_statefulset(&owned.ranges, &owned.ranges[0]), Some("web".to_string()));
+    assert_eq!(sticky.sticky_statefulset(&owned.ranges, &owned.ranges[2]), None);
+    sticky.owner_statefulset = None;
+    assert_eq!(sticky.sticky_statefulset(&owned.ranges, &owned.ranges[0]), None, "no owner: nothing recorded");
     let only_entry =
         load(json!({"type": "hereabouts", "ipRanges": [{"range": "198.18.2.0/24", "sticky_statefulset": true}]}), ARGS)
             .unwrap();
-    assert_eq!(only_entry.selection.sticky, [true]);
+    assert_eq!(pools(&only_entry).selection.sticky, [true]);
     let provider = json!({"url": "https://127.0.0.1:1", "ca_file": "/ca.pem", "parent_interface": "eth0"});
     let err = load(
         json!({"type": "hereabouts", "sticky_statefulset": true, "range": "198.18.1.0/24", "iaas_provider": provider}),

@@ -57,6 +57,19 @@ fn load_at(stdin: &[u8], cni_args: &str, paths: &[PathBuf]) -> Result<IpamConfig
     load_with_paths(&Input { stdin, cni_args }, paths)
 }
 
+/// The API-server settings of `c`.
+pub(super) fn kube(c: &IpamConfig) -> &Kube {
+    c.mode.kube().expect("a mode on the API server")
+}
+
+/// How the ranges of `c` are placed: every one ordinary without a provider.
+fn placements(c: &IpamConfig) -> Vec<Placement> {
+    match &c.mode {
+        super::Mode::Provider(p) => p.placements.clone(),
+        _ => vec![Placement::Ordinary; c.ranges.len()],
+    }
+}
+
 fn ok(stdin: &[u8], cni_args: &str) -> IpamConfig {
     load_at(stdin, cni_args, &[]).unwrap_or_else(|e| panic!("refused: {e}"))
 }
@@ -409,14 +422,14 @@ fn static_only_defaults() {
         c.addresses,
         [StaticAddress { address: "192.168.100.5/24".parse().unwrap(), gateway: Some(ip("192.168.100.1")) }]
     );
-    assert!(c.overlapping_ranges);
-    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)));
+    assert!(kube(&c).overlapping_ranges);
+    assert_eq!(kube(&c).kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)));
     assert_eq!(c.log_file, None);
     assert_eq!(c.log_level, LogLevel::Debug);
-    assert_eq!(c.strategy, Strategy::LowestFree);
+    assert_eq!(kube(&c).strategy, crate::allocator::Strategy::LowestFree);
     assert!(c.requested.is_empty());
     assert_eq!(c.pod, PodRef::default());
-    assert_eq!(c.node_slice_size, None);
+    assert!(matches!(c.mode, super::Mode::Pools(_)), "one pool per range by default");
     assert_eq!(c.reconciler_cron_expression, None);
     assert_eq!(c.timeout, Duration::from_secs(90));
     assert!(c.ignored.is_empty());
@@ -438,19 +451,19 @@ fn every_key_is_read() {
     })));
     let c = ok(&conf, "");
     assert_eq!(c.network_name, "net-a");
-    assert!(!c.overlapping_ranges);
+    assert!(!kube(&c).overlapping_ranges);
     assert_eq!(c.routes.len(), 2);
     assert_eq!(c.routes[1].dst, "10.96.0.0/12".parse::<IpNet>().unwrap());
     assert_eq!(c.routes[1].gw, Some(ip("192.168.100.254")));
     assert_eq!((c.routes[1].mtu, c.routes[1].table), (Some(1400), Some(100)));
-    let dns = c.dns.unwrap();
+    let dns = c.dns.clone().unwrap();
     assert_eq!(dns.nameservers, ["10.96.0.10", "fe80::1%eth0"]);
     assert_eq!(dns.domain.as_deref(), Some("cluster.local"));
     assert_eq!((dns.search, dns.options), (vec!["svc".to_string()], vec!["ndots:5".to_string()]));
     assert_eq!(c.log_file.as_deref(), Some(Path::new("/var/log/hereabouts.log")));
     assert_eq!(c.log_level, LogLevel::Verbose);
     assert_eq!(c.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
-    assert_eq!(c.strategy, Strategy::Random);
+    assert_eq!(kube(&c).strategy, crate::allocator::Strategy::Random);
     assert_eq!(c.timeout, Duration::from_secs(20));
 }
 
@@ -559,7 +572,7 @@ fn flat_file_fills_the_kubeconfig_only_when_inline_lacks_it() {
     let paths = [flat.clone()];
     let lacking = netconf(static_only(json!({"kubernetes": null})));
     let c = load_at(&lacking, "", &paths).unwrap();
-    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new("/flat/whereabouts.kubeconfig")));
+    assert_eq!(kube(&c).kubeconfig.as_deref(), Some(Path::new("/flat/whereabouts.kubeconfig")));
     assert_eq!(c.log_file.as_deref(), Some(Path::new("/tmp/whereabouts.log")));
     assert_eq!(c.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
     assert_eq!(c.flat_file.as_deref(), Some(flat.as_path()));
@@ -567,7 +580,7 @@ fn flat_file_fills_the_kubeconfig_only_when_inline_lacks_it() {
 
     let having = netconf(static_only(json!({"log_level": "error"})));
     let c = load_at(&having, "", &paths).unwrap();
-    assert_eq!(c.kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)), "inline wins");
+    assert_eq!(kube(&c).kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)), "inline wins");
     assert_eq!(c.log_level, LogLevel::Error, "inline wins");
     assert_eq!(c.log_file.as_deref(), Some(Path::new("/tmp/whereabouts.log")), "the rest comes from the file");
 }
@@ -588,11 +601,11 @@ fn flat_file_cannot_turn_overlapping_ranges_off() {
     let dir = tempfile::tempdir().unwrap();
     let flat = write(dir.path(), "f.conf", r#"{"enable_overlapping_ranges": false}"#);
     let c = load_at(&netconf(static_only(json!({}))), "", std::slice::from_ref(&flat)).unwrap();
-    assert!(c.overlapping_ranges);
+    assert!(kube(&c).overlapping_ranges);
     assert_eq!(c.ignored.len(), 1);
     assert!(c.ignored[0].starts_with("enable_overlapping_ranges (flat file"), "{:?}", c.ignored);
     let c = load_at(&netconf(static_only(json!({"enable_overlapping_ranges": false}))), "", &[flat]).unwrap();
-    assert!(!c.overlapping_ranges);
+    assert!(!kube(&c).overlapping_ranges);
 }
 
 #[test]
@@ -753,7 +766,7 @@ fn flat_file_can_give_the_range() {
 #[test]
 fn node_slice_size_that_fits() {
     let c = ok(&netconf(ranged(json!({"range": "10.0.0.0/16", "node_slice_size": "/24"}))), "");
-    assert_eq!(c.node_slice_size.as_deref(), Some("/24"));
+    assert!(matches!(&c.mode, super::Mode::Slices(s) if s.size.as_str() == "/24" && s.size.prefix() == 24));
 }
 
 #[test]
@@ -791,9 +804,9 @@ fn provider_ranges_are_candidates_placed_by_their_entries() {
     );
     let warm = Placement::Provider(Mode::NodeWarm { node: "node-a".into() });
     let global = Placement::Provider(Mode::Global);
-    assert_eq!(c.placements, vec![global.clone(), warm, Placement::Ordinary, global]);
+    assert_eq!(placements(&c), vec![global.clone(), warm, Placement::Ordinary, global]);
     // without a provider every range is ordinary, and the entry keys of the mode are refused
-    assert_eq!(ok(&netconf(ranged(json!({}))), "").placements, vec![Placement::Ordinary]);
+    assert!(matches!(ok(&netconf(ranged(json!({}))), "").mode, super::Mode::Pools(_)));
     for (entry, key) in [
         (json!({"range": "10.1.0.0/28", "node_name": "node-a"}), "ipam.ipRanges[0].node_name"),
         (json!({"range": "10.1.0.0/28", "iaas_provider": false}), "ipam.ipRanges[0].iaas_provider"),
@@ -823,7 +836,7 @@ fn a_paired_range_follows_its_ipv4_range_and_is_refused_where_it_cannot_pair() {
     let cidrs: Vec<String> = c.ranges.iter().map(|r| r.cidr().to_string()).collect();
     assert_eq!(cidrs, ["10.9.0.0/24", "10.1.0.0/24", "2001:db8:1::/64"], "the IPv6 range right after its partner");
     assert_eq!(
-        c.placements,
+        placements(&c),
         vec![Placement::Provider(Mode::Global), Placement::Paired { v6: 2 }, Placement::PairedV6 { v4: 1 }]
     );
     for (entry, says) in [

@@ -1,13 +1,23 @@
-//! IaaS provider mode (`../shared/seeds/000_0b6f27cfa83fddaf.txt`, DESIGN §8): ranges whose addresses are cloud
-//! sub-interfaces that an external provider creates and releases over HTTPS. This module is the provider's client:
-//! the contract's requests and answers, verified TLS, and one call's time budget — the deadline is the earlier of
-//! `http_request_timeout` from now and the invocation's own, and `X-Request-Timeout-Ms` tells the provider what is
-//! left of it just before the request is sent, so that a provider can refuse work it cannot finish before taking
-//! a rate-limit token.
+//! IaaS provider candidates ([`Mode::Provider`](crate::config::Mode::Provider)): ranges whose addresses are cloud
+//! sub-interfaces that an external provider creates and releases over HTTPS (the contract: docs/provider.md).
+//!
+//! - [`add`](add()) is the ADD: the config's ranges are the interface's candidates, narrowed by class; [`check`] is
+//!   the CHECK. DEL and GC release the candidates' pools like any pool; the leader reconciler asks the provider to
+//!   release the sub-interfaces.
+//! - [`placement`] decides without I/O which free address to take and whether that needs a provider call.
+//! - The client speaks the contract: its requests and answers, verified TLS, and one call's time budget — the
+//!   deadline is the earlier of `http_request_timeout` from now and the invocation's own, and
+//!   `X-Request-Timeout-Ms` tells the provider what is left of it just before the request is sent, so that a
+//!   provider can refuse work it cannot finish before taking a rate-limit token.
 
+mod add;
 mod client;
 pub mod duration;
+mod place;
 pub mod placement;
+
+pub use add::IGNORED_CANDIDATES_REASON;
+pub(crate) use add::{add, check};
 
 use std::path::PathBuf;
 

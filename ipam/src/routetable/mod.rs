@@ -1,5 +1,6 @@
-//! The routing-table datastore (`"datastore": "routetable"`, seed 001) and the Kubernetes mode's announcement of
-//! addresses as host routes (`announce_routes`).
+//! The routing-table datastore ([`Mode::RouteTable`](crate::config::Mode::RouteTable), `"datastore": "routetable"`;
+//! its contract: docs/routetable.md) and the Kubernetes modes' announcement of addresses as host routes
+//! (`announce_routes`).
 //!
 //! With the routing-table datastore no API server is involved: an address is in use when the node's routing table
 //! has a host route to it, and a routing daemon on every node (BIRD in the tests and the README) spreads the host

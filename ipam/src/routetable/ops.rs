@@ -10,9 +10,9 @@ use super::claim::{self, HostRoute, Verdict};
 use super::records::{Record, Records};
 use super::{RouteTableError, Table};
 use crate::budget::Budget;
-use crate::config::{HostRoutes, IpamConfig};
-use crate::ipam::{Assigned, Request};
+use crate::config::{HostRoutes, IpamConfig, RouteTable};
 use crate::range::IpRange;
+use crate::request::{Assigned, Request};
 
 /// What an ADD of the routing-table datastore did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,10 +71,11 @@ enum Slot {
 pub async fn assign<T: Table>(
     table: &T,
     cfg: &IpamConfig,
+    mode: &RouteTable,
     req: &Request,
     budget: &Budget,
 ) -> Result<Claimed, RouteTableError> {
-    let routes = cfg.host_routes.as_ref().expect("the routing-table datastore has host routes");
+    let routes = &mode.routes;
     let records = Records::open(&routes.state_dir, &cfg.name)?;
     let pod = cfg.pod.to_string();
     let mut links = Vec::with_capacity(cfg.ranges.len());
@@ -88,7 +89,7 @@ pub async fn assign<T: Table>(
             slots[i] = Slot::Held(rec.route);
         }
     }
-    let outcome = claim_all(table, cfg, &records, &links, &mut slots, req, &pod, budget).await;
+    let outcome = claim_all(table, cfg, mode, &records, &links, &mut slots, req, &pod, budget).await;
     match outcome {
         Ok((collisions, rounds)) => {
             let assigned = slots
@@ -118,6 +119,7 @@ pub async fn assign<T: Table>(
 async fn claim_all<T: Table>(
     table: &T,
     cfg: &IpamConfig,
+    mode: &RouteTable,
     records: &Records,
     links: &[u32],
     slots: &mut [Slot],
@@ -125,8 +127,7 @@ async fn claim_all<T: Table>(
     pod: &str,
     budget: &Budget,
 ) -> Result<(u32, u32), RouteTableError> {
-    let routes = cfg.host_routes.as_ref().expect("checked");
-    let claiming = cfg.claiming.as_ref().expect("checked");
+    let (routes, claiming) = (&mode.routes, &mode.claiming);
     let (mut collisions, mut rounds) = (0u32, 0u32);
     let mut salt = 0u64;
     loop {
@@ -239,7 +240,7 @@ pub async fn gc<T: Table>(
     table: &T,
     routes: &HostRoutes,
     network: &str,
-    valid: &[crate::ipam::Attachment],
+    valid: &[crate::request::Attachment],
     settle: Duration,
 ) -> Result<usize, RouteTableError> {
     let records = Records::open(&routes.state_dir, network)?;
@@ -266,8 +267,12 @@ pub async fn gc<T: Table>(
 }
 
 /// CHECK: the attachment holds one address in every range, and each one's route is in the table.
-pub async fn check<T: Table>(table: &T, cfg: &IpamConfig, req: &Request) -> Result<(), RouteTableError> {
-    let routes = cfg.host_routes.as_ref().expect("the routing-table datastore has host routes");
+pub async fn check<T: Table>(
+    table: &T,
+    cfg: &IpamConfig,
+    routes: &HostRoutes,
+    req: &Request,
+) -> Result<(), RouteTableError> {
     let records = Records::open(&routes.state_dir, &cfg.name)?;
     let held = records.of(&req.container_id, &req.ifname)?;
     for range in &cfg.ranges {
@@ -381,13 +386,17 @@ mod tests {
         }
     }
 
-    fn config(state: &std::path::Path) -> IpamConfig {
+    fn config(state: &std::path::Path) -> (IpamConfig, RouteTable) {
         let stdin = json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": {"type": "hereabouts",
             "datastore": "routetable", "range": "198.18.0.0/29", "ipRanges": [{"range": "2001:db8::/125"}],
             "route_state_dir": state, "propagation_timeout_ms": 0, "timeout_seconds": 2}})
         .to_string();
-        load_with_paths(&Input { stdin: stdin.as_bytes(), cni_args: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p" }, &[])
-            .unwrap()
+        let cfg =
+            load_with_paths(&Input { stdin: stdin.as_bytes(), cni_args: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p" }, &[])
+                .unwrap();
+        let crate::config::Mode::RouteTable(mode) = &cfg.mode else { panic!("the routing table: {:?}", cfg.mode) };
+        let mode = mode.clone();
+        (cfg, mode)
     }
 
     fn req(c: &str) -> Request {
@@ -397,9 +406,9 @@ mod tests {
     #[tokio::test]
     async fn a_failure_half_way_rolls_back_what_the_add_wrote() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path());
+        let (cfg, mode) = config(dir.path());
         let table = FakeTable { refuse: Some("2001:db8::/125".parse().unwrap()), ..FakeTable::default() };
-        let e = assign(&table, &cfg, &req("a"), &Budget::new(cfg.timeout)).await.unwrap_err();
+        let e = assign(&table, &cfg, &mode, &req("a"), &Budget::new(cfg.timeout)).await.unwrap_err();
         assert!(e.to_string().contains("Operation not permitted"), "{e}");
         assert!(table.routes.lock().unwrap().is_empty(), "the IPv4 claim was withdrawn");
         assert!(Records::open(dir.path(), "net").unwrap().list().unwrap().is_empty(), "and its record removed");
@@ -408,20 +417,20 @@ mod tests {
     #[tokio::test]
     async fn a_repeated_add_gets_what_the_attachment_holds_and_a_full_range_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path());
+        let (cfg, mode) = config(dir.path());
         let table = FakeTable::default();
         let budget = Budget::new(cfg.timeout);
-        let first = assign(&table, &cfg, &req("a"), &budget).await.unwrap();
+        let first = assign(&table, &cfg, &mode, &req("a"), &budget).await.unwrap();
         assert_eq!(first.assigned.len(), 2);
-        assert_eq!(assign(&table, &cfg, &req("a"), &budget).await.unwrap().assigned, first.assigned);
+        assert_eq!(assign(&table, &cfg, &mode, &req("a"), &budget).await.unwrap().assigned, first.assigned);
         for c in ["b", "c", "d", "e", "f"] {
-            assign(&table, &cfg, &req(c), &budget).await.unwrap();
+            assign(&table, &cfg, &mode, &req(c), &budget).await.unwrap();
         }
         let before = table.routes.lock().unwrap().len();
-        let e = assign(&table, &cfg, &req("g"), &budget).await.unwrap_err();
+        let e = assign(&table, &cfg, &mode, &req("g"), &budget).await.unwrap_err();
         assert!(matches!(e, RouteTableError::Exhausted { .. }), "{e}");
         assert_eq!(table.routes.lock().unwrap().len(), before, "nothing written");
-        assert_eq!(release(&table, cfg.host_routes.as_ref().unwrap(), "net", "a", "net1").await.unwrap(), 2);
+        assert_eq!(release(&table, &mode.routes, "net", "a", "net1").await.unwrap(), 2);
         assert_eq!(table.routes.lock().unwrap().len(), before - 2);
     }
 }

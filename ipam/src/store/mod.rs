@@ -50,6 +50,15 @@ pub const NETWORK_ANNOTATION: &str = "hereabouts.cni.cncf.io/network-name";
 /// counted by its range.
 pub const USABLE_ANNOTATION: &str = "hereabouts.cni.cncf.io/usable-addresses";
 
+/// How many addresses `pool` may hand out: what its creator's config said ([`USABLE_ANNOTATION`]), else its
+/// range's usable count.
+pub fn capacity(pool: &IpPool) -> u128 {
+    let annotated = pool.metadata.annotations.as_ref().and_then(|a| a.get(USABLE_ANNOTATION)?.parse().ok());
+    annotated.unwrap_or_else(|| {
+        crate::range::IpRange::parse(&pool.spec.range, None, None, &[]).map_or(0, |r| r.usable_count())
+    })
+}
+
 /// The pool object `create_pool` writes.
 pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128, node_name: Option<&str>) -> IpPool {
     let spec = crate::crd::IpPoolSpec {
@@ -470,6 +479,25 @@ pub fn reservation_object(name: &str, claim: &Claim) -> OverlappingRangeIpReserv
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pool(range: &str, usable: Option<&str>) -> IpPool {
+        let mut pool = IpPool::new("p", crate::crd::IpPoolSpec { range: range.into(), ..Default::default() });
+        if let Some(u) = usable {
+            pool.metadata.annotations = Some([(USABLE_ANNOTATION.to_string(), u.to_string())].into());
+        }
+        pool
+    }
+
+    #[test]
+    fn capacity_is_the_configs_else_the_ranges() {
+        assert_eq!(capacity(&pool("198.18.0.0/24", Some("100"))), 100);
+        assert_eq!(
+            capacity(&pool("198.18.0.0/24", None)),
+            254,
+            "Whereabouts' pool: the range less network and broadcast"
+        );
+        assert_eq!(capacity(&pool("198.18.0.0/24", Some("many"))), 254, "an unreadable annotation is passed over");
+    }
 
     #[test]
     fn node_names_as_label_values() {

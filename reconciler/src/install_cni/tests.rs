@@ -105,7 +105,8 @@ fn flat_file_loads_as_the_cni_plugin_loads_it() {
     let stdin = serde_json::to_vec(&stdin).unwrap();
     let cfg = load_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]).unwrap();
     assert_eq!(cfg.flat_file.as_deref(), Some(path.as_path()));
-    assert_eq!(cfg.kubeconfig.as_deref(), Some(Path::new("/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig")));
+    let kubeconfig = cfg.mode.kube().and_then(|k| k.kubeconfig.as_deref());
+    assert_eq!(kubeconfig, Some(Path::new("/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig")));
     assert_eq!(cfg.log_level, LogLevel::Verbose);
     assert_eq!(cfg.log_file.as_deref(), Some(Path::new("/var/log/hereabouts.log")));
     assert_eq!(cfg.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));

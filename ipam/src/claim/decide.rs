@@ -1,6 +1,6 @@
 //! The protocol's decisions, without I/O: which entry an ADD keeps or which offset it claims, and whose a
-//! reservation or an entry is after a read. The async shells in `assign`, `release` and `reservation` read, ask
-//! these, and write.
+//! reservation or an entry is after a read. The async shells of the claim, the release and the reservation read,
+//! ask these, and write.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -45,10 +45,10 @@ pub enum Plan {
     Claim(u128),
     /// No usable offset is free.
     Exhausted,
-    /// The requested address is held by `holder` in this pool.
-    RequestedTaken { holder: String },
-    /// The requested address may not be handed out from this range.
-    RequestedUnusable,
+    /// The requested address `ip` is held by `holder` in this pool.
+    RequestedTaken { ip: IpAddr, holder: String },
+    /// The requested address `ip` may not be handed out from this range.
+    RequestedUnusable { ip: IpAddr },
 }
 
 /// What the ADD knows when it plans.
@@ -93,10 +93,10 @@ pub fn plan(pool: &IpPool, ask: &Ask<'_>) -> Plan {
     let taken = |offset: u128| pool.spec.allocations.contains_key(&offset.to_string());
     if let Some(ip) = ask.requested {
         let Some(offset) = ask.range.offset_of(ip).filter(|&o| ask.range.is_usable(o) && o <= MAX_OFFSET) else {
-            return Plan::RequestedUnusable;
+            return Plan::RequestedUnusable { ip };
         };
         if let Some(holder) = pool.spec.allocations.get(&offset.to_string()) {
-            return Plan::RequestedTaken { holder: holder.podref.clone() };
+            return Plan::RequestedTaken { ip, holder: holder.podref.clone() };
         }
         return Plan::Claim(offset);
     }
@@ -223,11 +223,11 @@ mod tests {
         let pool = mk_pool(&[(5, mk_entry("ns/b", "net1", "x"))]);
         let mut a = ask(&range, &none);
         a.requested = Some("10.0.0.5".parse().unwrap());
-        assert_eq!(plan(&pool, &a), Plan::RequestedTaken { holder: "ns/b".into() });
+        assert_eq!(plan(&pool, &a), Plan::RequestedTaken { ip: "10.0.0.5".parse().unwrap(), holder: "ns/b".into() });
         a.requested = Some("10.0.0.6".parse().unwrap());
         assert_eq!(plan(&pool, &a), Plan::Claim(6));
         a.requested = Some("10.0.0.255".parse().unwrap());
-        assert_eq!(plan(&pool, &a), Plan::RequestedUnusable);
+        assert_eq!(plan(&pool, &a), Plan::RequestedUnusable { ip: "10.0.0.255".parse().unwrap() });
     }
 
     #[test]

@@ -1,101 +1,10 @@
-//! The use cases: assign, release, check and gc, orchestrating config, allocator and store under the protocol of
-//! DESIGN §5; and what the reconciler writes (reclaim, restore, orphans). The decisions are pure functions in
-//! [`decide`]; the rest reads, asks them, and writes.
-
-mod assign;
-mod candidates;
-mod choose;
-pub mod decide;
-mod journal;
-mod placed;
-mod reclaim;
-mod release;
-mod reservation;
-mod sliced;
-
-pub use assign::assign;
-pub use candidates::IGNORED_CANDIDATES_REASON;
-pub use choose::{RANGES_CLUSTER_ROLE, choose_ranges, statefulset_ordinal};
-pub use reclaim::{
-    Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, restore_reservation,
-};
-pub use release::{Attachment, check, check_candidates, gc, release};
-pub use reservation::release_if_ours;
+//! Why a use case failed, and the CNI code each failure answers with.
 
 use std::net::IpAddr;
 
 use crate::budget::RetryError;
 use crate::codes::Code;
-use crate::config::{IpamConfig, ReleaseConfig};
-use crate::range::IpRange;
 use crate::store::{Failure, StoreError};
-
-/// How long after its start an ADD may still write: its budget (`timeout_seconds`, at most
-/// [`crate::config::MAX_TIMEOUT`]), the roll-back grace, and the API server's own timeout for a request still in
-/// flight, with room to spare. A claim younger than this may belong to an ADD under way: GC leaves such entries
-/// alone, and the reconciler's default orphan age is this.
-pub const SETTLE_TIME: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// Who asks: one attachment of one pod, on one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// `CNI_CONTAINERID`.
-    pub container_id: String,
-    /// `CNI_IFNAME`.
-    pub ifname: String,
-    /// The node this invocation runs on.
-    pub node: String,
-}
-
-/// The network a DEL, CHECK or GC acts on: what names its pools and reservations.
-#[derive(Debug, Clone, Copy)]
-pub struct Scope<'a> {
-    /// The netconf `name`: GC releases only entries recorded for this network.
-    pub network: &'a str,
-    /// `ipam.network_name`: the prefix of pool and reservation names.
-    pub network_name: &'a str,
-    /// The ranges, whose CIDRs name the pools.
-    pub ranges: &'a [IpRange],
-    /// Whether the network claims addresses with reservations.
-    pub overlapping_ranges: bool,
-    /// Slice mode (`node_slice_size`): the range's entries live in its slices' pools.
-    pub sliced: bool,
-}
-
-impl<'a> From<&'a IpamConfig> for Scope<'a> {
-    fn from(cfg: &'a IpamConfig) -> Self {
-        Self {
-            network: &cfg.name,
-            network_name: &cfg.network_name,
-            ranges: &cfg.ranges,
-            overlapping_ranges: cfg.overlapping_ranges,
-            sliced: cfg.node_slice_prefix().is_some(),
-        }
-    }
-}
-
-impl<'a> From<&'a ReleaseConfig> for Scope<'a> {
-    fn from(cfg: &'a ReleaseConfig) -> Self {
-        Self {
-            network: &cfg.name,
-            network_name: &cfg.network_name,
-            ranges: &cfg.ranges,
-            overlapping_ranges: cfg.overlapping_ranges,
-            sliced: cfg.sliced,
-        }
-    }
-}
-
-/// One address handed out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assigned {
-    /// The address.
-    pub ip: IpAddr,
-    /// The prefix length of its range.
-    pub prefix_len: u8,
-    /// The configured gateway, if it lies in this range.
-    pub gateway: Option<IpAddr>,
-}
 
 /// Why a use case failed.
 #[derive(Debug, thiserror::Error)]
@@ -267,7 +176,7 @@ impl IpamError {
         }
     }
 
-    pub(super) fn from_retry(what: &str, err: RetryError<StoreError>) -> Self {
+    pub(crate) fn from_retry(what: &str, err: RetryError<StoreError>) -> Self {
         match err {
             RetryError::Failed(e) if e.is_transient() => IpamError::Expired(format!("{what}: {e}")),
             RetryError::Failed(e) => IpamError::Store(Box::new(e)),

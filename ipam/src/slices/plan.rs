@@ -1,4 +1,4 @@
-//! Node-affine slices (DESIGN §7), the decisions without I/O: how a range is cut, which slice an ADD writes to,
+//! Node-affine slices, the decisions without I/O: how a range is cut, which slice an ADD writes to,
 //! which free slice a node claims, whose slice it borrows from, and which slices the leader assigns or frees.
 //!
 //! A `NodeSlicePool` lists every slice of a range with the node that owns it (`""`: free). A node allocates from
@@ -49,6 +49,37 @@ pub fn parse_slice_size(s: &str) -> Option<u8> {
         return None;
     }
     digits.parse::<u8>().ok().filter(|p| *p <= 128)
+}
+
+/// A `node_slice_size` as the config spells it (`/26` or `26`) and the prefix length it means: read once, written
+/// as spelled (Whereabouts' controller compares `spec.sliceSize` with its config's string).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceSize {
+    prefix: u8,
+    spelled: String,
+}
+
+impl SliceSize {
+    /// `s`, if it is a prefix length: `/26` or `26`.
+    pub fn parse(s: &str) -> Option<Self> {
+        parse_slice_size(s).map(|prefix| Self { prefix, spelled: s.to_string() })
+    }
+
+    /// The prefix length of a slice.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// As the config spells it.
+    pub fn as_str(&self) -> &str {
+        &self.spelled
+    }
+}
+
+impl std::fmt::Display for SliceSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.spelled)
+    }
 }
 
 /// How many slices of `prefix` `range` holds (saturating: only compared with [`MAX_SLICES`]).

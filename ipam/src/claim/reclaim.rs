@@ -3,14 +3,14 @@
 //! network an entry belongs to, so no network config is needed. The judging is the reconciler's; these only
 //! write, guarded so that nothing changed since the judgement is touched.
 
-use super::IpamError;
 use super::journal::{Removed, remove_entry};
 use super::reservation::release_if_ours;
 use crate::budget::Budget;
 use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
-use crate::store::{Claim, Created, Deleted, Store, StoreError, Version};
+use crate::store::{Claim, Created, Deleted, PoolStore, ReservationStore, StoreError, Version};
 
 /// What reclaiming one entry did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub fn reservation_of(pool: &IpPool, offset: u128) -> Option<String> {
 /// Removes the entry `held` at `offset` of `pool` (only if it is still exactly that holder) and then its
 /// reservation, if that is still the entry's.
 pub async fn reclaim(
-    store: &impl Store,
+    store: &(impl PoolStore + ReservationStore),
     pool: &IpPool,
     offset: u128,
     held: &IpAllocation,
@@ -78,7 +78,7 @@ pub enum Restored {
 /// Makes sure the reservation `name` exists for the entry `held`: re-creates it when it is missing (Whereabouts'
 /// DEL deletes reservations by name, a fault may have lost it), and reports who holds it otherwise.
 pub async fn restore_reservation(
-    store: &impl Store,
+    store: &impl ReservationStore,
     name: &str,
     held: &IpAllocation,
     budget: &Budget,
@@ -121,7 +121,7 @@ pub async fn restore_reservation(
 /// pools and found no entry accounting for it. An ADD that takes it over in between changes its version, so the
 /// delete fails and the claim stays.
 pub async fn release_orphan(
-    store: &impl Store,
+    store: &impl ReservationStore,
     reservation: &OverlappingRangeIpReservation,
     budget: &Budget,
 ) -> Result<bool, IpamError> {

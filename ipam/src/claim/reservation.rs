@@ -4,11 +4,11 @@
 //! Every outcome that is not a clear answer is resolved by reading the reservation again: a create whose answer
 //! was lost finds the reservation ours on the read, a take-over that raced another writer finds it changed.
 
-use super::IpamError;
 use super::decide::{Holder, Me, holder, is_releasable_by};
 use crate::budget::Budget;
 use crate::crd::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
-use crate::store::{Claim, Created, Deleted, Patched, Store, StoreError, Version};
+use crate::error::IpamError;
+use crate::store::{Claim, Created, Deleted, Patched, ReservationStore, StoreError, Version};
 
 /// The outcome of claiming an address cluster-wide.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub(super) enum Claimed {
 }
 
 async fn read(
-    store: &impl Store,
+    store: &impl ReservationStore,
     name: &str,
     budget: &Budget,
 ) -> Result<Option<OverlappingRangeIpReservation>, IpamError> {
@@ -34,7 +34,7 @@ async fn read(
 /// same attachment. Returns who holds it when that is another attachment; the caller must then not use the
 /// address.
 pub(super) async fn claim(
-    store: &impl Store,
+    store: &impl ReservationStore,
     name: &str,
     me: &Me<'_>,
     node: &str,
@@ -84,7 +84,7 @@ pub(super) async fn claim(
 /// no container). Returns whether it deleted it; a reservation that is gone, another pod's or a later sandbox's
 /// is left alone.
 pub async fn release_if_ours(
-    store: &impl Store,
+    store: &impl ReservationStore,
     name: &str,
     podref: &str,
     container: &str,

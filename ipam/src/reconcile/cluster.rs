@@ -1,5 +1,5 @@
-//! What the reconciler asks of the cluster besides the store: the pod an entry names, read fresh, and Events on
-//! pods. [`KubeCluster`] is the API server; tests give their own.
+//! What the release rules ask of the cluster besides the store: the pod an entry names, read fresh, and Events on
+//! pods. [`KubeCluster`] is the API server; tests and `kubectl hereabouts` give their own.
 
 use std::future::Future;
 
@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 
-use crate::decide::{PodView, StatefulSetView, podref_parts};
+use super::rules::{PodView, StatefulSetView, podref_parts};
 
 /// The annotation a mirror pod carries: the kubelet's UID of the static pod it mirrors.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";

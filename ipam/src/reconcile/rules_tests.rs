@@ -1,5 +1,5 @@
 use super::*;
-use hereabouts_ipam::crd::IpPoolSpec;
+use crate::crd::IpPoolSpec;
 use k8s_openapi::jiff::SignedDuration;
 use proptest::prelude::*;
 use std::net::IpAddr;

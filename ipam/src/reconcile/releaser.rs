@@ -1,34 +1,76 @@
 //! What the reconciler does about one entry or one reservation: re-read what the decision needs, decide with the
-//! rules of [`crate::decide`], write with the guarded operations of `hereabouts_ipam::ipam`, then count it and
-//! tell the pod's Events. Shared by the node loop and the cluster reconcile.
+//! rules of [`super::rules`], write with the guarded operations of [`crate::claim`], then count it and tell the
+//! pod's Events. Shared by the reconciler's node loop and cluster reconcile, and by `kubectl hereabouts ipam check
+//! --repair`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use hereabouts_ipam::budget::Budget;
-use hereabouts_ipam::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation};
-use hereabouts_ipam::ipam::{
-    Reclaimed, Restored, address_of, reclaim, release_orphan, reservation_of, restore_reservation,
+use super::cluster::{Cluster, Notice};
+use super::rules::{
+    Facts, Index, Keep, KeepReservation, PodView, Reason, ReservationVerdict, Verdict, judge, judge_reservation,
+    podref_parts, sticky_wanted,
 };
-use hereabouts_ipam::store::{Store, StoreError, claimed_at};
-
-use crate::cluster::{Cluster, Notice};
-use crate::decide::{
-    Facts, Index, Keep, PodView, Reason, ReservationVerdict, Verdict, judge, judge_reservation, podref_parts,
-    sticky_wanted,
-};
-use crate::http::Health;
+use crate::budget::Budget;
+use crate::claim::{Reclaimed, Restored, address_of, reclaim, release_orphan, reservation_of, restore_reservation};
+use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation};
+use crate::store::{PoolStore, ReservationStore, StoreError, claimed_at};
 
 /// Time one release or repair may take, retries included.
 const STEP_BUDGET: Duration = Duration::from_secs(30);
 
+/// What a releaser counts, for whoever keeps the numbers: the reconciler's metrics; nothing for a one-off repair.
+pub trait Tally: Send + Sync {
+    /// An entry was given back, for `reason`.
+    fn released(&self, _reason: Reason) {}
+    /// An entry changed between the judgement and the guarded write: a race lost safely.
+    fn changed(&self) {}
+    /// A release failed.
+    fn failed(&self) {}
+    /// The missing reservation of a live entry was put back.
+    fn restored(&self) {}
+    /// An address was found held by more than one pod.
+    fn conflict(&self) {}
+    /// A reservation no entry accounts for was deleted.
+    fn orphan_released(&self) {}
+    /// How many addresses the last full pass found held by more than one pod.
+    fn conflicts_now(&self, _count: usize) {}
+}
+
+/// Counts nothing.
+impl Tally for () {}
+
+impl<T: Tally + ?Sized> Tally for std::sync::Arc<T> {
+    fn released(&self, reason: Reason) {
+        (**self).released(reason);
+    }
+    fn changed(&self) {
+        (**self).changed();
+    }
+    fn failed(&self) {
+        (**self).failed();
+    }
+    fn restored(&self) {
+        (**self).restored();
+    }
+    fn conflict(&self) {
+        (**self).conflict();
+    }
+    fn orphan_released(&self) {
+        (**self).orphan_released();
+    }
+    fn conflicts_now(&self, count: usize) {
+        (**self).conflicts_now(count);
+    }
+}
+
 /// Everything a release needs.
 #[derive(Debug)]
-pub struct Releaser<S, C> {
+pub struct Releaser<S, C, T = ()> {
     pub store: S,
     pub cluster: C,
-    pub health: Arc<Health>,
+    /// What counts the outcomes.
+    pub tally: T,
     /// Entries younger than this whose pod is missing are left alone (a static pod's mirror may not exist yet).
     pub grace: Duration,
     /// A reservation no entry accounts for is released once its last claim is this old: longer than any ADD runs.
@@ -59,7 +101,7 @@ pub enum ReservationOutcome {
 /// Pod reads made within one pass, so that a pod with many entries is read once.
 pub type Views = HashMap<String, PodView>;
 
-impl<S: Store, C: Cluster> Releaser<S, C> {
+impl<S: PoolStore + ReservationStore, C: Cluster, T: Tally> Releaser<S, C, T> {
     async fn view(&self, podref: &str, views: &mut Views) -> Option<PodView> {
         if let Some(view) = views.get(podref) {
             return Some(view.clone());
@@ -106,29 +148,28 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
         }
         let Some(view) = self.view(&held.podref, views).await else { return Considered::Failed };
         let Some(sticky) = self.sticky(held).await else { return Considered::Failed };
-        let facts = Facts { pod: &view, gone_uid, now: hereabouts_ipam::clock::now(), grace: self.grace, sticky };
+        let facts = Facts { pod: &view, gone_uid, now: crate::clock::now(), grace: self.grace, sticky };
         let reason = match judge(held, &facts) {
             Verdict::Keep(keep) => return Considered::Kept(keep),
             Verdict::Release(reason) => reason,
         };
         let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
         let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());
-        let metrics = &self.health.metrics;
         match reclaim(&self.store, pool, offset, held, &Budget::new(STEP_BUDGET)).await {
             Ok(Reclaimed::Released) => {
-                metrics.count_release(reason.as_str());
+                self.tally.released(reason);
                 tracing::info!(pool = %pool_name, %ip, podref = %held.podref, reason = reason.as_str(), "released");
                 let note = format!("released {ip} (pool {pool_name}, interface {}): {}", held.ifname, reason.as_str());
                 self.tell(held, false, "AddressReleased", note).await;
                 Considered::Released(reason)
             }
             Ok(Reclaimed::Changed) => {
-                metrics.patch_conflicts.inc();
+                self.tally.changed();
                 tracing::debug!(pool = %pool_name, %ip, podref = %held.podref, "entry changed in between; left alone");
                 Considered::Changed
             }
             Err(e) => {
-                metrics.release_failures.inc();
+                self.tally.failed();
                 tracing::error!(pool = %pool_name, %ip, podref = %held.podref, error = %e, "release failed");
                 self.tell(held, true, "AddressReleaseFailed", format!("{ip}: {e}")).await;
                 Considered::Failed
@@ -153,7 +194,7 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
                     let _ = release_orphan(&self.store, &created, &budget).await;
                     return true;
                 }
-                self.health.metrics.reservations_restored.inc();
+                self.tally.restored();
                 tracing::warn!(reservation = %name, podref = %held.podref, "restored the missing reservation of a live entry");
                 let note = format!("the reservation {name} of this pod's address was missing and is restored");
                 self.tell(held, true, "ReservationRestored", note).await;
@@ -183,7 +224,7 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
     /// Reports an address held by several pods (Event on each, and the metric): the rules cannot tell which is
     /// right, so both are kept and an operator decides.
     pub async fn conflict(&self, reservation: &str, pods: &[&str]) {
-        self.health.metrics.conflicts_seen.inc();
+        self.tally.conflict();
         tracing::error!(%reservation, pods = ?pods, "address held by more than one pod");
         let note = format!("address {reservation} is held by more than one pod: {}", pods.join(", "));
         for pod in pods {
@@ -209,13 +250,13 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
                 claimed_at(reservation),
                 index.holders(&name),
                 !pools.is_empty(),
-                hereabouts_ipam::clock::now(),
+                crate::clock::now(),
                 self.orphan_age,
             )
         };
         match verdict(listed, index) {
             ReservationVerdict::Release => {}
-            ReservationVerdict::Keep(crate::decide::KeepReservation::Fresh) => return ReservationOutcome::Fresh,
+            ReservationVerdict::Keep(KeepReservation::Fresh) => return ReservationOutcome::Fresh,
             // conflicts are reported from the entries' side
             ReservationVerdict::Keep(_) | ReservationVerdict::Conflict(_) => return ReservationOutcome::Kept,
         }
@@ -230,13 +271,13 @@ impl<S: Store, C: Cluster> Releaser<S, C> {
         let (reservation, index) = fresh;
         match verdict(&reservation, &index) {
             ReservationVerdict::Release => {}
-            ReservationVerdict::Keep(crate::decide::KeepReservation::Fresh) => return ReservationOutcome::Fresh,
+            ReservationVerdict::Keep(KeepReservation::Fresh) => return ReservationOutcome::Fresh,
             _ => return ReservationOutcome::Kept,
         }
         match release_orphan(&self.store, &reservation, &Budget::new(STEP_BUDGET)).await {
             Ok(true) => {
-                self.health.metrics.reservations_released.inc();
-                self.health.metrics.count_release(Reason::Orphaned.as_str());
+                self.tally.orphan_released();
+                self.tally.released(Reason::Orphaned);
                 tracing::info!(reservation = %name, podref = %reservation.spec.podref, "released an orphaned reservation");
                 ReservationOutcome::Released
             }

@@ -1,7 +1,8 @@
 //! The whole protocol under faults, on the in-memory store: pods that ADD (retried like a kubelet retries a
 //! sandbox), DEL, get deleted without DEL, finish, are recreated under the same name, are static pods; CNI GC;
 //! a reconciler that releases on pod deletion and sweeps on a schedule — all interleaved on one runtime, every
-//! process suffering lost responses, 409, 422, 429, 500, timeouts and death at random calls.
+//! process suffering lost responses, 409, 422, 429, 500, timeouts and death at random calls. The CNI's part goes
+//! through the verbs, as the binary runs them; the store applies the very patch documents the live store sends.
 //!
 //! Invariants, checked on every case:
 //! - never two live attachments (of different pods) on one address, at any time;
@@ -19,22 +20,19 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hereabouts_ipam::budget::Budget;
-use hereabouts_ipam::config::{self, Input, IpamConfig};
+use hereabouts_ipam::config::{self, Input, IpamConfig, ReleaseConfig};
 use hereabouts_ipam::crd::IpPool;
-use hereabouts_ipam::ipam::{self, Attachment, Request, Scope};
+use hereabouts_ipam::reconcile::rules::PodView;
+use hereabouts_ipam::reconcile::{Cluster, Considered, Notice, Releaser, entries, reconcile_once};
+use hereabouts_ipam::routetable::{KernelTable, TableError};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, MemoryStore, Rng};
-use hereabouts_reconciler::cluster::{Cluster, Notice};
-use hereabouts_reconciler::decide::PodView;
-use hereabouts_reconciler::http::Health;
-use hereabouts_reconciler::metrics::Metrics;
-use hereabouts_reconciler::release::{Releaser, entries};
-use hereabouts_reconciler::sweep::reconcile_once;
+use hereabouts_ipam::store::{ConnectError, PoolStore};
+use hereabouts_ipam::verbs::{self, Host};
+use hereabouts_ipam::{Attachment, Code, Request};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 
 const NS: &str = "sim";
-const BUDGET: Duration = Duration::from_secs(90);
 const GRACE: Duration = Duration::from_secs(60);
 const ORPHAN_AGE: Duration = Duration::from_secs(300);
 /// How long a process may hang before the runtime gives up on it (a killed process never answers).
@@ -150,7 +148,7 @@ impl Cluster for SimCluster {
         &self,
         _namespace: &str,
         _name: &str,
-    ) -> Result<Option<hereabouts_reconciler::decide::StatefulSetView>, String> {
+    ) -> Result<Option<hereabouts_ipam::reconcile::rules::StatefulSetView>, String> {
         Ok(None)
     }
 
@@ -198,13 +196,28 @@ impl World {
     }
 
     fn releaser(&self, store: MemoryStore) -> Releaser<MemoryStore, SimCluster> {
-        Releaser {
-            store,
-            cluster: SimCluster(self.truth.clone()),
-            health: Arc::new(Health { ready: false.into(), metrics: Metrics::new() }),
-            grace: GRACE,
-            orphan_age: ORPHAN_AGE,
-        }
+        Releaser { store, cluster: SimCluster(self.truth.clone()), tally: (), grace: GRACE, orphan_age: ORPHAN_AGE }
+    }
+}
+
+/// One process's machine: its store handle, as every connect of its invocation gets it; no routing table, no
+/// host lock (the protocol must be safe without it).
+struct Process(MemoryStore);
+
+impl Host for Process {
+    type Store = MemoryStore;
+    type Table = KernelTable;
+
+    async fn connect(&self, _kubeconfig: &std::path::Path) -> Result<MemoryStore, ConnectError> {
+        Ok(self.0.clone())
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        Err(TableError::Netlink { op: "open a netlink socket", detail: "the simulated networks use no route".into() })
+    }
+
+    fn lock_dir(&self) -> Option<std::path::PathBuf> {
+        None
     }
 }
 
@@ -235,7 +248,7 @@ async fn pod_life(world: Arc<World>, podref: String, script: PodScript, incarnat
         let req = Request { container_id: container.clone(), ifname: "net1".into(), node: node.clone() };
         // the cluster heals after a while: the last tries suffer no faults
         let store = if attempt < 4 { world.process(&container) } else { world.quiet(&container) };
-        let outcome = as_process(ipam::assign(&store, &cfg, &req, &Budget::new(BUDGET))).await;
+        let outcome = as_process(verbs::add(&Process(store.clone()), &cfg, &req)).await;
         world.truth.lock().unwrap().adds += 1;
         match outcome {
             Some(Ok(assigned)) => {
@@ -245,7 +258,10 @@ async fn pod_life(world: Arc<World>, podref: String, script: PodScript, incarnat
                 break;
             }
             outcome => {
-                if let Some(Err(ipam::IpamError::CoolingDown { .. })) = &outcome {
+                if let Some(Err(e)) = &outcome
+                    && e.code == Code::TryAgainLater
+                    && e.details.contains("reuse cooldown")
+                {
                     world.truth.lock().unwrap().cooling_refusals += 1;
                 }
                 // a process that died answers nothing: its own time-outs end it, with nothing more written
@@ -289,7 +305,7 @@ async fn pod_life(world: Arc<World>, podref: String, script: PodScript, incarnat
         && script.repeat_add
     {
         let store = world.quiet(&format!("{}-again", req.container_id));
-        let again = ipam::assign(&store, &cfg, req, &Budget::new(BUDGET)).await;
+        let again = verbs::add(&Process(store), &cfg, req).await;
         let live = world.truth.lock().unwrap().live.get(&podref).map(|l| l.ips.clone());
         match again {
             Ok(assigned) => {
@@ -347,10 +363,13 @@ async fn end(world: &World, podref: &str, uid: &str, cfg: &IpamConfig, req: Opti
     true
 }
 
+/// DEL, as the runtime runs it: again until it succeeds. A DEL succeeds also when it leaves what it cannot
+/// release to the reconciler; only "try again later" (the API server did not answer in time) fails it.
 async fn del_until_done(world: &World, cfg: &IpamConfig, req: &Request) {
+    let cfg = ReleaseConfig::from(cfg.clone());
     for attempt in 0.. {
         let store = if attempt < 3 { world.process(&format!("del-{}", req.container_id)) } else { world.quiet("del") };
-        if let Some(Ok(_)) = as_process(ipam::release(&store, &Scope::from(cfg), req, &Budget::new(BUDGET))).await {
+        if let Some(Ok(_)) = as_process(verbs::del(&Process(store), &cfg, req)).await {
             return;
         }
     }
@@ -463,13 +482,13 @@ async fn reconciler(
 /// What the node loop does on pod deletions: judge each entry naming the pod, told its UID is gone. Returns the
 /// deletions to try again.
 async fn node_loop(releaser: &Releaser<MemoryStore, SimCluster>, gone: Vec<(String, String)>) -> Vec<(String, String)> {
-    let Ok(pools) = hereabouts_ipam::store::PoolStore::list_pools(&releaser.store).await else { return gone };
+    let Ok(pools) = releaser.store.list_pools().await else { return gone };
     let mut again = Vec::new();
     for (podref, uid) in gone {
         let mut views = HashMap::new();
         for (pool, offset, held) in entries(&pools, |a| a.podref == podref) {
             let outcome = releaser.consider(pool, offset, held, Some(&uid), &mut views).await;
-            if outcome == hereabouts_reconciler::release::Considered::Failed {
+            if outcome == Considered::Failed {
                 again.push((podref.clone(), uid.clone()));
             }
         }
@@ -486,8 +505,9 @@ async fn gc(world: &World, store: &MemoryStore) -> Vec<(String, String)> {
                 .map(|(c, _)| Attachment { container_id: c.clone(), ifname: "net1".into() })
                 .collect()
         });
-        let cfg = world.cfg(network, "sim/gc", "gc");
-        let _ = ipam::gc(store, &Scope::from(&cfg), &format!("node-{node}"), &valid, &Budget::new(BUDGET)).await;
+        let cfg = ReleaseConfig::from(world.cfg(network, "sim/gc", "gc"));
+        let req = Request { container_id: String::new(), ifname: String::new(), node: format!("node-{node}") };
+        let _ = verbs::gc(&Process(store.clone()), &cfg, &req, &valid).await;
     }
     Vec::new()
 }

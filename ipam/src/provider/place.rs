@@ -1,18 +1,18 @@
 //! ADD of a provider-backed range (IaaS provider mode): which free address to prefer, and the provider call that
 //! places it on this node when its sub-interface is not cached (or warm) here. A failed or timed-out call fails
-//! the ADD, and [`super::assign`] rolls back the entry and reservation it claimed.
+//! the ADD, and the claim's journal rolls back the entry and reservation it claimed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::IpamError;
+use super::placement::{self, Mode, Pick, SubInterface};
+use super::{AllocateRequest, ProviderClient, ProviderConfig, ProviderError, SubEniRequest};
 use crate::budget::Budget;
 use crate::config::IpamConfig;
 use crate::crd::{IpPool, SubInterfaceRecord};
-use crate::provider::placement::{self, Mode, Pick, SubInterface};
-use crate::provider::{AllocateRequest, ProviderClient, ProviderError, SubEniRequest};
+use crate::error::IpamError;
 use crate::range::IpRange;
-use crate::store::{Failure, Patched, Store, StoreError};
+use crate::store::{Failure, Patched, StoreError, SubInterfaceStore};
 
 /// A provider-backed ADD's client and identity.
 pub(super) struct Placer<'a> {
@@ -42,11 +42,16 @@ pub(super) enum Placed {
 }
 
 impl<'a> Placer<'a> {
-    /// The placer of `cfg`'s provider, `None` for an ordinary range.
-    pub(super) fn new(cfg: &'a IpamConfig, node: &'a str) -> Result<Option<Self>, IpamError> {
-        let Some(provider) = &cfg.provider else { return Ok(None) };
+    /// The placer of `provider` for the ADD of `cfg` on `node`: the provider's CA and certificates are read here,
+    /// before anything is written.
+    pub(super) fn new(cfg: &'a IpamConfig, provider: &'a ProviderConfig, node: &'a str) -> Result<Self, IpamError> {
         let client = ProviderClient::new(provider)?;
-        Ok(Some(Self { client, parent_interface: &provider.parent_interface, cfg, node }))
+        Ok(Self { client, parent_interface: &provider.parent_interface, cfg, node })
+    }
+
+    /// The node it places on.
+    pub(super) fn node(&self) -> &str {
+        self.node
     }
 
     /// The offsets an ADD in `pool` must not take (sub-interfaces the provider is unbinding), and the free one it
@@ -79,7 +84,7 @@ impl<'a> Placer<'a> {
     /// a cached one only if it already pairs that address.
     pub(super) async fn place(
         &self,
-        store: &impl Store,
+        store: &impl SubInterfaceStore,
         mode: &Mode,
         at: &At<'_>,
         budget: &Budget,

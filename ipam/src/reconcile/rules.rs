@@ -5,10 +5,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use hereabouts_ipam::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
-use hereabouts_ipam::ipam::pool_scope;
-use hereabouts_ipam::names;
-use hereabouts_ipam::range::IpRange;
+use crate::claim::pool_scope;
+use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
+use crate::names;
+use crate::range::IpRange;
 use k8s_openapi::jiff::Timestamp;
 
 /// What the API server says of the pod an allocation names, read right before deciding.
@@ -102,7 +102,7 @@ pub struct StatefulSetView {
 /// The ordinal of the pod `podref` names as a pod of StatefulSet `statefulset` (`<statefulset>-<ordinal>`).
 pub fn ordinal_of(podref: &str, statefulset: &str) -> Option<i32> {
     let (_, pod) = podref_parts(podref)?;
-    hereabouts_ipam::ipam::statefulset_ordinal(pod, statefulset)
+    crate::claim::statefulset_ordinal(pod, statefulset)
 }
 
 /// Whether `entry` is sticky and `statefulset` (as read now; `None`: it does not exist) still wants its pod's
@@ -262,7 +262,7 @@ impl Index {
     }
 }
 
-pub use hereabouts_ipam::names::reservation_address;
+pub use crate::names::reservation_address;
 
 /// Why a reservation is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,5 +337,5 @@ pub fn entry_claim(entry: &IpAllocation, reservation: Option<&OverlappingRangeIp
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
+#[path = "rules_tests.rs"]
 mod tests;

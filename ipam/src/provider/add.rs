@@ -5,42 +5,158 @@
 //! an address; a paired dual-stack candidate gives both families at once. A candidate with nothing to give here is
 //! passed over having written nothing; any other failure fails the ADD, all or nothing across the families.
 
+use std::collections::BTreeSet;
+use std::future::Future;
 use std::net::IpAddr;
 
-use super::assign::RangeAdd;
-use super::decide::{self, Me};
-use super::journal::Journal;
-use super::placed::{At, Placer};
-use super::{Assigned, IpamError, Request};
+use super::place::{At, Placer};
+use super::placement::{Mode, Narrowed, Placement};
 use crate::budget::Budget;
-use crate::config::IpamConfig;
-use crate::crd::{IpPool, SubInterfaceRecord};
+use crate::claim::decide;
+use crate::claim::{Claim, Claimant, Journal, Policy, Steer, Target};
+use crate::config::{IpamConfig, Provider};
+use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
+use crate::error::IpamError;
 use crate::names;
-use crate::provider::placement::{Mode, Narrowed, Placement};
 use crate::range::IpRange;
-use crate::store::{PodEvent, Store, StoreError};
+use crate::request::{Assigned, Request};
+use crate::store::{CoreStore, Patched, PodEvent, PoolStore, ReservationStore, StoreError, SubInterfaceStore};
 
 /// The reason of the Warning Event on a pod whose config's candidate ranges mixed classes.
 pub const IGNORED_CANDIDATES_REASON: &str = "HereaboutsIgnoredCandidates";
 
-/// One provider-mode ADD: the attachment, its config, the store, the budget and the provider's client.
-pub(super) struct CandidateAdd<'a, S> {
-    pub store: &'a S,
-    pub cfg: &'a IpamConfig,
-    pub req: &'a Request,
-    pub budget: &'a Budget,
-    pub me: &'a Me<'a>,
-    pub placer: &'a Placer<'a>,
+/// Assigns the attachment `req` one address per IP family of the candidates of `cfg` (see the module
+/// documentation). A provider's CA and certificates are read before anything is written.
+pub(crate) async fn add<S>(
+    store: &S,
+    cfg: &IpamConfig,
+    mode: &Provider,
+    req: &Request,
+    budget: &Budget,
+) -> Result<Vec<Assigned>, IpamError>
+where
+    S: PoolStore + ReservationStore + SubInterfaceStore + CoreStore,
+{
+    let placer = Placer::new(cfg, &mode.provider, &req.node)?;
+    let podref = cfg.pod.to_string();
+    let who = Claimant::new(cfg, &mode.kube, req, &podref);
+    CandidateAdd { store, cfg, mode, req, budget, who: &who, placer: &placer }.run().await
 }
 
-impl<S: Store> CandidateAdd<'_, S> {
-    pub(super) async fn run(&self) -> Result<Vec<Assigned>, IpamError> {
-        let cfg = self.cfg;
-        let narrowed = cfg.candidates();
+/// What the provider's mode adds to the claim in a candidate's pool: the pool's fixed shape (bound to a node or
+/// not), and for a provider-backed range which free address to prefer and the placement of its sub-interface.
+struct Placing<'a> {
+    /// The node the pool must be bound to (`None`: no node).
+    bound: Option<&'a str>,
+    /// For a provider-backed range, the client and the pool's placement mode.
+    placer: Option<(&'a Placer<'a>, &'a Mode)>,
+    /// Whether the address is placed once claimed; `false` for the IPv4 half of a dual-stack pair, placed with its
+    /// IPv6 partner once both are claimed.
+    place: bool,
+}
+
+impl<S: PoolStore + SubInterfaceStore> Policy<S> for Placing<'_> {
+    fn create(&self) -> Option<Option<&str>> {
+        Some(self.bound)
+    }
+
+    /// A pool found in another shape is refused, since its mode is fixed for its life.
+    fn check(&self, pool: IpPool, name: &str) -> Result<IpPool, IpamError> {
+        let found = pool.spec.node_name.as_deref();
+        if found == self.bound {
+            return Ok(pool);
+        }
+        let say = |n: Option<&str>| n.map_or("a global pool (no node)".to_string(), |n| format!("node-warm on {n}"));
+        Err(IpamError::PoolPlacement {
+            pool: name.to_string(),
+            message: format!(
+                "the pool is {} but the config makes it {}: a pool's placement is fixed for its life",
+                say(found),
+                say(self.bound)
+            ),
+        })
+    }
+
+    /// Sub-interfaces the provider is unbinding are avoided; a global pool prefers one cached here, a node-warm
+    /// pool hands out only what is warm on this node (no provider call, no other address).
+    fn steer(&self, pool: &IpPool, range: &IpRange, excluded: &BTreeSet<u128>) -> Steer {
+        let Some((placer, mode)) = self.placer else { return Steer::default() };
+        let (avoid, prefer) = placer.prefer(mode, pool, range, excluded);
+        Steer { avoid, prefer, only: matches!(mode, Mode::NodeWarm { .. }) }
+    }
+
+    fn nothing_here(&self, pool: &str, range: &IpRange) -> IpamError {
+        match self.placer {
+            Some((placer, _)) => IpamError::NoWarmAddress { pool: pool.to_string(), node: placer.node().to_string() },
+            None => IpamError::Exhausted { pool: pool.to_string(), range: range.cidr().to_string() },
+        }
+    }
+
+    /// The claim is guarded on the sub-interface record as read, so one the provider marked unbinding (or moved)
+    /// since is not taken.
+    fn guard_record(&self, pool: &IpPool, offset: u128) -> Option<SubInterfaceRecord> {
+        self.placer.and_then(|_| pool.spec.sub_interfaces.get(&offset.to_string()).cloned())
+    }
+
+    fn add_entry(
+        &self,
+        store: &S,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        record: Option<&SubInterfaceRecord>,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send {
+        let (pool, entry, record) = (pool.to_string(), entry.clone(), record.cloned());
+        async move {
+            match &record {
+                Some(seen) => store.add_allocation_on(&pool, offset, &entry, seen).await,
+                None => store.add_allocation(&pool, offset, &entry).await,
+            }
+        }
+    }
+
+    /// A provider-backed address is placed on this node (a provider call unless its sub-interface is cached or
+    /// warm here).
+    async fn claimed(
+        &self,
+        store: &S,
+        pool: &IpPool,
+        range: &IpRange,
+        offset: u128,
+        budget: &Budget,
+    ) -> Result<(), IpamError> {
+        if let Some((placer, mode)) = self.placer
+            && self.place
+        {
+            let at = At { pool, range, offset, paired: None };
+            placer.place(store, mode, &at, budget).await?;
+        }
+        Ok(())
+    }
+}
+
+/// One provider-mode ADD: the attachment, its config, the store, the budget and the provider's client.
+struct CandidateAdd<'a, S> {
+    store: &'a S,
+    cfg: &'a IpamConfig,
+    mode: &'a Provider,
+    req: &'a Request,
+    budget: &'a Budget,
+    who: &'a Claimant<'a>,
+    placer: &'a Placer<'a>,
+}
+
+impl<S> CandidateAdd<'_, S>
+where
+    S: PoolStore + ReservationStore + SubInterfaceStore + CoreStore,
+{
+    async fn run(&self) -> Result<Vec<Assigned>, IpamError> {
+        let (cfg, mode) = (self.cfg, self.mode);
+        let narrowed = mode.candidates();
         if !narrowed.ignored.is_empty() {
             self.warn_ignored(&narrowed).await;
         }
-        if narrowed.kept.first().is_some_and(|i| matches!(cfg.placements[*i], Placement::Paired { .. })) {
+        if narrowed.kept.first().is_some_and(|i| matches!(mode.placements[*i], Placement::Paired { .. })) {
             return self.pair(&narrowed.kept).await;
         }
         let mut families: Vec<bool> = Vec::new();
@@ -58,7 +174,7 @@ impl<S: Store> CandidateAdd<'_, S> {
                 .iter()
                 .copied()
                 .filter(|i| cfg.ranges[*i].cidr().addr().is_ipv4() == v4)
-                .filter(|i| cfg.placements[*i].bound_node().is_none_or(|n| n == self.req.node))
+                .filter(|i| mode.placements[*i].bound_node().is_none_or(|n| n == self.req.node))
                 .collect();
             // an address asked for (runtimeConfig ips, CNI_ARGS IP) comes from its own range, or from none
             if here.iter().any(|i| cfg.requested_for(*i).is_some()) {
@@ -85,17 +201,18 @@ impl<S: Store> CandidateAdd<'_, S> {
         let (order, mut held) = self.holding_first(here).await?;
         let mut tried = Vec::new();
         for index in order {
-            let (range, placement) = (&cfg.ranges[index], &cfg.placements[index]);
-            let mut add = RangeAdd::new(self.store, cfg, self.req, self.me, range, self.budget);
-            add.read = held.take();
-            add.requested = cfg.requested_for(index);
-            add.given = assigned.iter().filter_map(|a| range.offset_of(a.ip)).collect();
-            add.shape = Some(placement.bound_node());
-            if let Placement::Provider(mode) = placement {
-                add.placer = Some((self.placer, mode));
-            }
+            let (range, placement) = (&cfg.ranges[index], &self.mode.placements[index]);
+            let mut target = Target::new(names::pool_name(&cfg.network_name, range.cidr()), range);
+            target.read = held.take();
+            target.requested = cfg.requested_for(index);
+            target.given = assigned.iter().filter_map(|a| range.offset_of(a.ip)).collect();
+            let placer = match placement {
+                Placement::Provider(mode) => Some((self.placer, mode)),
+                _ => None,
+            };
+            let policy = Placing { bound: placement.bound_node(), placer, place: true };
             let mut written = Journal::default();
-            match add.run(&mut written).await {
+            match Claim::new(self.store, self.who, target, &policy, self.budget).run(&mut written).await {
                 Ok(ip) => {
                     journal.extend(written);
                     return Ok(self.assigned(ip, range));
@@ -132,7 +249,7 @@ impl<S: Store> CandidateAdd<'_, S> {
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {name}: get"), e))?;
             match pool {
-                Some(pool) if decide::held_by(&pool, self.me).is_some() => {
+                Some(pool) if decide::held_by(&pool, &self.who.me).is_some() => {
                     let index = here.remove(at);
                     here.insert(0, index);
                     return Ok((here, Some(pool)));
@@ -149,7 +266,7 @@ impl<S: Store> CandidateAdd<'_, S> {
     async fn pair(&self, kept: &[usize]) -> Result<Vec<Assigned>, IpamError> {
         let mut tried = Vec::new();
         for &v4 in kept {
-            let Placement::Paired { v6 } = self.cfg.placements[v4] else { continue };
+            let Placement::Paired { v6 } = self.mode.placements[v4] else { continue };
             let mut written = Journal::default();
             match self.add_pair(v4, v6, &mut written).await {
                 Ok(pair) => return Ok(pair),
@@ -168,26 +285,26 @@ impl<S: Store> CandidateAdd<'_, S> {
     /// life, or for a new sub-interface one that no other pairs — then the placement of both.
     async fn add_pair(&self, v4: usize, v6: usize, journal: &mut Journal) -> Result<Vec<Assigned>, IpamError> {
         let (cfg, range4, range6) = (self.cfg, &self.cfg.ranges[v4], &self.cfg.ranges[v6]);
-        let mut add4 = RangeAdd::new(self.store, cfg, self.req, self.me, range4, self.budget);
-        add4.shape = Some(None);
-        add4.placer = Some((self.placer, &Mode::Global));
-        add4.place = false;
+        let global = Mode::Global;
+        let policy4 = Placing { bound: None, placer: Some((self.placer, &global)), place: false };
+        let target4 = Target::new(names::pool_name(&cfg.network_name, range4.cidr()), range4);
+        let add4 = Claim::new(self.store, self.who, target4, &policy4, self.budget);
         let ip4 = add4.run(journal).await?;
-        let offset4 = range4.offset_of(ip4).expect("the range gave it");
+        let offset4 = range4.offset_of(ip4).expect("a claim in a range gives an address of that range");
         // the pool as it is now: the claim is ours, its record what the provider and other nodes last wrote
         let pool4 = add4.read_pool().await?;
         let paired_of = |r: &SubInterfaceRecord| r.paired_address.as_deref().and_then(|a| a.parse::<IpAddr>().ok());
         let sticky = pool4.spec.sub_interfaces.get(&offset4.to_string()).and_then(paired_of);
-        let mut add6 = RangeAdd::new(self.store, cfg, self.req, self.me, range6, self.budget);
-        add6.shape = Some(None);
+        let mut target6 = Target::new(names::pool_name(&cfg.network_name, range6.cidr()), range6);
         match sticky {
-            Some(ip6) => add6.requested = Some(ip6),
+            Some(ip6) => target6.requested = Some(ip6),
             None => {
                 let paired = pool4.spec.sub_interfaces.values().filter_map(paired_of);
-                add6.given = paired.filter_map(|a| range6.offset_of(a)).collect();
+                target6.given = paired.filter_map(|a| range6.offset_of(a)).collect();
             }
         }
-        let ip6 = add6.run(journal).await?;
+        let policy6 = Placing { bound: None, placer: None, place: false };
+        let ip6 = Claim::new(self.store, self.who, target6, &policy6, self.budget).run(journal).await?;
         let pool6 = names::pool_name(&cfg.network_name, range6.cidr());
         let at = At { pool: &pool4, range: range4, offset: offset4, paired: Some((ip6, &pool6)) };
         self.placer.place(self.store, &Mode::Global, &at, self.budget).await?;
@@ -220,7 +337,8 @@ impl<S: Store> CandidateAdd<'_, S> {
     async fn warn_ignored(&self, narrowed: &Narrowed<usize>) {
         let (cfg, req) = (self.cfg, self.req);
         let list = |items: &[usize]| {
-            let each = items.iter().map(|i| format!("{} ({:?})", cfg.ranges[*i].cidr(), cfg.placements[*i].class()));
+            let each =
+                items.iter().map(|i| format!("{} ({:?})", cfg.ranges[*i].cidr(), self.mode.placements[*i].class()));
             each.collect::<Vec<_>>().join(", ")
         };
         let message = format!(
@@ -243,4 +361,38 @@ impl<S: Store> CandidateAdd<'_, S> {
             Err(_) => tracing::warn!(pod = %cfg.pod, "no answer in time to the Warning Event on the pod"),
         }
     }
+}
+
+/// CHECK of a provider config, whose ranges are candidates: for each IP family among the candidates an ADD tries
+/// ([`Provider::kept_ranges`]), one of their pools holds the attachment's entry.
+pub(crate) async fn check<S: PoolStore>(
+    store: &S,
+    cfg: &IpamConfig,
+    mode: &Provider,
+    req: &Request,
+    budget: &Budget,
+) -> Result<(), IpamError> {
+    let kept = mode.kept_ranges(&cfg.ranges);
+    let mine = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
+    for v4 in [true, false] {
+        let family: Vec<&IpRange> = kept.iter().copied().filter(|r| r.cidr().addr().is_ipv4() == v4).collect();
+        let Some(first) = family.first() else { continue };
+        let mut found = false;
+        for range in &family {
+            let name = names::pool_name(&cfg.network_name, range.cidr());
+            let pool = crate::claim::read_pool(store, &name, budget).await?;
+            if pool.is_some_and(|p| p.spec.allocations.values().any(mine)) {
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            return Err(IpamError::Missing {
+                pool: names::pool_name(&cfg.network_name, first.cidr()),
+                container_id: req.container_id.clone(),
+                ifname: req.ifname.clone(),
+            });
+        }
+    }
+    Ok(())
 }

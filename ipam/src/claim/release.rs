@@ -3,27 +3,53 @@
 //! Release keeps going after a failure and returns every failure, so one bad pool does not leak the others.
 
 use std::collections::HashSet;
+use std::future::Future;
 
+use super::Scope;
 use super::journal::remove_entry;
 use super::reservation::release_if_ours;
-use super::{IpamError, Request, Scope};
 use crate::budget::Budget;
 use crate::crd::{IpAllocation, IpPool};
+use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
-use crate::store::{Store, StoreError};
+use crate::request::{Attachment, Request};
+use crate::store::{PoolStore, ReservationStore, StoreError};
 
-/// One attachment the runtime still holds, as listed in `cni.dev/valid-attachments`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
-pub struct Attachment {
-    /// The container id.
-    #[serde(rename = "containerID")]
-    pub container_id: String,
-    /// The interface name.
-    pub ifname: String,
+/// One pool that may hold entries of a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// The pool's name.
+    pub pool: String,
+    /// The part of the range it holds (all of it, or one slice).
+    pub range: IpRange,
+    /// Whether it is the asking node's own (always, but for another node's slice).
+    pub own: bool,
 }
 
-async fn read_pool(store: &impl Store, name: &str, budget: &Budget) -> Result<Option<IpPool>, IpamError> {
+/// Where a mode keeps a range's entries: the pools DEL, CHECK and GC search.
+pub(crate) trait Layout<S>: Sync {
+    /// The pools that may hold entries of `range` of `scope`, `node`'s own first. Reading what lists them (a
+    /// NodeSlicePool) can fail like any read.
+    fn places(
+        &self,
+        store: &S,
+        scope: &Scope<'_>,
+        range: &IpRange,
+        node: &str,
+        budget: &Budget,
+    ) -> impl Future<Output = Result<Vec<Place>, IpamError>> + Send;
+
+    /// The object a CHECK that finds no entry for `range` names.
+    fn missing_in(&self, scope: &Scope<'_>, range: &IpRange) -> String;
+}
+
+/// The pool `name`, or `None` when it does not exist.
+pub(crate) async fn read_pool(
+    store: &impl PoolStore,
+    name: &str,
+    budget: &Budget,
+) -> Result<Option<IpPool>, IpamError> {
     budget
         .retry(StoreError::is_transient, || store.get_pool(name))
         .await
@@ -41,7 +67,7 @@ fn entries<'a>(
 /// reservation if the entry is no longer ours and the reservation still is.
 #[allow(clippy::too_many_arguments)]
 async fn release_entry(
-    store: &impl Store,
+    store: &(impl PoolStore + ReservationStore),
     scope: &Scope<'_>,
     range: &IpRange,
     pool: &str,
@@ -66,44 +92,16 @@ async fn release_entry(
 enum Search {
     /// Every pool that may hold an entry of the range.
     All,
-    /// In slice mode, the node's own slices first, and the others only if nothing was found there (DEL: a pod's
+    /// The node's own pools first, and the others only if nothing was found there (DEL in slice mode: a pod's
     /// address is in its node's slice unless it was borrowed).
     OwnFirst,
 }
 
-/// The pools of `range` in `scope`, each with the part of the range it holds: the range's pool, or in slice mode
-/// the pools of its slices that have an owner, `node`'s first. Reading the NodeSlicePool can fail like any read.
-async fn pools_of(
-    store: &impl Store,
-    scope: &Scope<'_>,
-    range: &IpRange,
-    node: &str,
-    budget: &Budget,
-) -> Result<Vec<(String, IpRange, bool)>, IpamError> {
-    if !scope.sliced {
-        return Ok(vec![(names::pool_name(scope.network_name, range.cidr()), range.clone(), true)]);
-    }
-    let name = names::node_slice_pool_name(scope.network_name, scope.network);
-    let found = budget
-        .retry(StoreError::is_transient, || store.get_node_slices(&name))
-        .await
-        .map_err(|e| IpamError::from_retry(&format!("node slices {name}: get"), e))?;
-    let Some(pool) = found else { return Ok(Vec::new()) };
-    let mut slices: Vec<_> = crate::slices::slices_of(&pool).into_iter().filter(|s| !s.node.is_empty()).collect();
-    slices.sort_by_key(|s| s.node != node);
-    Ok(slices
-        .into_iter()
-        .filter_map(|s| {
-            let sub = range.slice(s.cidr)?;
-            Some((s.pool_name(scope.network_name), sub, s.node == node))
-        })
-        .collect())
-}
-
 /// Releases, in every range of `scope`, the entries `wanted` selects. Keeps going after a failure and returns
 /// them all. Returns how many entries were released.
-async fn release_where(
-    store: &impl Store,
+async fn release_where<S: PoolStore + ReservationStore>(
+    store: &S,
+    layout: &impl Layout<S>,
     scope: &Scope<'_>,
     node: &str,
     search: Search,
@@ -113,7 +111,7 @@ async fn release_where(
     let mut released = 0;
     let mut errors = Vec::new();
     for range in scope.ranges {
-        let pools = match pools_of(store, scope, range, node, budget).await {
+        let places = match layout.places(store, scope, range, node, budget).await {
             Ok(pools) => pools,
             Err(e) => {
                 errors.push(e);
@@ -122,7 +120,7 @@ async fn release_where(
         };
         let mut found_own = false;
         let mut borrowed: Option<Vec<String>> = None;
-        for (name, sub, own) in &pools {
+        for Place { pool: name, range: sub, own } in &places {
             if !own && search == Search::OwnFirst {
                 if found_own {
                     break;
@@ -166,7 +164,7 @@ async fn release_where(
 
 /// The reservations labelled with `node` of the attachments `wanted` selects.
 async fn borrowed_reservations(
-    store: &impl Store,
+    store: &impl ReservationStore,
     node: &str,
     budget: &Budget,
     wanted: &impl Fn(&IpAllocation) -> bool,
@@ -194,8 +192,9 @@ async fn borrowed_reservations(
 
 /// Releases every address the attachment `req` holds in the ranges of `scope` (matched on container id and
 /// interface, as Whereabouts does). Releasing what is not there succeeds. Returns how many were released.
-pub async fn release(
-    store: &impl Store,
+pub(crate) async fn release<S: PoolStore + ReservationStore>(
+    store: &S,
+    layout: &impl Layout<S>,
     scope: &Scope<'_>,
     req: &Request,
     budget: &Budget,
@@ -203,61 +202,29 @@ pub async fn release(
     // a sticky StatefulSet entry waits for the pod's next incarnation; the reconciler releases it once the
     // StatefulSet no longer wants the ordinal (DEL cannot tell a scale-down from a pod being replaced)
     let wanted = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname && a.statefulset.is_none();
-    release_where(store, scope, &req.node, Search::OwnFirst, budget, wanted).await
+    release_where(store, layout, scope, &req.node, Search::OwnFirst, budget, wanted).await
 }
 
 /// Verifies that the attachment `req` holds an address in every range of `scope`.
-pub async fn check(store: &impl Store, scope: &Scope<'_>, req: &Request, budget: &Budget) -> Result<(), IpamError> {
-    let mine = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
-    for range in scope.ranges {
-        let mut found = false;
-        let pools = pools_of(store, scope, range, &req.node, budget).await?;
-        for (name, _, _) in &pools {
-            if read_pool(store, name, budget).await?.is_some_and(|p| entries(&p, &mine).next().is_some()) {
-                found = true;
-                break;
-            }
-        }
-        if !found {
-            let pool = match scope.sliced {
-                true => names::node_slice_pool_name(scope.network_name, scope.network),
-                false => names::pool_name(scope.network_name, range.cidr()),
-            };
-            return Err(IpamError::Missing {
-                pool,
-                container_id: req.container_id.clone(),
-                ifname: req.ifname.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// CHECK of a provider config, whose ranges are candidates: for each IP family among `kept` (the candidates an ADD
-/// tries, [`IpamConfig::kept_ranges`](crate::config::IpamConfig::kept_ranges)), one of their pools holds the
-/// attachment's entry.
-pub async fn check_candidates(
-    store: &impl Store,
+pub(crate) async fn check<S: PoolStore>(
+    store: &S,
+    layout: &impl Layout<S>,
     scope: &Scope<'_>,
-    kept: &[&IpRange],
     req: &Request,
     budget: &Budget,
 ) -> Result<(), IpamError> {
     let mine = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
-    for v4 in [true, false] {
-        let family: Vec<&IpRange> = kept.iter().copied().filter(|r| r.cidr().addr().is_ipv4() == v4).collect();
-        let Some(first) = family.first() else { continue };
+    for range in scope.ranges {
         let mut found = false;
-        for range in &family {
-            let name = names::pool_name(scope.network_name, range.cidr());
-            if read_pool(store, &name, budget).await?.is_some_and(|p| entries(&p, &mine).next().is_some()) {
+        for place in layout.places(store, scope, range, &req.node, budget).await? {
+            if read_pool(store, &place.pool, budget).await?.is_some_and(|p| entries(&p, &mine).next().is_some()) {
                 found = true;
                 break;
             }
         }
         if !found {
             return Err(IpamError::Missing {
-                pool: names::pool_name(scope.network_name, first.cidr()),
+                pool: layout.missing_in(scope, range),
                 container_id: req.container_id.clone(),
                 ifname: req.ifname.clone(),
             });
@@ -269,10 +236,11 @@ pub async fn check_candidates(
 /// Releases the entries of this network on this node whose attachment is not in `valid`. Entries that do not
 /// record their node and network (written by Whereabouts, or before hereabouts recorded them) are left to the
 /// reconciler: a CNI GC sees one node's runtime only, and a pool may be shared by several networks. So are
-/// entries younger than [`SETTLE_TIME`](super::SETTLE_TIME): the runtime took its list before this GC started,
+/// entries younger than [`SETTLE_TIME`](crate::request::SETTLE_TIME): the runtime took its list before this GC started,
 /// and an ADD that was under way then, or started since, is in no list yet.
-pub async fn gc(
-    store: &impl Store,
+pub(crate) async fn gc<S: PoolStore + ReservationStore>(
+    store: &S,
+    layout: &impl Layout<S>,
     scope: &Scope<'_>,
     node: &str,
     valid: &[Attachment],
@@ -282,9 +250,9 @@ pub async fn gc(
     let now = crate::clock::now();
     let settled = |a: &IpAllocation| {
         let allocated = a.allocated.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
-        allocated.is_some_and(|at| now.duration_since(at).unsigned_abs() >= super::SETTLE_TIME && at <= now)
+        allocated.is_some_and(|at| now.duration_since(at).unsigned_abs() >= crate::request::SETTLE_TIME && at <= now)
     };
-    release_where(store, scope, node, Search::All, budget, |a| {
+    release_where(store, layout, scope, node, Search::All, budget, |a| {
         settled(a)
             && a.node.as_deref() == Some(node)
             && a.network.as_deref() == Some(scope.network)

@@ -1,4 +1,4 @@
-//! What one ADD set out to write, so that a failure half-way can take it back (DESIGN §5 step 5).
+//! What one ADD set out to write, so that a failure half-way can take it back.
 //!
 //! A write is recorded *before* it is sent: a write whose answer never came may have been applied, so the
 //! roll-back must consider it. Every undo is guarded (an entry is removed only if it still holds our container, a
@@ -8,11 +8,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::IpamError;
 use super::reservation::release_if_ours;
 use crate::budget::Budget;
 use crate::crd::{IpAllocation, IpPool};
-use crate::store::{Patched, Store, StoreError};
+use crate::error::IpamError;
+use crate::store::{Patched, PoolStore, ReservationStore, StoreError};
 use crate::{clock, cooldown};
 
 /// Extra time a roll-back may take when the invocation's own budget has run out: leaving an address claimed by a
@@ -20,38 +20,42 @@ use crate::{clock, cooldown};
 const ROLLBACK_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
-pub(super) enum Written {
+pub(crate) enum Written {
     Allocation { pool: String, offset: u128, entry: IpAllocation, reservation: Option<String> },
     Reservation { name: String, podref: String, container: String },
 }
 
 #[derive(Debug, Default)]
-pub(super) struct Journal(Vec<Written>);
+pub(crate) struct Journal(Vec<Written>);
 
 impl Journal {
-    pub(super) fn record(&mut self, written: Written) {
+    pub(crate) fn record(&mut self, written: Written) {
         self.0.push(written);
     }
 
     /// Takes over what `other` wrote (a candidate range that gave its address).
-    pub(super) fn extend(&mut self, other: Journal) {
+    pub(crate) fn extend(&mut self, other: Journal) {
         self.0.extend(other.0);
     }
 
     /// Forgets a reservation that turned out not to be ours to undo (another attachment's).
-    pub(super) fn forget_reservation(&mut self, forgotten: &str) {
+    pub(crate) fn forget_reservation(&mut self, forgotten: &str) {
         self.0.retain(|w| !matches!(w, Written::Reservation { name, .. } if name == forgotten));
     }
 
     /// Forgets the entry at `offset` of `pool`: it turned out to be another writer's.
-    pub(super) fn forget_allocation(&mut self, of_pool: &str, at: u128) {
+    pub(crate) fn forget_allocation(&mut self, of_pool: &str, at: u128) {
         self.0.retain(|w| !matches!(w, Written::Allocation { pool, offset, .. } if pool == of_pool && *offset == at));
     }
 
     /// Undoes every write, newest first. A reservation is never given back while an entry it guards could not
     /// be removed: an entry without its reservation is how an address ends up held twice. Keeps going after an
     /// error and returns them all.
-    pub(super) async fn roll_back(self, store: &impl Store, budget: &Budget) -> Vec<IpamError> {
+    pub(crate) async fn roll_back(
+        self,
+        store: &(impl PoolStore + ReservationStore),
+        budget: &Budget,
+    ) -> Vec<IpamError> {
         let budget = if budget.remaining() < ROLLBACK_GRACE { Budget::new(ROLLBACK_GRACE) } else { *budget };
         let mut errors = Vec::new();
         let mut pinned = BTreeSet::new();
@@ -85,7 +89,7 @@ impl Journal {
 
 /// What removing an entry came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Removed {
+pub(crate) enum Removed {
     /// It was ours and is gone.
     Removed,
     /// It is gone, or another holder's now: nothing of ours is left there (a removal of ours whose answer was
@@ -99,8 +103,8 @@ pub(super) enum Removed {
 /// `read` is the pool as the caller read it, for a release that keeps a reuse cooldown's books (the record is
 /// written in the same patch); `None` for a roll-back, whose address no pod was ever told. A patch refused only
 /// because another releaser pruned or renewed a record first is made again from the pool as read then.
-pub(super) async fn remove_entry(
-    store: &impl Store,
+pub(crate) async fn remove_entry(
+    store: &impl PoolStore,
     pool: &str,
     offset: u128,
     entry: &IpAllocation,

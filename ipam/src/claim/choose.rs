@@ -1,25 +1,25 @@
 //! What an ADD reads of its pod and node besides the pools: for ranges chosen per pod, the pod's and its
-//! namespace's annotation and the node's labels; for a sticky range, the StatefulSet that controls the pod. It
-//! narrows the config to the ranges chosen ([`IpamConfig::choose_ranges`]). A config that uses none of this reads
-//! nothing.
+//! namespace's annotation and the node's labels; for a sticky range, the StatefulSet that controls the pod. The
+//! choice itself is [`RangeSelection::choose`]'s. A config that uses none of this reads nothing.
 
-use super::IpamError;
 use crate::budget::Budget;
 use crate::config::{IpamConfig, RANGES_ANNOTATION, RangeFacts, RangeSelection};
-use crate::store::{CoreObject, ObjectMeta, Store, StoreError};
+use crate::error::IpamError;
+use crate::store::{CoreObject, CoreStore, ObjectMeta, StoreError};
 
 /// The ClusterRole that grants the CNI plugin what a range choice reads (deploy/, the chart).
 pub const RANGES_CLUSTER_ROLE: &str = "hereabouts-cni-ranges";
 
-/// `cfg` narrowed to the ranges this ADD (or CHECK) of pod `cfg.pod` on `node` uses; `None` when the config
-/// chooses nothing, so every range is used.
-pub async fn choose_ranges(
-    store: &impl Store,
+/// What this ADD (or CHECK) of pod `cfg.pod` on `node` chose: the indices of the ranges of `cfg` it uses, and the
+/// StatefulSet that controls the pod (sticky ranges). `None` when `selection` chooses nothing, so every range is
+/// used.
+pub(crate) async fn choose_ranges(
+    store: &impl CoreStore,
     cfg: &IpamConfig,
+    selection: &RangeSelection,
     node: &str,
     budget: &Budget,
-) -> Result<Option<IpamConfig>, IpamError> {
-    let selection = &cfg.selection;
+) -> Result<Option<(Vec<usize>, Option<String>)>, IpamError> {
     if !selection.is_active() {
         return Ok(None);
     }
@@ -41,15 +41,15 @@ pub async fn choose_ranges(
         let meta = read(store, CoreObject::Node, "", node, budget).await?;
         facts.node_labels = meta.map(|m| m.labels.unwrap_or_default());
     }
-    let chosen = cfg.choose_ranges(node, &facts).map_err(IpamError::Choice)?;
+    let keep = selection.choose(cfg, node, &facts).map_err(IpamError::Choice)?;
     tracing::debug!(
-        ranges = %chosen.ranges.iter().map(|r| r.cidr().to_string()).collect::<Vec<_>>().join(","),
+        ranges = %keep.iter().map(|i| cfg.ranges[*i].cidr().to_string()).collect::<Vec<_>>().join(","),
         pod_annotation = facts.pod.as_deref().unwrap_or(""),
         statefulset = facts.statefulset.as_deref().unwrap_or(""),
         namespace_annotation = facts.namespace.as_deref().unwrap_or(""),
         "ranges chosen"
     );
-    Ok(Some(chosen))
+    Ok(Some((keep, facts.statefulset)))
 }
 
 /// The StatefulSet that controls the pod, if one does and the pod is named `<statefulset>-<ordinal>` as its pods
@@ -76,7 +76,7 @@ fn annotation(meta: &ObjectMeta) -> Option<String> {
 }
 
 async fn read(
-    store: &impl Store,
+    store: &impl CoreStore,
     kind: CoreObject,
     namespace: &str,
     name: &str,

@@ -1,47 +1,51 @@
-//! ADD in slice mode (DESIGN §7): the range is cut into slices listed in a NodeSlicePool; a node allocates in its
-//! own slices' pools (one object per node and slice, so nodes never contend), claims a free slice with a guarded
-//! patch when its own are full, and borrows from another node's slice when none is free. Within a slice, the
-//! ordinary protocol of DESIGN §5 runs unchanged ([`RangeAdd`]), reservations included.
+//! ADD in slice mode: the range is cut into slices listed in a NodeSlicePool; a node allocates in its own slices'
+//! pools (one object per node and slice, so nodes never contend), claims a free slice with a guarded patch when its
+//! own are full, and borrows from another node's slice when none is free. Within a slice, the claim of every mode
+//! runs unchanged ([`Claim`]), reservations included.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::assign::RangeAdd;
-use super::decide::Me;
-use super::journal::Journal;
-use super::{IpamError, Request};
+use super::plan::{self as slices, Next, Slice};
 use crate::budget::Budget;
-use crate::config::IpamConfig;
+use crate::claim::{Claim, Claimant, Journal, Plain, Target};
 use crate::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec};
+use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
-use crate::slices::{self, Next, Slice};
-use crate::store::{Created, Patched, Store, StoreError};
+use crate::slices::SliceSize;
+use crate::store::{Created, Patched, PoolStore, ReservationStore, SliceStore, StoreError};
 
 /// One range's share of an ADD in slice mode.
 pub(super) struct SlicedAdd<'a, S> {
     pub store: &'a S,
-    pub cfg: &'a IpamConfig,
-    pub req: &'a Request,
-    pub me: &'a Me<'a>,
+    pub who: &'a Claimant<'a>,
     pub range: &'a IpRange,
     pub budget: &'a Budget,
-    /// The slices' prefix length.
-    pub prefix: u8,
+    /// `node_slice_size`.
+    pub size: &'a SliceSize,
     pub requested: Option<IpAddr>,
     /// Addresses earlier ranges of this ADD gave.
     pub given: &'a [IpAddr],
 }
 
-impl<S: Store> SlicedAdd<'_, S> {
+impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
+    fn node(&self) -> &str {
+        self.who.node
+    }
+
+    fn network_name(&self) -> &str {
+        &self.who.cfg.network_name
+    }
+
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
-        let name = names::node_slice_pool_name(&self.cfg.network_name, &self.cfg.name);
+        let name = names::node_slice_pool_name(self.network_name(), &self.who.cfg.name);
         let mut slices = self.read_slices(&name).await?;
         let (preferred, mut read) = self.find_mine(&slices).await?;
         let mut full: BTreeSet<IpNet> = BTreeSet::new();
-        let mut seed = crate::entropy::random(self.me.container.as_bytes());
+        let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
         let mut claims = 0;
         let mut cooling = None;
         loop {
@@ -52,8 +56,8 @@ impl<S: Store> SlicedAdd<'_, S> {
             let next = match self.requested {
                 Some(ip) => self.requested_next(&slices, ip)?,
                 None => {
-                    let may_borrow = self.cfg.overlapping_ranges;
-                    slices::next(&slices, &self.req.node, &full, preferred, may_borrow, seed >> 16)
+                    let may_borrow = self.who.kube.overlapping_ranges;
+                    slices::next(&slices, self.node(), &full, preferred, may_borrow, seed >> 16)
                 }
             };
             match next {
@@ -62,17 +66,16 @@ impl<S: Store> SlicedAdd<'_, S> {
                         full.insert(slice.cidr);
                         continue;
                     };
-                    let pool = slice.pool_name(&self.cfg.network_name);
-                    if slice.node != self.req.node {
+                    let pool = slice.pool_name(self.network_name());
+                    if slice.node != self.node() {
                         tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing");
                     }
-                    let mut add =
-                        RangeAdd::new(self.store, self.cfg, self.req, self.me, &sub, self.budget).in_pool(pool.clone());
-                    add.requested = self.requested;
-                    add.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
-                    add.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
-                    add.create_missing = slice.node == self.req.node;
-                    match add.run(journal).await {
+                    let mut target = Target::new(pool.clone(), &sub);
+                    target.requested = self.requested;
+                    target.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
+                    target.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
+                    let policy = Plain { creates: slice.node == self.node() };
+                    match Claim::new(self.store, self.who, target, &policy, self.budget).run(journal).await {
                         Ok(ip) => return Ok(ip),
                         Err(e @ (IpamError::Exhausted { .. } | IpamError::CoolingDown { .. }))
                             if self.requested.is_none() =>
@@ -115,7 +118,7 @@ impl<S: Store> SlicedAdd<'_, S> {
         let slice = slices::slice_of(slices, ip).ok_or_else(unusable)?;
         Ok(match slice.node.as_str() {
             "" => Next::Claim(slice.clone()),
-            node if node == self.req.node => Next::Own(slice.clone()),
+            node if node == self.node() => Next::Own(slice.clone()),
             _ => Next::Borrow(slice.clone()),
         })
     }
@@ -125,10 +128,10 @@ impl<S: Store> SlicedAdd<'_, S> {
     /// entry (only ever written when no slice was free) is found through this node's reservations.
     async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>), IpamError> {
         let mut first = None;
-        for slice in slices.iter().filter(|s| s.node == self.req.node) {
-            let name = slice.pool_name(&self.cfg.network_name);
+        for slice in slices.iter().filter(|s| s.node == self.node()) {
+            let name = slice.pool_name(self.network_name());
             let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
-            if pool.spec.allocations.values().any(|a| self.me.is_attachment(a)) {
+            if pool.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
                 return Ok((Some(slice.cidr), Some(pool)));
             }
             first.get_or_insert(pool);
@@ -142,23 +145,24 @@ impl<S: Store> SlicedAdd<'_, S> {
     /// The other node's slice, and its pool, that holds an entry this attachment borrowed, if any. Only a
     /// network with reservations borrows, and only when no slice is free; while one is, there is nothing to find.
     async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Option<IpNet>, Option<IpPool>)>, IpamError> {
-        if !(self.cfg.overlapping_ranges && slices.iter().all(|s| !s.node.is_empty())) {
+        if !(self.who.kube.overlapping_ranges && slices.iter().all(|s| !s.node.is_empty())) {
             return Ok(None);
         }
-        let Some(label) = crate::store::node_label_value(&self.req.node) else { return Ok(None) };
+        let Some(label) = crate::store::node_label_value(self.node()) else { return Ok(None) };
         let listed = self
             .budget
             .retry(StoreError::is_transient, || self.store.list_reservations(Some(label)))
             .await
-            .map_err(|e| IpamError::from_retry(&format!("reservations of node {}: list", self.req.node), e))?;
-        let mine = listed.iter().filter(|r| r.spec.podref == self.me.podref && r.spec.ifname == self.me.ifname);
+            .map_err(|e| IpamError::from_retry(&format!("reservations of node {}: list", self.node()), e))?;
+        let me = &self.who.me;
+        let mine = listed.iter().filter(|r| r.spec.podref == me.podref && r.spec.ifname == me.ifname);
         for reservation in mine {
             let name = reservation.metadata.name.as_deref().unwrap_or_default();
-            let Some(ip) = names::reservation_address(name, &self.cfg.network_name, self.range) else { continue };
-            let Some(slice) = slices::slice_of(slices, ip).filter(|s| s.node != self.req.node) else { continue };
-            let pool_name = slice.pool_name(&self.cfg.network_name);
+            let Some(ip) = names::reservation_address(name, self.network_name(), self.range) else { continue };
+            let Some(slice) = slices::slice_of(slices, ip).filter(|s| s.node != self.node()) else { continue };
+            let pool_name = slice.pool_name(self.network_name());
             let pool = self.get(&pool_name, || self.store.get_pool(&pool_name)).await?;
-            if let Some(pool) = pool.filter(|p| p.spec.allocations.values().any(|a| self.me.is_attachment(a))) {
+            if let Some(pool) = pool.filter(|p| p.spec.allocations.values().any(|a| me.is_attachment(a))) {
                 return Ok(Some((Some(slice.cidr), Some(pool))));
             }
         }
@@ -175,8 +179,9 @@ impl<S: Store> SlicedAdd<'_, S> {
                 return self.check(&pool);
             }
             let cidr = self.range.cidr();
-            let spec = NodeSlicePoolSpec { range: names::range_string(cidr), slice_size: format!("/{}", self.prefix) };
-            let free = slices::all_free(cidr, self.prefix)
+            let spec =
+                NodeSlicePoolSpec { range: names::range_string(cidr), slice_size: format!("/{}", self.size.prefix()) };
+            let free = slices::all_free(cidr, self.size.prefix())
                 .map_err(|e| IpamError::SliceMismatch { name: name.to_string(), message: e.to_string() })?;
             let created = self
                 .budget
@@ -184,7 +189,7 @@ impl<S: Store> SlicedAdd<'_, S> {
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("node slices {name}: create"), e))?;
             if let Created::Created(pool) = created {
-                tracing::info!(node_slices = name, range = %cidr, slice = self.prefix, "node slices created");
+                tracing::info!(node_slices = name, range = %cidr, slice = %self.size, "node slices created");
                 return self.check(&pool);
             }
             // another node just made it: read it
@@ -196,7 +201,7 @@ impl<S: Store> SlicedAdd<'_, S> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let range: Option<IpNet> = pool.spec.range.parse().ok();
         let prefix = slices::parse_slice_size(&pool.spec.slice_size);
-        if range.map(|r| r.trunc()) != Some(self.range.cidr()) || prefix != Some(self.prefix) {
+        if range.map(|r| r.trunc()) != Some(self.range.cidr()) || prefix != Some(self.size.prefix()) {
             return Err(IpamError::SliceMismatch {
                 name,
                 message: format!(
@@ -204,7 +209,7 @@ impl<S: Store> SlicedAdd<'_, S> {
                     pool.spec.range,
                     pool.spec.slice_size,
                     self.range.cidr(),
-                    self.prefix
+                    self.size.prefix()
                 ),
             });
         }
@@ -218,7 +223,7 @@ impl<S: Store> SlicedAdd<'_, S> {
     /// Gives the free `slice` to this node. Whatever the answer, the caller reads the slices again: a refused
     /// claim lost to another node, a claim whose answer was lost shows as ours.
     async fn claim(&self, name: &str, slice: &Slice) -> Result<(), IpamError> {
-        let node = &self.req.node;
+        let node = self.node();
         let stored = slice.stored();
         let outcome = self
             .budget

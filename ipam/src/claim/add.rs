@@ -1,0 +1,519 @@
+//! The claim of one address in one pool, with no lock: the reservation is the cluster-wide claim, the guarded
+//! patch the pool's. Every path that ends with an entry for the attachment ends with its reservation too; a write
+//! without an answer is resolved by reading back. Every mode on the API server claims through here; what a mode
+//! adds (a pool it must not create, a sub-interface to place) it says through its [`Policy`].
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::IpAddr;
+
+use super::Claimant;
+use super::decide::{self, Ask, AtOffset, Plan};
+use super::journal::{Journal, Written, remove_entry};
+use super::reservation::{self, Claimed as Reserved};
+use crate::budget::Budget;
+use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
+use crate::error::IpamError;
+use crate::names;
+use crate::range::IpRange;
+use crate::store::{Created, Patched, PoolStore, ReservationStore, StoreError};
+use crate::{clock, cooldown};
+
+/// Which pool an address is claimed in, and what the caller already knows.
+#[derive(Debug, Clone)]
+pub(crate) struct Target<'a> {
+    /// The pool's name (the range's, or one slice's).
+    pub pool: String,
+    /// The range the pool holds.
+    pub range: &'a IpRange,
+    /// An exact address asked for in this range.
+    pub requested: Option<IpAddr>,
+    /// Offsets of addresses earlier ranges of this ADD gave: not to be given again.
+    pub given: BTreeSet<u128>,
+    /// The pool as already read, if it was.
+    pub read: Option<IpPool>,
+    /// The StatefulSet the entry records (a sticky range).
+    pub statefulset: Option<String>,
+}
+
+impl<'a> Target<'a> {
+    /// The pool `pool` of `range`, nothing known or asked yet.
+    pub fn new(pool: String, range: &'a IpRange) -> Self {
+        Self { pool, range, requested: None, given: BTreeSet::new(), read: None, statefulset: None }
+    }
+}
+
+/// What the pool's state steers a claim to, as a mode reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Steer {
+    /// Offsets not to take, though free.
+    pub avoid: Vec<u128>,
+    /// The offset to take first, if free.
+    pub prefer: Option<u128>,
+    /// Only `prefer` may be taken: with none, the pool has nothing for this node.
+    pub only: bool,
+}
+
+/// What a mode adds to the claim of an address in one pool.
+pub(crate) trait Policy<S>: Sync {
+    /// Whether a missing pool is created, and bound to which node: `None`, it is not, and the claim finds the pool
+    /// full (a borrower never creates another node's slice pool: a pool that is gone was deleted with its slice
+    /// freed, and writing into it again would hide the entry from the slice's next owner).
+    fn create(&self) -> Option<Option<&str>>;
+
+    /// Checks the pool as read: `Err` when it cannot be used as this mode wants.
+    fn check(&self, pool: IpPool, _name: &str) -> Result<IpPool, IpamError> {
+        Ok(pool)
+    }
+
+    /// What the pool's state steers the claim to, besides what is `excluded` already.
+    fn steer(&self, _pool: &IpPool, _range: &IpRange, _excluded: &BTreeSet<u128>) -> Steer {
+        Steer::default()
+    }
+
+    /// The error when the pool has nothing for this node to take (`Steer::only` with nothing preferred).
+    fn nothing_here(&self, pool: &str, range: &IpRange) -> IpamError {
+        IpamError::Exhausted { pool: pool.to_string(), range: range.cidr().to_string() }
+    }
+
+    /// What else of the pool as read (besides the free offset) the claim of `offset` must still find.
+    fn guard_record(&self, _pool: &IpPool, _offset: u128) -> Option<SubInterfaceRecord> {
+        None
+    }
+
+    /// The guarded write that adds `entry` at `offset` of pool `pool`: the plain one, unless the claim is also
+    /// guarded on `record`.
+    fn add_entry(
+        &self,
+        store: &S,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        record: Option<&SubInterfaceRecord>,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Once `offset` of `pool` (as read) is claimed, what the mode does before the address is handed out. A
+    /// failure is rolled back by the caller with everything else the ADD wrote.
+    fn claimed(
+        &self,
+        _store: &S,
+        _pool: &IpPool,
+        _range: &IpRange,
+        _offset: u128,
+        _budget: &Budget,
+    ) -> impl Future<Output = Result<(), IpamError>> + Send {
+        async { Ok(()) }
+    }
+}
+
+/// The claim as Whereabouts has it: the pool is created when missing (unless told not to), nothing else.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plain {
+    /// Whether a missing pool is created.
+    pub creates: bool,
+}
+
+impl<S: PoolStore> Policy<S> for Plain {
+    fn create(&self) -> Option<Option<&str>> {
+        self.creates.then_some(None)
+    }
+
+    fn add_entry(
+        &self,
+        store: &S,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        _record: Option<&SubInterfaceRecord>,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send {
+        store.add_allocation(pool, offset, entry)
+    }
+}
+
+/// One address claimed in one pool for one attachment.
+pub(crate) struct Claim<'a, S, P> {
+    store: &'a S,
+    who: &'a Claimant<'a>,
+    target: Target<'a>,
+    policy: &'a P,
+    budget: &'a Budget,
+    /// The entry this sandbox writes.
+    entry: IpAllocation,
+}
+
+/// What keeping an entry the attachment already holds came to.
+enum Kept {
+    Done(IpAddr),
+    /// The address is held cluster-wide by another attachment: our entry is given back, pick another.
+    NotOurs,
+    /// The entry changed in between: read the pool again.
+    Changed,
+}
+
+/// What claiming a free offset came to.
+enum Claimed {
+    Done(IpAddr),
+    /// Another attachment holds the address cluster-wide: pick another.
+    HeldElsewhere,
+    /// Another pod took the offset in the pool first: the pool as read since.
+    Lost(IpPool),
+    /// Another sandbox of the same attachment got there: the pool as read since.
+    MyAttachment(IpPool),
+}
+
+/// What adding our entry came to.
+enum Added {
+    Done(IpAddr),
+    /// Another pod took the offset first: the pool as read since.
+    Lost(IpPool),
+    /// Another sandbox of the same attachment got there: the pool as read since (the next plan keeps it).
+    MyAttachment(IpPool),
+}
+
+impl<'a, S, P> Claim<'a, S, P>
+where
+    S: PoolStore + ReservationStore,
+    P: Policy<S>,
+{
+    /// The claim of an address of `target` for `who`, as `policy` has it, within `budget`.
+    pub fn new(store: &'a S, who: &'a Claimant<'a>, target: Target<'a>, policy: &'a P, budget: &'a Budget) -> Self {
+        let cfg = who.cfg;
+        let entry = IpAllocation {
+            id: who.me.container.to_string(),
+            podref: who.me.podref.to_string(),
+            ifname: who.me.ifname.to_string(),
+            poduid: cfg.pod.uid.clone(),
+            allocated: Some(crate::clock::now().to_string()),
+            node: Some(who.node.to_string()).filter(|n| !n.is_empty()),
+            network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
+            reserved: who.kube.overlapping_ranges,
+            statefulset: target.statefulset.clone(),
+        };
+        Self { store, who, target, policy, budget, entry }
+    }
+
+    /// The pool's name.
+    fn pool(&self) -> &str {
+        &self.target.pool
+    }
+
+    /// Claims an address; what it writes goes to `journal` first.
+    pub async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
+        let mut excluded = self.target.given.clone();
+        let mut preferred = None;
+        let mut spread = false;
+        let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
+        let mut pool = match &self.target.read {
+            Some(pool) => self.policy.check(pool.clone(), self.pool())?,
+            None => self.read_pool().await?,
+        };
+        self.set_cooldown(&mut pool).await?;
+        loop {
+            if self.budget.expired() {
+                return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool())));
+            }
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let steer = self.policy.steer(&pool, self.target.range, &excluded);
+            excluded.extend(steer.avoid);
+            // released too recently (the pool's reuse cooldown): not handed out unless asked for by address
+            let mut cooling = cooldown::cooling(&pool, clock::now());
+            cooling.retain(|offset, _| !pool.spec.allocations.contains_key(&offset.to_string()));
+            let blocked: BTreeSet<u128> = excluded.iter().chain(cooling.keys()).copied().collect();
+            let ask = Ask {
+                me: &self.who.me,
+                range: self.target.range,
+                requested: self.target.requested,
+                excluded: &blocked,
+                preferred: preferred.or(steer.prefer),
+                strategy: self.who.kube.strategy,
+                spread,
+                seed,
+            };
+            match decide::plan(&pool, &ask) {
+                Plan::Exhausted if !cooling.is_empty() => {
+                    let until = cooling.values().min().expect("not empty").to_string();
+                    return Err(IpamError::CoolingDown { pool: self.pool().to_string(), count: cooling.len(), until });
+                }
+                Plan::Exhausted => {
+                    return Err(IpamError::Exhausted {
+                        pool: self.pool().to_string(),
+                        range: self.target.range.cidr().to_string(),
+                    });
+                }
+                Plan::RequestedUnusable { ip } => {
+                    return Err(IpamError::RequestedUnusable { ip, range: self.target.range.cidr().to_string() });
+                }
+                Plan::RequestedTaken { ip, holder } => {
+                    return Err(IpamError::RequestedTaken { ip, holder });
+                }
+                Plan::Keep { offset, entry } => match self.keep(offset, &entry).await? {
+                    Kept::Done(ip) => return self.placed(&pool, offset, ip).await,
+                    Kept::NotOurs => {
+                        excluded.insert(offset);
+                        pool = self.read_pool().await?;
+                    }
+                    Kept::Changed => {
+                        preferred = Some(offset);
+                        pool = self.read_pool().await?;
+                    }
+                },
+                Plan::Claim(offset) if steer.only && Some(offset) != steer.prefer => {
+                    return Err(self.policy.nothing_here(self.pool(), self.target.range));
+                }
+                Plan::Claim(offset) => {
+                    match self.claim(offset, self.policy.guard_record(&pool, offset), journal).await? {
+                        Claimed::Done(ip) => return self.placed(&pool, offset, ip).await,
+                        Claimed::HeldElsewhere => {
+                            excluded.insert(offset);
+                        }
+                        Claimed::MyAttachment(fresh) => pool = fresh,
+                        Claimed::Lost(fresh) => {
+                            spread = true;
+                            pool = fresh;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `ip` at `offset`, once the mode has done what it does with a claimed address.
+    async fn placed(&self, pool: &IpPool, offset: u128, ip: IpAddr) -> Result<IpAddr, IpamError> {
+        self.policy.claimed(self.store, pool, self.target.range, offset, self.budget).await?;
+        Ok(ip)
+    }
+
+    /// Claims the free `offset`: cluster-wide first (the reservation, when the network reserves), then in the
+    /// pool.
+    async fn claim(
+        &self,
+        offset: u128,
+        seen: Option<SubInterfaceRecord>,
+        journal: &mut Journal,
+    ) -> Result<Claimed, IpamError> {
+        let ip = self.target.range.addr_at(offset);
+        let reservation = self.who.kube.overlapping_ranges.then(|| self.reservation_name(ip));
+        if let Some(name) = &reservation {
+            journal.record(Written::Reservation {
+                name: name.clone(),
+                podref: self.who.me.podref.to_string(),
+                container: self.who.me.container.to_string(),
+            });
+            if let Reserved::Other(holder) =
+                reservation::claim(self.store, name, &self.who.me, self.who.node, self.budget).await?
+            {
+                journal.forget_reservation(name);
+                if self.target.requested.is_some() {
+                    return Err(IpamError::RequestedTaken { ip, holder });
+                }
+                tracing::debug!(%ip, %holder, "address held through an overlapping range");
+                return Ok(Claimed::HeldElsewhere);
+            }
+        }
+        match self.add(offset, reservation.clone(), seen.as_ref(), journal).await? {
+            Added::Done(ip) => Ok(Claimed::Done(ip)),
+            Added::MyAttachment(fresh) => Ok(Claimed::MyAttachment(fresh)),
+            Added::Lost(fresh) => {
+                // A writer that reserved nothing (overlap off, or Whereabouts) holds it in the pool.
+                if let Some(name) = &reservation {
+                    let me = &self.who.me;
+                    reservation::release_if_ours(self.store, name, me.podref, me.container, self.budget).await?;
+                    journal.forget_reservation(name);
+                }
+                if let Some(ip) = self.target.requested {
+                    return Err(IpamError::RequestedTaken { ip, holder: "a concurrent ADD".into() });
+                }
+                Ok(Claimed::Lost(fresh))
+            }
+        }
+    }
+
+    fn reservation_name(&self, ip: IpAddr) -> String {
+        names::reservation_name(&self.who.cfg.network_name, ip)
+    }
+
+    /// The pool as it is now, created first when it is missing and the policy makes it.
+    pub async fn read_pool(&self) -> Result<IpPool, IpamError> {
+        let mut attempt = 0;
+        loop {
+            self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool())))?;
+            attempt += 1;
+            if let Some(pool) = self.get_pool().await? {
+                return self.policy.check(pool, self.pool());
+            }
+            let Some(node_name) = self.policy.create() else {
+                tracing::debug!(pool = %self.pool(), "pool gone: nothing to borrow from it");
+                return Err(IpamError::Exhausted {
+                    pool: self.pool().to_string(),
+                    range: self.target.range.cidr().to_string(),
+                });
+            };
+            let range = names::range_string(self.target.range.cidr());
+            let usable = self.target.range.usable_count();
+            let network = &self.who.cfg.network_name;
+            let created = self
+                .budget
+                .retry(StoreError::is_transient, || {
+                    self.store.create_pool(self.pool(), &range, network, usable, node_name)
+                })
+                .await
+                .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool()), e))?;
+            if let Created::Created(pool) = created {
+                return Ok(pool);
+            }
+            // someone else just made it: read it
+        }
+    }
+
+    /// Sets the config's reuse cooldown on `pool` when the pool has another (a config without one leaves the
+    /// pool's alone), and on the copy as read.
+    async fn set_cooldown(&self, pool: &mut IpPool) -> Result<(), IpamError> {
+        let Some(seconds) = self.who.kube.reuse_cooldown else { return Ok(()) };
+        let current = cooldown::of_pool(pool).map_or(0, |d| d.as_secs());
+        if current == seconds {
+            return Ok(());
+        }
+        let written = self
+            .budget
+            .retry(StoreError::is_transient, || self.store.set_pool_cooldown(self.pool(), seconds))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: set reuse cooldown", self.pool()), e))?;
+        tracing::info!(pool = %self.pool(), seconds, ?written, "reuse cooldown set on the pool");
+        let annotations = pool.metadata.annotations.get_or_insert_with(Default::default);
+        match seconds {
+            0 => {
+                annotations.remove(cooldown::COOLDOWN_ANNOTATION);
+            }
+            n => {
+                annotations.insert(cooldown::COOLDOWN_ANNOTATION.to_string(), n.to_string());
+                pool.spec.released.get_or_insert_with(Default::default);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_pool(&self) -> Result<Option<IpPool>, IpamError> {
+        self.budget
+            .retry(StoreError::is_transient, || self.store.get_pool(self.pool()))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: get", self.pool()), e))
+    }
+
+    /// Keeps the entry the attachment already holds at `offset`: first the reservation (re-created when it is
+    /// missing, taken over from an earlier sandbox), then the entry, for this sandbox.
+    async fn keep(&self, offset: u128, held: &IpAllocation) -> Result<Kept, IpamError> {
+        let ip = self.target.range.addr_at(offset);
+        if self.who.kube.overlapping_ranges {
+            let name = self.reservation_name(ip);
+            if let Reserved::Other(holder) =
+                reservation::claim(self.store, &name, &self.who.me, self.who.node, self.budget).await?
+            {
+                tracing::error!(pool = %self.pool(), %ip, %holder,
+                    "this attachment's entry is held cluster-wide by another: giving the entry back");
+                remove_entry(self.store, self.pool(), offset, held, None, self.budget).await?;
+                return Ok(Kept::NotOurs);
+            }
+        }
+        if self.who.me.is_mine(held) && held.reserved == self.entry.reserved {
+            return Ok(Kept::Done(ip));
+        }
+        let outcome = self
+            .budget
+            .retry(StoreError::is_transient, || self.store.replace_allocation(self.pool(), offset, held, &self.entry))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {}: replace allocation {offset}", self.pool()), e))?;
+        if outcome == Patched::Applied {
+            tracing::info!(pool = %self.pool(), %ip, from = %held.id, "attachment already held this address; now this sandbox's");
+            return Ok(Kept::Done(ip));
+        }
+        let pool = self.read_pool().await?;
+        Ok(match decide::at_offset(&pool, offset, &self.who.me) {
+            // a replace whose answer was lost
+            AtOffset::Mine => Kept::Done(ip),
+            _ => Kept::Changed,
+        })
+    }
+
+    /// The guarded patch that claims `offset` in the pool (and, when `seen` is given, that its sub-interface record
+    /// is still as read).
+    async fn add(
+        &self,
+        offset: u128,
+        reservation: Option<String>,
+        seen: Option<&SubInterfaceRecord>,
+        journal: &mut Journal,
+    ) -> Result<Added, IpamError> {
+        let ip = self.target.range.addr_at(offset);
+        let pool_name = self.pool();
+        journal.record(Written::Allocation {
+            pool: pool_name.to_string(),
+            offset,
+            entry: self.entry.clone(),
+            reservation,
+        });
+        let outcome = self
+            .budget
+            .retry(StoreError::is_transient, || self.policy.add_entry(self.store, pool_name, offset, &self.entry, seen))
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {pool_name}: add allocation {offset}"), e));
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            // refused, so never applied: nothing of it to undo (the roll-back then gives its reservation back)
+            Err(IpamError::Store(e)) if e.failure == crate::store::Failure::TooLarge => {
+                journal.forget_allocation(pool_name, offset);
+                return Err(IpamError::PoolTooLarge { pool: pool_name.to_string(), message: e.message.clone() });
+            }
+            Err(IpamError::Store(e)) if matches!(e.failure, crate::store::Failure::Refused(_)) => {
+                journal.forget_allocation(pool_name, offset);
+                return Err(IpamError::Store(e));
+            }
+            Err(e) => return Err(e),
+        };
+        let refusal = match outcome {
+            Patched::Applied => {
+                tracing::info!(pool = %pool_name, %ip, "assigned");
+                return Ok(Added::Done(ip));
+            }
+            Patched::Refused(message) => Some(message),
+            Patched::Missing => None,
+        };
+        // Refused: our test failed (someone holds the offset — maybe us, if an earlier try's answer was lost), or
+        // something else refused the patch. Missing: the pool went away. Read back to tell.
+        let pool = self.read_pool().await?;
+        match decide::at_offset(&pool, offset, &self.who.me) {
+            AtOffset::Mine => {
+                tracing::info!(pool = %pool_name, %ip, "assigned (an earlier attempt's answer was lost)");
+                Ok(Added::Done(ip))
+            }
+            AtOffset::MyAttachment => {
+                journal.forget_allocation(pool_name, offset);
+                Ok(Added::MyAttachment(pool))
+            }
+            AtOffset::Other(holder) => {
+                journal.forget_allocation(pool_name, offset);
+                tracing::debug!(pool = %pool_name, offset, %holder, "offset taken concurrently; picking again");
+                Ok(Added::Lost(pool))
+            }
+            // the provider marked or moved the sub-interface since we read the pool: pick again
+            AtOffset::Free
+                if seen.is_some_and(|s| !same_place(pool.spec.sub_interfaces.get(&offset.to_string()), s)) =>
+            {
+                journal.forget_allocation(pool_name, offset);
+                tracing::info!(pool = %pool_name, offset, "sub-interface changed under the claim; picking again");
+                Ok(Added::Lost(pool))
+            }
+            AtOffset::Free => match refusal {
+                // the 422 was not our test: a schema or an admission policy refuses the write
+                Some(message) => {
+                    Err(IpamError::Refused { what: format!("pool {pool_name}: add allocation {offset}"), message })
+                }
+                None => Ok(Added::Lost(pool)),
+            },
+        }
+    }
+}
+
+/// Whether `now` is the sub-interface record `seen` was: same node, same VLAN.
+fn same_place(now: Option<&SubInterfaceRecord>, seen: &SubInterfaceRecord) -> bool {
+    now.is_some_and(|r| r.node == seen.node && r.vlan == seen.vlan)
+}

@@ -1,0 +1,296 @@
+//! The allocation mode: which of the four ways of keeping addresses a config asks for, chosen once when the config
+//! is read, each variant carrying exactly its own settings. Every verb matches on it in one place
+//! ([`crate::verbs`]); nothing else asks which mode it runs in.
+//!
+//! | mode | chosen by | where the addresses are kept |
+//! |---|---|---|
+//! | [`Mode::Pools`] | the default | one IPPool per range, as Whereabouts |
+//! | [`Mode::Slices`] | `node_slice_size` | a NodeSlicePool cutting the range into slices, one IPPool per node and slice |
+//! | [`Mode::Provider`] | `iaas_provider` | one IPPool per candidate range, the addresses placed by an IaaS provider |
+//! | [`Mode::RouteTable`] | `"datastore": "routetable"` | host routes in the node's routing table, spread by a routing daemon |
+//!
+//! The combinations that make no sense (a provider's ranges sliced, a StatefulSet's sticky address in a node's
+//! slice, API-server keys with the routing table) are refused here with the key named, so no variant can hold
+//! them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::error::ConfigError;
+use super::netconf::RawIpam;
+use super::routing::{HostRoutes, RouteTable, Routing};
+use super::selection::RangeSelection;
+use super::{provider, ranges, selection};
+use crate::allocator::Strategy;
+use crate::provider::ProviderConfig;
+use crate::provider::placement::{Candidate, Narrowed, Placement, narrow};
+use crate::range::IpRange;
+use crate::slices::SliceSize;
+
+/// How an invocation keeps its addresses; see the module documentation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// One IPPool per range (Whereabouts' default).
+    Pools(Pools),
+    /// Node slices (`node_slice_size`).
+    Slices(Slices),
+    /// IaaS provider candidates (`iaas_provider`).
+    Provider(Box<Provider>),
+    /// The routing table (`"datastore": "routetable"`): no API server.
+    RouteTable(RouteTable),
+}
+
+/// What every mode that keeps its addresses on the API server shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kube {
+    /// `ipam.kubernetes.kubeconfig`. Whereabouts refuses a config without one; the verbs say so when they need it.
+    pub kubeconfig: Option<PathBuf>,
+    /// `ipam.enable_overlapping_ranges`, default `true`: claim each address cluster-wide with an
+    /// OverlappingRangeIPReservation.
+    pub overlapping_ranges: bool,
+    /// `ipam.allocation_strategy` (ours): `"lowest"` (default) or `"random"`.
+    pub strategy: Strategy,
+    /// `ipam.reuse_cooldown_seconds` (ours): the reuse cooldown an ADD sets on the pools it uses (`Some(0)` takes it
+    /// away; `None` leaves each pool's as it is). A pool's cooldown, whoever set it, is what its ADDs and releases
+    /// honour ([`crate::cooldown`]).
+    pub reuse_cooldown: Option<u64>,
+    /// `announce_routes`: a host route for each allocated address, for a routing daemon to advertise.
+    pub announce: Option<HostRoutes>,
+}
+
+/// One IPPool per range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pools {
+    /// The API server and how ADDs allocate.
+    pub kube: Kube,
+    /// `ipam.pod_ranges`, each range's `name`, `node_selector` and `sticky_statefulset`: how an ADD chooses among
+    /// the ranges. Inactive by default: every range gives an address, as in Whereabouts.
+    pub selection: RangeSelection,
+    /// The StatefulSet that controls the pod, as the ADD read it (sticky ranges only; never from the config).
+    pub owner_statefulset: Option<String>,
+}
+
+/// Node slices: one range cut into slices listed in a NodeSlicePool, each node allocating in its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slices {
+    /// The API server and how ADDs allocate.
+    pub kube: Kube,
+    /// `node_selector` of the range and `pod_ranges` (no sticky StatefulSet addresses: a pod recreated on another
+    /// node looks in that node's slices).
+    pub selection: RangeSelection,
+    /// `node_slice_size`.
+    pub size: SliceSize,
+}
+
+/// IaaS provider candidates: the ranges are an interface's candidates, their addresses cloud sub-interfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provider {
+    /// The API server and how ADDs allocate.
+    pub kube: Kube,
+    /// `ipam.iaas_provider`.
+    pub provider: ProviderConfig,
+    /// How each of the config's ranges is placed: with a provider the ranges are an interface's candidates, one
+    /// address per IP family from the first candidate of the highest class that gives one
+    /// ([`crate::provider::placement::narrow`]).
+    pub placements: Vec<Placement>,
+}
+
+impl Mode {
+    /// The mode `raw` (with its `ranges`, and the invocation's `timeout`) asks for; refuses the combinations no
+    /// mode has, naming the key.
+    pub(super) fn build(raw: &RawIpam<'_>, ranges: &[IpRange], timeout: Duration) -> Result<Mode, ConfigError> {
+        let size = match &raw.node_slice_size {
+            Some(size) => Some(ranges::check_node_slice(ranges, size)?),
+            None => None,
+        };
+        let provider = raw.iaas_provider.as_ref().map(|f| provider::parse(&f.value, timeout)).transpose()?;
+        if provider.is_some() && size.is_some() {
+            return Err(ConfigError::invalid(
+                "ipam.iaas_provider",
+                "not with node_slice_size: a provider-backed range is placed by its provider, not sliced by node",
+            ));
+        }
+        let placements = provider::placements(raw, ranges, provider.is_some())?;
+        let selection = selection::parse(raw, ranges, provider.is_some())?;
+        let routing = raw.routing.check(&[
+            ("node_slice_size", raw.node_slice_size.is_some()),
+            ("iaas_provider", provider.is_some()),
+            ("pod_ranges", raw.pod_ranges.is_some()),
+            ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(raw)),
+            ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
+        ])?;
+        let announce = match routing {
+            Routing::RouteTable(table) => {
+                if let Some(f) = &raw.strategy {
+                    return Err(ConfigError::invalid(
+                        f.origin.key("allocation_strategy"),
+                        "the routing-table datastore always picks at random (two nodes must not try the same \
+                         address first)",
+                    ));
+                }
+                ranges::check_exclude_counts(ranges, table.claiming.exclude_first, table.claiming.exclude_last)?;
+                return Ok(Mode::RouteTable(table));
+            }
+            Routing::Kubernetes { announce } => announce,
+        };
+        let kube = Kube {
+            kubeconfig: raw.kubeconfig.as_ref().map(|f| f.value.clone()),
+            overlapping_ranges: raw.overlapping_ranges.as_ref().is_none_or(|f| f.value),
+            strategy: raw.strategy.as_ref().map(|f| f.value).unwrap_or_default(),
+            reuse_cooldown: raw.reuse_cooldown.as_ref().map(|f| f.value),
+            announce,
+        };
+        Ok(match (provider, size) {
+            (Some(provider), _) => Mode::Provider(Box::new(Provider { kube, provider, placements })),
+            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size }),
+            (None, None) => Mode::Pools(Pools { kube, selection, owner_statefulset: None }),
+        })
+    }
+
+    /// The settings shared by the modes on the API server; `None` for the routing table.
+    pub fn kube(&self) -> Option<&Kube> {
+        match self {
+            Mode::Pools(m) => Some(&m.kube),
+            Mode::Slices(m) => Some(&m.kube),
+            Mode::Provider(m) => Some(&m.kube),
+            Mode::RouteTable(_) => None,
+        }
+    }
+
+    /// How a DEL or GC of this config finds what ADD wrote.
+    pub fn release_mode(&self) -> ReleaseMode {
+        let of = |kube: &Kube| ReleaseKube {
+            kubeconfig: kube.kubeconfig.clone(),
+            overlapping_ranges: kube.overlapping_ranges,
+            announce: kube.announce.clone(),
+        };
+        match self {
+            Mode::Pools(m) => ReleaseMode::Pools(of(&m.kube)),
+            Mode::Provider(m) => ReleaseMode::Pools(of(&m.kube)),
+            Mode::Slices(m) => ReleaseMode::Slices(of(&m.kube)),
+            Mode::RouteTable(t) => ReleaseMode::RouteTable(t.routes.clone()),
+        }
+    }
+}
+
+impl Pools {
+    /// `cfg` (whose mode this is) and these settings with only the ranges at `keep`, for a pod whose StatefulSet
+    /// is `owner` (ranges chosen per pod or node).
+    pub fn narrowed(
+        &self,
+        cfg: &super::IpamConfig,
+        keep: &[usize],
+        owner: Option<String>,
+    ) -> (super::IpamConfig, Pools) {
+        let pools =
+            Pools { kube: self.kube.clone(), selection: self.selection.narrowed(keep), owner_statefulset: owner };
+        (cfg.with_ranges(keep, Mode::Pools(pools.clone())), pools)
+    }
+
+    /// The StatefulSet an entry in `range` (one of `ranges`) records, when the range is sticky.
+    pub fn sticky_statefulset(&self, ranges: &[IpRange], range: &IpRange) -> Option<String> {
+        self.selection.sticky_statefulset(ranges, range, self.owner_statefulset.as_deref())
+    }
+}
+
+impl Slices {
+    /// `cfg` (whose mode this is) and these settings with only the ranges at `keep` (ranges chosen per pod or
+    /// node).
+    pub fn narrowed(&self, cfg: &super::IpamConfig, keep: &[usize]) -> (super::IpamConfig, Slices) {
+        let slices =
+            Slices { kube: self.kube.clone(), selection: self.selection.narrowed(keep), size: self.size.clone() };
+        (cfg.with_ranges(keep, Mode::Slices(slices.clone())), slices)
+    }
+}
+
+/// Whether an `ipRanges` entry asks for sticky addresses (the routing-table datastore has no StatefulSets).
+fn raw_sticky_ranges(raw: &RawIpam<'_>) -> bool {
+    raw.ip_ranges.as_ref().is_some_and(|r| r.value.iter().any(|e| e.sticky_statefulset.is_some()))
+}
+
+impl Provider {
+    /// The indices of the ranges that are candidates, narrowed to the highest class among them (decided from the
+    /// config alone, so alike on every node).
+    pub fn candidates(&self) -> Narrowed<usize> {
+        let candidates = self.placements.iter().enumerate().filter(|(_, p)| p.is_candidate());
+        narrow(
+            candidates.map(|(i, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: i }).collect(),
+        )
+    }
+
+    /// The ranges of `ranges` (the config's) an ADD tries: the candidates of the highest class (with the IPv6 half
+    /// of each kept pair), in the order it tries them.
+    pub fn kept_ranges<'r>(&self, ranges: &'r [IpRange]) -> Vec<&'r IpRange> {
+        let mut out = Vec::new();
+        for i in self.candidates().kept {
+            out.push(&ranges[i]);
+            if let Placement::Paired { v6 } = self.placements[i] {
+                out.push(&ranges[v6]);
+            }
+        }
+        out
+    }
+}
+
+/// Where a DEL or GC finds what ADD wrote, as read leniently ([`super::ReleaseConfig`]). The provider's
+/// candidates are pools like any other here: the provider's sub-interfaces are released by the leader reconciler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// One IPPool per range.
+    Pools(ReleaseKube),
+    /// The slices of the range's NodeSlicePool.
+    Slices(ReleaseKube),
+    /// The node's routing table.
+    RouteTable(HostRoutes),
+}
+
+/// What a DEL or GC on the API server needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseKube {
+    /// `ipam.kubernetes.kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `ipam.enable_overlapping_ranges`, default `true`.
+    pub overlapping_ranges: bool,
+    /// `announce_routes`: the host routes ADD installed, removed first.
+    pub announce: Option<HostRoutes>,
+}
+
+impl Default for ReleaseMode {
+    fn default() -> Self {
+        ReleaseMode::Pools(ReleaseKube { kubeconfig: None, overlapping_ranges: true, announce: None })
+    }
+}
+
+impl ReleaseMode {
+    /// What `raw` (with the `ranges` read of it) says, leniently: whatever could be read of the mode's keys. A
+    /// `node_slice_size` that cannot slice the range made no NodeSlicePool: whatever was allocated is in the pool.
+    pub(super) fn read(raw: &RawIpam<'_>, ranges: &[IpRange]) -> ReleaseMode {
+        let kube = ReleaseKube {
+            kubeconfig: raw.kubeconfig.as_ref().map(|f| f.value.clone()),
+            overlapping_ranges: raw.overlapping_ranges.as_ref().is_none_or(|f| f.value),
+            announce: raw.routing.announced(),
+        };
+        let sliced = raw.node_slice_size.as_ref().is_some_and(|size| ranges::check_node_slice(ranges, size).is_ok());
+        match (raw.routing.route_table(), sliced) {
+            (Some(routes), _) => ReleaseMode::RouteTable(routes),
+            (None, true) => ReleaseMode::Slices(kube),
+            (None, false) => ReleaseMode::Pools(kube),
+        }
+    }
+
+    /// The API server settings; `None` for the routing table.
+    pub fn kube(&self) -> Option<&ReleaseKube> {
+        match self {
+            ReleaseMode::Pools(k) | ReleaseMode::Slices(k) => Some(k),
+            ReleaseMode::RouteTable(_) => None,
+        }
+    }
+
+    /// The host routes ADD installed, if any.
+    pub fn host_routes(&self) -> Option<&HostRoutes> {
+        match self {
+            ReleaseMode::Pools(k) | ReleaseMode::Slices(k) => k.announce.as_ref(),
+            ReleaseMode::RouteTable(routes) => Some(routes),
+        }
+    }
+}

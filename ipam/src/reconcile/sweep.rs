@@ -1,0 +1,75 @@
+//! One full pass over the namespace — what the leader reconciler runs on its schedule and `kubectl hereabouts
+//! ipam check --repair` runs once: entries whose pod is gone (re-read from the API server right before), live
+//! entries whose reservation is missing (put back) or held by another pod (reported), and reservations no entry
+//! accounts for once older than any ADD runs (released).
+
+use std::collections::HashMap;
+
+use super::cluster::Cluster;
+use super::releaser::{Considered, Releaser, ReservationOutcome, Tally, Views, entries};
+use super::rules::{EntryClaim, Index, Keep, entry_claim};
+use crate::claim::reservation_of;
+use crate::store::{PoolStore, ReservationStore, StoreError};
+
+/// What one run did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub released: usize,
+    pub reservations_released: usize,
+    pub restored: usize,
+    pub conflicts: usize,
+    pub kept: usize,
+}
+
+/// One full pass over every pool and reservation of the namespace.
+pub async fn reconcile_once<S, C, T>(releaser: &Releaser<S, C, T>) -> Result<Summary, StoreError>
+where
+    S: PoolStore + ReservationStore,
+    C: Cluster,
+    T: Tally,
+{
+    // Reservations first, pools after: an orphan candidate is then one that no entry written up to the pool read
+    // accounts for (and it is read again before it goes).
+    let reservations = releaser.store.list_reservations(None).await?;
+    let pools = releaser.store.list_pools().await?;
+    let listed: HashMap<&str, _> =
+        reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
+    let mut views = Views::new();
+    let mut summary = Summary::default();
+    for (pool, offset, held) in entries(&pools, |_| true) {
+        match releaser.consider(pool, offset, held, None, &mut views).await {
+            Considered::Released(_) => summary.released += 1,
+            // a sticky entry keeps its reservation too: the address stays claimed for the pod's next incarnation
+            Considered::Kept(Keep::Live | Keep::Sticky) => {
+                summary.kept += 1;
+                let name = reservation_of(pool, offset);
+                let claim = entry_claim(held, name.as_deref().and_then(|n| listed.get(n).copied()));
+                match claim {
+                    EntryClaim::Fine => {}
+                    EntryClaim::Missing | EntryClaim::Conflict(_) => {
+                        // restore re-reads, so a reservation created since the list is found, not duplicated
+                        if releaser.restore(pool, offset, held).await {
+                            summary.restored += usize::from(claim == EntryClaim::Missing);
+                        } else {
+                            summary.conflicts += 1;
+                        }
+                    }
+                }
+            }
+            Considered::Kept(_) | Considered::Changed | Considered::Failed => summary.kept += 1,
+        }
+    }
+    let index = Index::new(&pools);
+    let doubly = index.doubly_held();
+    for (name, pods) in &doubly {
+        releaser.conflict(name, &pods.iter().copied().collect::<Vec<_>>()).await;
+    }
+    summary.conflicts += doubly.len();
+    releaser.tally.conflicts_now(summary.conflicts);
+    for reservation in &reservations {
+        if releaser.consider_reservation(reservation, &index).await == ReservationOutcome::Released {
+            summary.reservations_released += 1;
+        }
+    }
+    Ok(summary)
+}

@@ -1,0 +1,104 @@
+//! Node slices ([`Mode::Slices`](crate::config::Mode::Slices)): the range is cut into slices listed in a
+//! NodeSlicePool (Whereabouts' fast IPAM shape), each with a pool of its own, and a node allocates in its own
+//! slices. The decisions without I/O are in [`plan`] (re-exported here); [`add`] is the ADD, and [`Slices`] where
+//! DEL, CHECK and GC look.
+
+mod add;
+pub mod plan;
+
+pub use plan::*;
+
+use std::future::Future;
+
+use crate::budget::Budget;
+use std::net::IpAddr;
+
+use crate::claim::{Claimant, Journal, Layout, Place, Scope};
+use crate::config::{IpamConfig, Slices as SliceMode};
+use crate::error::IpamError;
+use crate::names;
+use crate::pools::{OneRange, each_range};
+use crate::range::IpRange;
+use crate::request::{Assigned, Request};
+use crate::store::{PoolStore, ReservationStore, SliceStore, StoreError};
+
+/// Assigns an address of the range of `cfg` to the attachment `req`, in this node's slices (or one it claims, or
+/// borrows from). On any failure, what this call wrote is rolled back first.
+pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore>(
+    store: &S,
+    cfg: &IpamConfig,
+    mode: &SliceMode,
+    req: &Request,
+    budget: &Budget,
+) -> Result<Vec<Assigned>, IpamError> {
+    let podref = cfg.pod.to_string();
+    let who = Claimant::new(cfg, &mode.kube, req, &podref);
+    each_range(store, cfg, budget, &InSlices { store, who: &who, mode, budget }).await
+}
+
+/// The claim of the range's address in a slice.
+struct InSlices<'a, S> {
+    store: &'a S,
+    who: &'a Claimant<'a>,
+    mode: &'a SliceMode,
+    budget: &'a Budget,
+}
+
+impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> {
+    async fn claim(
+        &self,
+        index: usize,
+        range: &IpRange,
+        given: &[IpAddr],
+        journal: &mut Journal,
+    ) -> Result<IpAddr, IpamError> {
+        let requested = self.who.cfg.requested_for(index);
+        let (store, who, budget, size) = (self.store, self.who, self.budget, &self.mode.size);
+        add::SlicedAdd { store, who, range, budget, size, requested, given }.run(journal).await
+    }
+}
+
+/// Where this mode's entries live: the pools of the range's slices that have an owner, the node's own first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sliced;
+
+impl<S: SliceStore> Layout<S> for Sliced {
+    fn places(
+        &self,
+        store: &S,
+        scope: &Scope<'_>,
+        range: &IpRange,
+        node: &str,
+        budget: &Budget,
+    ) -> impl Future<Output = Result<Vec<Place>, IpamError>> + Send {
+        let name = names::node_slice_pool_name(scope.network_name, scope.network);
+        let network_name = scope.network_name.to_string();
+        let (range, node) = (range.clone(), node.to_string());
+        async move {
+            let found = budget
+                .retry(StoreError::is_transient, || store.get_node_slices(&name))
+                .await
+                .map_err(|e| IpamError::from_retry(&format!("node slices {name}: get"), e))?;
+            let Some(pool) = found else { return Ok(Vec::new()) };
+            let mut slices: Vec<_> = slices_of(&pool).into_iter().filter(|s| !s.node.is_empty()).collect();
+            slices.sort_by_key(|s| s.node != node);
+            Ok(slices
+                .into_iter()
+                .filter_map(|s| {
+                    let sub = range.slice(s.cidr)?;
+                    Some(Place { pool: s.pool_name(&network_name), range: sub, own: s.node == node })
+                })
+                .collect())
+        }
+    }
+
+    fn missing_in(&self, scope: &Scope<'_>, _range: &IpRange) -> String {
+        names::node_slice_pool_name(scope.network_name, scope.network)
+    }
+}
+
+/// The objects an invocation of `cfg` on a node writes, for the host lock: the node's slices of the network, under
+/// one lock.
+pub(crate) fn locked(cfg: &IpamConfig) -> Vec<String> {
+    vec![names::node_slice_pool_name(&cfg.network_name, &cfg.name)]
+}

@@ -1,0 +1,382 @@
+//! The CNI verbs over a validated config: ADD, CHECK and STATUS of an [`IpamConfig`], DEL and GC of a
+//! [`ReleaseConfig`]. Each matches on the mode once, here; what a mode does is in its own module ([`crate::pools`],
+//! [`crate::slices`], [`crate::provider`], [`crate::routetable`]). The CNI binary reads the wire into a config and a
+//! [`Request`], calls one of these, and writes the answer back; it decides nothing about modes.
+//!
+//! What an invocation needs of the machine it runs on — a store from a kubeconfig, the kernel's routing table, the
+//! host lock's directory — comes through a [`Host`], so that tests can give their own.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+use crate::budget::Budget;
+use crate::claim::{self, Layout, Scope};
+use crate::codes::Code;
+use crate::config::{ConfigError, IpamConfig, Kube, Mode, ReleaseConfig, ReleaseKube, ReleaseMode};
+use crate::error::IpamError;
+use crate::lock::{self, HostLock};
+use crate::pools::{self, OnePool};
+use crate::provider;
+use crate::request::{Assigned, Attachment, Request};
+use crate::routetable::{self, KernelTable, RouteTableError, Table, TableError};
+use crate::slices::{self, Sliced};
+use crate::store::{self, ConnectError, KubeStore, PoolStore, Store};
+
+/// What an invocation needs of the machine it runs on.
+pub trait Host {
+    /// The store a kubeconfig leads to.
+    type Store: Store;
+    /// The node's routing table.
+    type Table: Table;
+
+    /// A store from the kubeconfig at `path`, in the namespace its current context names.
+    fn connect(&self, kubeconfig: &Path) -> impl Future<Output = Result<Self::Store, ConnectError>>;
+
+    /// The node's routing table (the routing-table datastore, `announce_routes`).
+    fn table(&self) -> Result<Self::Table, TableError>;
+
+    /// Where the host lock's files go; `None`: invocations do not take turns.
+    fn lock_dir(&self) -> Option<PathBuf>;
+}
+
+/// The machine itself: the API server a kubeconfig names, the kernel's routing table, the lock files under
+/// [`lock::DEFAULT_DIR`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LiveHost;
+
+impl Host for LiveHost {
+    type Store = KubeStore;
+    type Table = KernelTable;
+
+    async fn connect(&self, kubeconfig: &Path) -> Result<KubeStore, ConnectError> {
+        let (client, namespace) = store::connect(kubeconfig).await?;
+        Ok(KubeStore::new(client, &namespace))
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        KernelTable::connect()
+    }
+
+    fn lock_dir(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(lock::DEFAULT_DIR))
+    }
+}
+
+/// A verb that failed: its CNI code and what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{details}")]
+pub struct VerbError {
+    /// The CNI error code.
+    pub code: Code,
+    /// What went wrong, naming the object or key.
+    pub details: String,
+}
+
+impl VerbError {
+    /// An error of `code` with `details`.
+    pub fn new(code: Code, details: impl Into<String>) -> Self {
+        Self { code, details: details.into() }
+    }
+}
+
+impl From<ConfigError> for VerbError {
+    fn from(e: ConfigError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<IpamError> for VerbError {
+    fn from(e: IpamError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<RouteTableError> for VerbError {
+    fn from(e: RouteTableError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<TableError> for VerbError {
+    fn from(e: TableError) -> Self {
+        RouteTableError::from(e).into()
+    }
+}
+
+/// Which verb connects: STATUS says "not available" where the others say what is wrong with the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Add,
+    Check,
+    Status,
+}
+
+/// ADD: one address from each range of `cfg` for the attachment `req` (or, in provider mode, one per IP family of
+/// the candidates). What the attachment holds already it gets back; a failure takes back what was written.
+pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Vec<Assigned>, VerbError> {
+    cfg.require_pod()?;
+    let budget = Budget::new(cfg.timeout);
+    let assigned = match &cfg.mode {
+        Mode::RouteTable(mode) => {
+            let claimed = routetable::assign(&host.table()?, cfg, mode, req, &budget).await?;
+            tracing::info!(
+                ips = ?claimed.assigned.iter().map(|a| a.ip).collect::<Vec<_>>(),
+                collisions = claimed.collisions,
+                rounds = claimed.rounds,
+                "ADD done"
+            );
+            return Ok(claimed.assigned);
+        }
+        Mode::Pools(mode) => {
+            let store = connect(host, &mode.kube, Verb::Add).await?;
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let (cfg, mode) = match chosen {
+                Some((keep, owner)) => mode.narrowed(cfg, &keep, owner),
+                None => (cfg.clone(), mode.clone()),
+            };
+            let _lock = host_lock(host, &store, pools::locked(&cfg), &req.node, &budget).await;
+            let assigned = pools::add(&store, &cfg, &mode, req, &budget).await;
+            announced(host, &store, &cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
+        }
+        Mode::Slices(mode) => {
+            let store = connect(host, &mode.kube, Verb::Add).await?;
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let (cfg, mode) = match chosen {
+                Some((keep, _)) => mode.narrowed(cfg, &keep),
+                None => (cfg.clone(), mode.clone()),
+            };
+            let _lock = host_lock(host, &store, slices::locked(&cfg), &req.node, &budget).await;
+            let assigned = slices::add(&store, &cfg, &mode, req, &budget).await;
+            announced(host, &store, &cfg, &mode.kube, &Sliced, req, &budget, assigned?).await?
+        }
+        Mode::Provider(mode) => {
+            let store = connect(host, &mode.kube, Verb::Add).await?;
+            let _lock = host_lock(host, &store, pools::locked(cfg), &req.node, &budget).await;
+            let assigned = provider::add(&store, cfg, mode, req, &budget).await;
+            announced(host, &store, cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
+        }
+    };
+    Ok(assigned)
+}
+
+/// CHECK: the attachment `req` still holds what ADD gave it.
+pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<(), VerbError> {
+    let budget = Budget::new(cfg.timeout);
+    match &cfg.mode {
+        Mode::RouteTable(mode) => routetable::check(&host.table()?, cfg, &mode.routes, req).await?,
+        Mode::Pools(mode) => {
+            let store = connect(host, &mode.kube, Verb::Check).await?;
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let (cfg, mode) = match chosen {
+                Some((keep, owner)) => mode.narrowed(cfg, &keep, owner),
+                None => (cfg.clone(), mode.clone()),
+            };
+            pools::check(&store, &Scope::of(&cfg, &mode.kube), req, &budget).await?;
+        }
+        Mode::Slices(mode) => {
+            let store = connect(host, &mode.kube, Verb::Check).await?;
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let (cfg, mode) = match chosen {
+                Some((keep, _)) => mode.narrowed(cfg, &keep),
+                None => (cfg.clone(), mode.clone()),
+            };
+            claim::check(&store, &Sliced, &Scope::of(&cfg, &mode.kube), req, &budget).await?;
+        }
+        Mode::Provider(mode) => {
+            let store = connect(host, &mode.kube, Verb::Check).await?;
+            provider::check(&store, cfg, mode, req, &budget).await?;
+        }
+    }
+    Ok(())
+}
+
+/// STATUS: whether an ADD could work now — the API server answers and lets us read pools, or the routing table
+/// and the node's records can be used.
+pub async fn status(host: &impl Host, cfg: &IpamConfig) -> Result<(), VerbError> {
+    let budget = Budget::new(cfg.timeout);
+    let kube = match &cfg.mode {
+        Mode::RouteTable(mode) => return Ok(routetable::status(&host.table()?, &mode.routes, &cfg.name).await?),
+        Mode::Pools(mode) => &mode.kube,
+        Mode::Slices(mode) => &mode.kube,
+        Mode::Provider(mode) => &mode.kube,
+    };
+    let store = connect(host, kube, Verb::Status).await?;
+    match budget.run(store.probe()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(VerbError::new(Code::NotAvailable, e.to_string())),
+        Err(e) => Err(VerbError::new(Code::NotAvailable, e.to_string())),
+    }
+}
+
+/// DEL: releases what the attachment `req` holds. Whatever cannot be read or reached is logged and left to the
+/// reconciler; only a failure that a retry can mend (the API server unreachable) is an error, so the runtime
+/// tries again — a DEL that fails leaves a pod stuck terminating. Returns how many addresses were released.
+pub async fn del(host: &impl Host, cfg: &ReleaseConfig, req: &Request) -> Result<usize, VerbError> {
+    release(host, cfg, req, None).await
+}
+
+/// GC: releases what this network's attachments on this node hold that `valid` (the runtime's list) does not
+/// name. As lenient as [`del`].
+pub async fn gc(
+    host: &impl Host,
+    cfg: &ReleaseConfig,
+    req: &Request,
+    valid: &[Attachment],
+) -> Result<usize, VerbError> {
+    release(host, cfg, req, Some(valid)).await
+}
+
+async fn release(
+    host: &impl Host,
+    cfg: &ReleaseConfig,
+    req: &Request,
+    valid: Option<&[Attachment]>,
+) -> Result<usize, VerbError> {
+    for warning in &cfg.warnings {
+        tracing::warn!(%warning, "config problem passed over");
+    }
+    let kube = match &cfg.mode {
+        ReleaseMode::RouteTable(routes) => return remove_routes(host, cfg, routes, req, valid).await,
+        ReleaseMode::Pools(kube) | ReleaseMode::Slices(kube) => kube,
+    };
+    // host routes first: a route left behind would advertise an address that is free again
+    if let Some(routes) = &kube.announce {
+        let removed = remove_routes(host, cfg, routes, req, valid).await?;
+        tracing::info!(removed, "host routes removed");
+    }
+    match &cfg.mode {
+        ReleaseMode::Slices(kube) => release_in(host, cfg, kube, &Sliced, req, valid).await,
+        ReleaseMode::Pools(kube) => release_in(host, cfg, kube, &OnePool, req, valid).await,
+        ReleaseMode::RouteTable(_) => Ok(0),
+    }
+}
+
+/// DEL or GC of the routing-table records and host routes of `routes`.
+async fn remove_routes(
+    host: &impl Host,
+    cfg: &ReleaseConfig,
+    routes: &crate::config::HostRoutes,
+    req: &Request,
+    valid: Option<&[Attachment]>,
+) -> Result<usize, VerbError> {
+    let table = host.table()?;
+    let removed = match valid {
+        // an ADD under way has its record before the runtime lists its attachment; none runs longer than its budget
+        Some(valid) => routetable::gc(&table, routes, &cfg.name, valid, cfg.timeout).await,
+        None => routetable::release(&table, routes, &cfg.name, &req.container_id, &req.ifname).await,
+    };
+    removed.map_err(|e| {
+        let e = VerbError::from(e);
+        tracing::error!(code = e.code.number(), details = %e.details, "host routes not removed");
+        e
+    })
+}
+
+/// DEL or GC on the API server, with the entries where `layout` says.
+async fn release_in<H: Host>(
+    host: &H,
+    cfg: &ReleaseConfig,
+    kube: &ReleaseKube,
+    layout: &impl Layout<H::Store>,
+    req: &Request,
+    valid: Option<&[Attachment]>,
+) -> Result<usize, VerbError> {
+    if cfg.ranges.is_empty() {
+        tracing::warn!("no range could be read from the config: nothing to release here; the reconciler will");
+        return Ok(0);
+    }
+    let Some(kubeconfig) = &kube.kubeconfig else {
+        tracing::warn!("no kubeconfig in the config: nothing released here; the reconciler will");
+        return Ok(0);
+    };
+    let store = match host.connect(kubeconfig).await {
+        Ok(store) => store,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot connect: nothing released here; the reconciler will");
+            return Ok(0);
+        }
+    };
+    let budget = Budget::new(cfg.timeout);
+    let scope = Scope::of_release(cfg, kube);
+    let objects = layout_objects(layout, &scope);
+    let _lock = host_lock(host, &store, objects, &req.node, &budget).await;
+    let outcome = match valid {
+        Some(valid) => claim::gc(&store, layout, &scope, &req.node, valid, &budget).await,
+        None => claim::release(&store, layout, &scope, req, &budget).await,
+    };
+    match outcome {
+        Ok(released) => Ok(released),
+        Err(e) if e.code() == Code::TryAgainLater => {
+            tracing::error!(details = %e, "failed; the runtime will try again");
+            Err(e.into())
+        }
+        Err(e) => {
+            tracing::error!(code = e.code().number(), details = %e, "failed; left to the reconciler");
+            Ok(0)
+        }
+    }
+}
+
+/// The objects a DEL or GC of `scope` writes, for the host lock.
+fn layout_objects<S>(layout: &impl Layout<S>, scope: &Scope<'_>) -> Vec<String> {
+    scope.ranges.iter().map(|r| layout.missing_in(scope, r)).collect()
+}
+
+/// The store of `kube`'s kubeconfig. A name the resolver cannot answer for now may answer later; a bad kubeconfig
+/// will not; STATUS says only that the plugin is not available.
+async fn connect<H: Host>(host: &H, kube: &Kube, verb: Verb) -> Result<H::Store, VerbError> {
+    let Some(kubeconfig) = &kube.kubeconfig else {
+        return Err(VerbError::new(
+            Code::InvalidConfig,
+            "ipam.kubernetes.kubeconfig is required (inline or in the flat file)",
+        ));
+    };
+    host.connect(kubeconfig).await.map_err(|e| {
+        let code = match e {
+            _ if verb == Verb::Status => Code::NotAvailable,
+            ConnectError::Resolve { .. } => Code::TryAgainLater,
+            _ => Code::InvalidConfig,
+        };
+        VerbError::new(code, e.to_string())
+    })
+}
+
+/// The host lock of `objects` ([`lock`]), waited for at most a third of what is left of the budget: past that,
+/// the holder is likely stuck on an API server that does not answer, and going on without the lock is safe.
+async fn host_lock(
+    host: &impl Host,
+    store: &impl PoolStore,
+    objects: Vec<String>,
+    node: &str,
+    budget: &Budget,
+) -> Option<HostLock> {
+    let dir = host.lock_dir()?;
+    let paths = objects.iter().map(|o| lock::key_path(&dir, store.namespace(), o, node)).collect();
+    lock::acquire(paths, budget.remaining() / 3).await
+}
+
+/// `assigned`, once announced as host routes when the config asks (`announce_routes`): an address a routing daemon
+/// cannot advertise is of no use to the pod, so a failure releases the allocation and fails the ADD.
+#[allow(clippy::too_many_arguments)]
+async fn announced<H: Host>(
+    host: &H,
+    store: &H::Store,
+    cfg: &IpamConfig,
+    kube: &Kube,
+    layout: &impl Layout<H::Store>,
+    req: &Request,
+    budget: &Budget,
+    assigned: Vec<Assigned>,
+) -> Result<Vec<Assigned>, VerbError> {
+    let Some(routes) = &kube.announce else { return Ok(assigned) };
+    let pod = cfg.pod.to_string();
+    let outcome = match host.table() {
+        Ok(table) => routetable::announce(&table, routes, &cfg.name, req, &pod, &assigned).await,
+        Err(e) => Err(e.into()),
+    };
+    let Err(e) = outcome else { return Ok(assigned) };
+    if let Err(back) = claim::release(store, layout, &Scope::of(cfg, kube), req, budget).await {
+        tracing::error!(error = %back, "roll-back of the allocation failed; the reconciler will release it");
+    }
+    Err(e.into())
+}
