@@ -107,7 +107,7 @@ pub enum IpamError {
     Expired(String),
     /// The IaaS provider failed or refused to place the address (what was claimed is rolled back).
     #[error("{0}")]
-    Provider(#[from] crate::provider::ProviderError),
+    Provider(#[from] crate::provider::client::ProviderError),
     /// Every free address of the pool was released too recently (its reuse cooldown): try again later.
     #[error(
         "pool {pool}: every free address was released less than the pool's reuse cooldown ago ({count} cooling; the first is free again at {until})"

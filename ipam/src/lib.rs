@@ -24,6 +24,7 @@ pub mod codes;
 pub mod config;
 pub mod cooldown;
 pub mod crd;
+pub mod cut;
 pub mod entropy;
 pub mod error;
 pub mod lock;

@@ -16,8 +16,9 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
+use super::field::{Origin, Sourced};
 use super::json::{Problems, wrong_type};
-use super::netconf::{Origin, RawDns, RawIpam, Sourced, parse_ipam};
+use super::netconf::{RawDns, RawIpam, parse_ipam};
 
 /// Where the flat file is looked for when `configuration_path` is not set, in this order.
 pub const DEFAULT_FLAT_FILE_PATHS: [&str; 4] = [

@@ -22,7 +22,9 @@
 //! Besides reading the flat file, nothing here does I/O.
 
 mod cni_args;
+pub mod duration;
 mod error;
+mod field;
 mod flatfile;
 mod json;
 mod mode;
@@ -289,7 +291,7 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
     let value: serde_json::Value = serde_json::from_slice(input.stdin)
         .map_err(|source| ConfigError::NotJson { key: "stdin".to_string(), source })?;
     let net = netconf::parse_netconf(&value)?;
-    let inline = netconf::parse_ipam(net.ipam, netconf::Origin::Inline, &mut Problems::strict())?;
+    let inline = netconf::parse_ipam(net.ipam, field::Origin::Inline, &mut Problems::strict())?;
     netconf::check_type(&inline)?;
     let args = cni_args::parse(input.cni_args)?;
     let flat_file = flatfile::locate(inline.configuration_path.as_ref(), flat_file_paths)?;

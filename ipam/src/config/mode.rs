@@ -18,14 +18,13 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::netconf::RawIpam;
+use super::provider::{self, Placement, ProviderConfig};
 use super::routing::{HostRoutes, RouteTable, Routing};
 use super::selection::RangeSelection;
-use super::{provider, ranges, selection};
+use super::{ranges, selection};
 use crate::allocator::Strategy;
-use crate::provider::ProviderConfig;
-use crate::provider::placement::{Candidate, Narrowed, Placement, narrow};
+use crate::cut::SliceSize;
 use crate::range::IpRange;
-use crate::slices::SliceSize;
 
 /// How an invocation keeps its addresses; see the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +90,7 @@ pub struct Provider {
     pub provider: ProviderConfig,
     /// How each of the config's ranges is placed: with a provider the ranges are an interface's candidates, one
     /// address per IP family from the first candidate of the highest class that gives one
-    /// ([`crate::provider::placement::narrow`]).
+    /// (`provider::placement::narrow`).
     pub placements: Vec<Placement>,
 }
 
@@ -206,30 +205,6 @@ impl Slices {
 /// Whether an `ipRanges` entry asks for sticky addresses (the routing-table datastore has no StatefulSets).
 fn raw_sticky_ranges(raw: &RawIpam<'_>) -> bool {
     raw.ip_ranges.as_ref().is_some_and(|r| r.value.iter().any(|e| e.sticky_statefulset.is_some()))
-}
-
-impl Provider {
-    /// The indices of the ranges that are candidates, narrowed to the highest class among them (decided from the
-    /// config alone, so alike on every node).
-    pub fn candidates(&self) -> Narrowed<usize> {
-        let candidates = self.placements.iter().enumerate().filter(|(_, p)| p.is_candidate());
-        narrow(
-            candidates.map(|(i, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: i }).collect(),
-        )
-    }
-
-    /// The ranges of `ranges` (the config's) an ADD tries: the candidates of the highest class (with the IPv6 half
-    /// of each kept pair), in the order it tries them.
-    pub fn kept_ranges<'r>(&self, ranges: &'r [IpRange]) -> Vec<&'r IpRange> {
-        let mut out = Vec::new();
-        for i in self.candidates().kept {
-            out.push(&ranges[i]);
-            if let Placement::Paired { v6 } = self.placements[i] {
-                out.push(&ranges[v6]);
-            }
-        }
-        out
-    }
 }
 
 /// Where a DEL or GC finds what ADD wrote, as read leniently ([`super::ReleaseConfig`]). The provider's

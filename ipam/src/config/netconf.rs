@@ -8,47 +8,18 @@
 //! ([`super::release`]) passes over the key with a warning ([`Problems`]).
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
 use serde_json::{Map, Value};
 
 use super::error::ConfigError;
+use super::field::{Field, Origin, sourced};
 use super::json::{Problems, array, boolean, check_keys, object, string, strings, uint, uint32};
 use super::routing::{self, RawRouting};
 use super::{Dns, LogLevel, Route, SUPPORTED_CNI_VERSIONS, StaticAddress};
 use crate::allocator::Strategy;
-
-/// Where a value comes from: the `ipam` object on stdin or the flat file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Origin<'p> {
-    Inline,
-    FlatFile(&'p Path),
-}
-
-impl Origin<'_> {
-    /// The name of `key` (a path below the `ipam` object, e.g. `ipRanges[1].range_start`) in messages.
-    pub(super) fn key(self, key: &str) -> String {
-        match self {
-            Origin::Inline => format!("ipam.{key}"),
-            Origin::FlatFile(path) => format!("{key} (flat file {})", path.display()),
-        }
-    }
-}
-
-/// A value with its origin, so that a message about a merged config still names the right place.
-#[derive(Debug, Clone)]
-pub(super) struct Sourced<'p, T> {
-    pub value: T,
-    pub origin: Origin<'p>,
-}
-
-pub(super) type Field<'p, T> = Option<Sourced<'p, T>>;
-
-fn sourced<T>(origin: Origin<'_>, value: Option<T>) -> Field<'_, T> {
-    value.map(|value| Sourced { value, origin })
-}
 
 /// One `ipRanges[]` entry, checked for shape only (the range math is [`super::ranges`]' job).
 #[derive(Debug, Clone, Default)]
@@ -101,7 +72,7 @@ pub(super) struct RawIpam<'p> {
     pub configuration_path: Field<'p, PathBuf>,
     pub log_file: Field<'p, PathBuf>,
     pub log_level: Field<'p, LogLevel>,
-    pub node_slice_size: Field<'p, crate::slices::SliceSize>,
+    pub node_slice_size: Field<'p, crate::cut::SliceSize>,
     pub reconciler_cron_expression: Field<'p, String>,
     pub strategy: Field<'p, Strategy>,
     pub timeout: Field<'p, Duration>,
@@ -525,8 +496,8 @@ fn cooldown(n: u64, key: &str) -> Result<u64, ConfigError> {
 }
 
 /// `node_slice_size`: a prefix length, `/24` or `24` (Whereabouts' `iphelpers.DivideRangeBySize`).
-fn slice_size(s: String, key: &str) -> Result<crate::slices::SliceSize, ConfigError> {
-    crate::slices::SliceSize::parse(&s)
+fn slice_size(s: String, key: &str) -> Result<crate::cut::SliceSize, ConfigError> {
+    crate::cut::SliceSize::parse(&s)
         .ok_or_else(|| ConfigError::invalid(key, format!("{s:?}: expected a prefix length such as \"/26\" or \"26\"")))
 }
 

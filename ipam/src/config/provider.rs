@@ -1,18 +1,15 @@
 //! `ipam.iaas_provider`: a range whose addresses are cloud sub-interfaces, created by an IaaS provider over HTTPS
-//! (`../shared/seeds/000_0b6f27cfa83fddaf.txt`). This reads and checks the section; [`crate::provider`] talks to the
-//! provider.
+//! (the contract: docs/provider.md). This reads and checks the section; [`crate::provider`] talks to the provider.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::duration::{self, GoDuration};
 use super::error::ConfigError;
 use super::json::{check_keys, string};
 use super::netconf::RawIpam;
-use crate::provider::ProviderConfig;
-use crate::provider::duration::{self, GoDuration};
-use crate::provider::placement::{Mode, Placement};
 use crate::range::IpRange;
 
 /// The keys of `ipam.iaas_provider`.
@@ -25,6 +22,21 @@ pub const DEFAULT_HTTP_REQUEST_TIMEOUT: &str = "50s";
 
 /// A static ceiling on one provider call, whatever the invocation's budget.
 pub const MAX_HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `ipam.iaas_provider`, checked ([`parse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// `https://host[:port]`; the contract's paths go below it.
+    pub url: http::Uri,
+    /// The PEM CA the provider's certificate must chain to (no system store).
+    pub ca_file: PathBuf,
+    /// A client certificate and its key (PEM), when the provider asks for one.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// The most one call may take, < 2m and < the invocation's budget.
+    pub http_request_timeout: GoDuration,
+    /// The host interface the sub-interfaces hang off; its MAC is the requests' `parentNicMac`.
+    pub parent_interface: String,
+}
 
 /// Reads `section` (the value of `ipam.iaas_provider`) for an invocation whose time budget is `budget`.
 pub fn parse(section: &Map<String, Value>, budget: Duration) -> Result<ProviderConfig, ConfigError> {
@@ -227,4 +239,63 @@ mod tests {
         let both = parse(&section(json!({"client_cert_file": "/c.pem", "client_key_file": "/k.pem"})), BUDGET).unwrap();
         assert_eq!(both.client_cert, Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem"))));
     }
+}
+
+/// A provider-backed pool's placement mode, derived from its shape (bound to a node or not) and fixed for its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Bound to one node, where the provider pre-creates sub-interfaces: only those are handed out.
+    NodeWarm { node: String },
+    /// No node: addresses are placed on demand and their sub-interfaces cached on the node that used them last.
+    Global,
+}
+
+/// How a range of a config hands out addresses: ordinary, or through the provider in one placement mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// No provider: the range's pool as in every other config.
+    Ordinary,
+    /// Provider-backed, in this mode.
+    Provider(Mode),
+    /// A provider-backed IPv4 range (global pool) whose sub-interfaces also carry an address of the IPv6 range at
+    /// index `v6` of the config's ranges: both or neither, and the IPv6 one chosen at creation stays with the
+    /// sub-interface for its life.
+    Paired { v6: usize },
+    /// The IPv6 range of a pair: never a candidate of its own; its addresses are taken with their IPv4 partner's.
+    PairedV6 { v4: usize },
+}
+
+impl Placement {
+    /// The candidate class of a range placed so.
+    pub fn class(&self) -> Class {
+        match self {
+            Placement::Ordinary => Class::Ordinary,
+            Placement::Provider(_) => Class::Provider,
+            Placement::Paired { .. } | Placement::PairedV6 { .. } => Class::PairedProvider,
+        }
+    }
+
+    /// Whether the range is an interface's candidate of its own (the IPv6 half of a pair is not).
+    pub fn is_candidate(&self) -> bool {
+        !matches!(self, Placement::PairedV6 { .. })
+    }
+
+    /// The node the range's pool is bound to: `Some` for a node-warm pool only.
+    pub fn bound_node(&self) -> Option<&str> {
+        match self {
+            Placement::Provider(Mode::NodeWarm { node }) => Some(node),
+            _ => None,
+        }
+    }
+}
+
+/// The class of a candidate range: an interface's candidates are narrowed to the highest class present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    /// A range without a provider.
+    Ordinary,
+    /// A provider-backed range (node-warm or global).
+    Provider,
+    /// A paired dual-stack provider range: both families or failure, never a silent single stack.
+    PairedProvider,
 }

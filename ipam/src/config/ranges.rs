@@ -12,7 +12,8 @@ use ipnet::IpNet;
 
 use super::StaticAddress;
 use super::error::ConfigError;
-use super::netconf::{Origin, RawIpam, Sourced, cidr, family, ip, net_v4, same_family};
+use super::field::{Origin, Sourced};
+use super::netconf::{RawIpam, cidr, family, ip, net_v4, same_family};
 use crate::range::IpRange;
 
 /// One range entry with the keys of its parts.
@@ -292,12 +293,12 @@ pub(super) fn check_static(addresses: &Sourced<'_, Vec<StaticAddress>>, ranges: 
 /// Whereabouts' controller slices `ipRanges[0]`).
 pub(super) fn check_node_slice(
     ranges: &[IpRange],
-    size: &Sourced<'_, crate::slices::SliceSize>,
-) -> Result<crate::slices::SliceSize, ConfigError> {
+    size: &Sourced<'_, crate::cut::SliceSize>,
+) -> Result<crate::cut::SliceSize, ConfigError> {
     let key = size.origin.key("node_slice_size");
     match ranges {
         [] => Err(ConfigError::invalid(key, "there is no range to slice")),
-        [r] => match crate::slices::divide(r.cidr(), size.value.prefix()) {
+        [r] => match crate::cut::divide(r.cidr(), size.value.prefix()) {
             Ok(_) => Ok(size.value.clone()),
             Err(e) => Err(ConfigError::invalid(key, e.to_string())),
         },

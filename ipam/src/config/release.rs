@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::field::Origin;
 use super::json::{Problems, object, string};
-use super::netconf::{Origin, RawIpam};
+use super::netconf::RawIpam;
 use super::{
     ConfigError, DEFAULT_FLAT_FILE_PATHS, DEFAULT_TIMEOUT, Input, IpamConfig, LogLevel, PodRef, ReleaseMode, cni_args,
     flatfile, load_with_paths, netconf, ranges,

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::ConfigError;
+use super::field::{Field, Origin, sourced};
 use super::json::{boolean, string, uint, uint32};
-use super::netconf::{Field, Origin, Sourced};
 
 /// The table the routes go to unless `route_table` says otherwise: `main`.
 pub const DEFAULT_ROUTE_TABLE: u32 = 254;
@@ -111,10 +111,6 @@ pub(super) struct RawRouting<'p> {
     pub exclude_first: Field<'p, u64>,
     pub exclude_last: Field<'p, u64>,
     pub announce: Field<'p, bool>,
-}
-
-fn sourced<T>(origin: Origin<'_>, value: Option<T>) -> Field<'_, T> {
-    value.map(|value| Sourced { value, origin })
 }
 
 /// Reads key `name` (one of [`KEYS`]); `ignored` gets a `datastore` that names the Kubernetes store, which changes

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::provider::{Mode, Placement};
 use super::*;
-use crate::provider::placement::{Mode, Placement};
 
 const KUBECONFIG: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
 

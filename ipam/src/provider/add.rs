@@ -10,7 +10,7 @@ use std::future::Future;
 use std::net::IpAddr;
 
 use super::place::{At, Placer};
-use super::placement::{Mode, Narrowed, Placement};
+use super::placement::{Candidate, Mode, Narrowed, Placement, narrow};
 use crate::budget::Budget;
 use crate::claim::decide;
 use crate::claim::{Claim, Claimant, Journal, Policy, Steer, Target};
@@ -41,6 +41,26 @@ where
     let podref = cfg.pod.to_string();
     let who = Claimant::new(cfg, &mode.kube, req, &podref);
     CandidateAdd { store, cfg, mode, req, budget, who: &who, placer: &placer }.run().await
+}
+
+/// The indices of the ranges of `mode` that are candidates, narrowed to the highest class among them (decided from
+/// the config alone, so alike on every node).
+pub fn candidates(mode: &Provider) -> Narrowed<usize> {
+    let candidates = mode.placements.iter().enumerate().filter(|(_, p)| p.is_candidate());
+    narrow(candidates.map(|(i, p)| Candidate { class: p.class(), warm: p.bound_node().is_some(), item: i }).collect())
+}
+
+/// The ranges of `ranges` (the config's) an ADD of `mode` tries: the candidates of the highest class (with the IPv6
+/// half of each kept pair), in the order it tries them.
+pub fn kept_ranges<'r>(mode: &Provider, ranges: &'r [IpRange]) -> Vec<&'r IpRange> {
+    let mut out = Vec::new();
+    for i in candidates(mode).kept {
+        out.push(&ranges[i]);
+        if let Placement::Paired { v6 } = mode.placements[i] {
+            out.push(&ranges[v6]);
+        }
+    }
+    out
 }
 
 /// What the provider's mode adds to the claim in a candidate's pool: the pool's fixed shape (bound to a node or
@@ -152,7 +172,7 @@ where
 {
     async fn run(&self) -> Result<Vec<Assigned>, IpamError> {
         let (cfg, mode) = (self.cfg, self.mode);
-        let narrowed = mode.candidates();
+        let narrowed = candidates(mode);
         if !narrowed.ignored.is_empty() {
             self.warn_ignored(&narrowed).await;
         }
@@ -364,7 +384,7 @@ where
 }
 
 /// CHECK of a provider config, whose ranges are candidates: for each IP family among the candidates an ADD tries
-/// ([`Provider::kept_ranges`]), one of their pools holds the attachment's entry.
+/// ([`kept_ranges`]), one of their pools holds the attachment's entry.
 pub(crate) async fn check<S: PoolStore>(
     store: &S,
     cfg: &IpamConfig,
@@ -372,7 +392,7 @@ pub(crate) async fn check<S: PoolStore>(
     req: &Request,
     budget: &Budget,
 ) -> Result<(), IpamError> {
-    let kept = mode.kept_ranges(&cfg.ranges);
+    let kept = kept_ranges(mode, &cfg.ranges);
     let mine = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname;
     for v4 in [true, false] {
         let family: Vec<&IpRange> = kept.iter().copied().filter(|r| r.cidr().addr().is_ipv4() == v4).collect();

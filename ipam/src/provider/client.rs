@@ -15,9 +15,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use super::ProviderConfig;
 use crate::budget::Budget;
 use crate::codes::Code;
+use crate::config::provider::ProviderConfig;
 
 /// Creates (or attaches) sub-interfaces.
 pub const ALLOCATE_PATH: &str = "/v1/apis/network.iaas.io/ipam/allocate-ips";
@@ -158,7 +158,7 @@ pub struct ProviderClient {
     host: String,
     port: u16,
     tls: TlsConnector,
-    timeout: super::GoDuration,
+    timeout: crate::config::duration::GoDuration,
 }
 
 impl std::fmt::Debug for ProviderClient {

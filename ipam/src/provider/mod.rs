@@ -11,23 +11,19 @@
 //!   provider can refuse work it cannot finish before taking a rate-limit token.
 
 mod add;
-mod client;
-pub mod duration;
+pub(crate) mod client;
 mod place;
 pub mod placement;
 
+pub use crate::config::provider::ProviderConfig;
 pub use add::IGNORED_CANDIDATES_REASON;
 pub(crate) use add::{add, check};
 
-use std::path::PathBuf;
-
+use crate::crd::IpAllocation;
 pub use client::{
     ALLOCATE_PATH, AllocateRequest, AllocateResponse, ProviderClient, ProviderError, RELEASE_PATH, ReleaseRequest,
     SubEniRequest, SubEniResponse, TIMEOUT_HEADER,
 };
-use duration::GoDuration;
-
-use crate::crd::IpAllocation;
 
 /// The container id of the leader's hold on an address whose sub-interface the provider is releasing.
 pub const HOLD_ID: &str = "hereabouts-provider-release";
@@ -38,19 +34,4 @@ pub const HOLD_PODREF: &str = "hereabouts:provider-release";
 /// ADD takes the address (and has the provider move it) while the cloud may be deleting it.
 pub fn hold_entry() -> IpAllocation {
     IpAllocation { id: HOLD_ID.into(), podref: HOLD_PODREF.into(), ..IpAllocation::default() }
-}
-
-/// `ipam.iaas_provider`, checked ([`crate::config::provider::parse`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderConfig {
-    /// `https://host[:port]`; the contract's paths go below it.
-    pub url: http::Uri,
-    /// The PEM CA the provider's certificate must chain to (no system store).
-    pub ca_file: PathBuf,
-    /// A client certificate and its key (PEM), when the provider asks for one.
-    pub client_cert: Option<(PathBuf, PathBuf)>,
-    /// The most one call may take, < 2m and < the invocation's budget.
-    pub http_request_timeout: GoDuration,
-    /// The host interface the sub-interfaces hang off; its MAC is the requests' `parentNicMac`.
-    pub parent_interface: String,
 }

@@ -2,6 +2,8 @@
 //! whether that needs a provider call, and which of an interface's candidate ranges are tried at all.
 
 use std::collections::BTreeMap;
+
+pub use crate::config::provider::{Class, Mode, Placement};
 use std::net::IpAddr;
 
 /// The VLAN a provider writes on a sub-interface it is unbinding: such an entry is never handed out.
@@ -24,54 +26,6 @@ impl SubInterface {
     /// Whether the provider is taking it away.
     pub fn unbinding(&self) -> bool {
         self.vlan == UNBINDING_VLAN
-    }
-}
-
-/// A provider-backed pool's placement mode, derived from its shape (bound to a node or not) and fixed for its life.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
-    /// Bound to one node, where the provider pre-creates sub-interfaces: only those are handed out.
-    NodeWarm { node: String },
-    /// No node: addresses are placed on demand and their sub-interfaces cached on the node that used them last.
-    Global,
-}
-
-/// How a range of a config hands out addresses: ordinary, or through the provider in one placement mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    /// No provider: the range's pool as in every other config.
-    Ordinary,
-    /// Provider-backed, in this mode.
-    Provider(Mode),
-    /// A provider-backed IPv4 range (global pool) whose sub-interfaces also carry an address of the IPv6 range at
-    /// index `v6` of the config's ranges: both or neither, and the IPv6 one chosen at creation stays with the
-    /// sub-interface for its life.
-    Paired { v6: usize },
-    /// The IPv6 range of a pair: never a candidate of its own; its addresses are taken with their IPv4 partner's.
-    PairedV6 { v4: usize },
-}
-
-impl Placement {
-    /// The candidate class of a range placed so.
-    pub fn class(&self) -> Class {
-        match self {
-            Placement::Ordinary => Class::Ordinary,
-            Placement::Provider(_) => Class::Provider,
-            Placement::Paired { .. } | Placement::PairedV6 { .. } => Class::PairedProvider,
-        }
-    }
-
-    /// Whether the range is an interface's candidate of its own (the IPv6 half of a pair is not).
-    pub fn is_candidate(&self) -> bool {
-        !matches!(self, Placement::PairedV6 { .. })
-    }
-
-    /// The node the range's pool is bound to: `Some` for a node-warm pool only.
-    pub fn bound_node(&self) -> Option<&str> {
-        match self {
-            Placement::Provider(Mode::NodeWarm { node }) => Some(node),
-            _ => None,
-        }
     }
 }
 
@@ -125,17 +79,6 @@ pub fn pick(mode: &Mode, node: &str, free: &[u128], sub_interfaces: &BTreeMap<u1
                 .find_map(|o| sub_interfaces.get(o).map(|s| Pick::Steal { offset: *o, from: s.node.clone() }))
         }
     }
-}
-
-/// The class of a candidate range: an interface's candidates are narrowed to the highest class present.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Class {
-    /// A range without a provider.
-    Ordinary,
-    /// A provider-backed range (node-warm or global).
-    Provider,
-    /// A paired dual-stack provider range: both families or failure, never a silent single stack.
-    PairedProvider,
 }
 
 /// A candidate range: its class, whether it is a node-warm pool, and the caller's handle on it.
