@@ -14,6 +14,9 @@
 //!   released attachment).
 //!
 //! `HEREABOUTS_SIM_CASES` sets the number of cases (CI runs the default; `make fuzz` runs far more).
+//!
+//! [`a_guard_less_one_test_is_caught`] proves that the simulation would see a wrong guard: with one `test` of a
+//! guarded patch taken away, it must find a counterexample.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -25,12 +28,14 @@ use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::reconcile::rules::PodView;
 use hereabouts_ipam::reconcile::{Cluster, Considered, Notice, Releaser, entries, reconcile_once};
 use hereabouts_ipam::routetable::{KernelTable, TableError};
+use hereabouts_ipam::store::guard::{Guard, mutants};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, MemoryStore, Rng};
 use hereabouts_ipam::store::{ConnectError, PoolStore};
 use hereabouts_ipam::verbs::{self, Host};
 use hereabouts_ipam::{Attachment, Code, Request};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
+use proptest::test_runner::TestCaseError;
 
 const NS: &str = "sim";
 const GRACE: Duration = Duration::from_secs(60);
@@ -41,15 +46,24 @@ const KILL_AFTER: Duration = Duration::from_secs(120);
 /// The networks: two overlapping IPv4 ranges of one network (their reservations are shared), one of them with
 /// the random strategy, a dual-stack one, and the first range again in slice mode: four /30 slices for three
 /// nodes, so that nodes claim slices, race for them and borrow, while single-pool writers of the same addresses
-/// meet them only through the reservations; and a two-address range with a reuse cooldown, small enough that
-/// ADDs find every free address cooling.
-const NETWORKS: [&str; 5] = [
+/// meet them only through the reservations; a two-address range with a reuse cooldown, small enough that
+/// ADDs find every free address cooling; and two networks without reservations (`enable_overlapping_ranges:
+/// false`, as many Whereabouts fleets run), one pool and slices, where the pool's and the NodeSlicePool's guarded
+/// patches are all that keeps two pods off one address.
+const NETWORKS: [&str; 7] = [
     r#"{"cniVersion":"1.0.0","name":"net-a","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-b","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/29","allocation_strategy":"random","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-c","type":"macvlan","ipam":{"type":"hereabouts","ipRanges":[{"range":"198.18.1.0/29"},{"range":"2001:db8::/125"}],"kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-d","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","node_slice_size":"/30","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-e","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.2.0/30","reuse_cooldown_seconds":5,"kubernetes":{"kubeconfig":"/k"}}}"#,
+    r#"{"cniVersion":"1.0.0","name":"net-f","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.3.0/29","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#,
+    r#"{"cniVersion":"1.0.0","name":"net-g","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.4.0/28","node_slice_size":"/30","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#,
 ];
+
+/// Whether `network` claims its addresses with reservations (all but the last two).
+fn reserves(network: usize) -> bool {
+    network < 5
+}
 
 /// net-e keeps a reuse cooldown: an address a live pod gave up is not handed to another before this has passed
 /// (every release is after the pod gave it up, and the cooldown runs from the release).
@@ -95,7 +109,8 @@ fn arb_script() -> impl Strategy<Value = PodScript> {
         any::<bool>(),
         end,
         prop::bool::weighted(0.2),
-        0u64..20_000,
+        // a third of the pods start in bursts, at the same instant as others, so that their ADDs race
+        prop_oneof![2 => 0u64..20_000, 1 => (0u64..4).prop_map(|burst| burst * 5_000)],
         0u64..60_000,
     )
         .prop_map(|(network, node, static_pod, repeat_add, end, recreated, start_ms, live_ms)| PodScript {
@@ -122,6 +137,8 @@ struct SimPod {
 struct Live {
     container: String,
     ips: Vec<IpAddr>,
+    /// Whether its network claims its addresses with reservations.
+    reserved: bool,
 }
 
 #[derive(Debug, Default)]
@@ -253,7 +270,8 @@ async fn pod_life(world: Arc<World>, podref: String, script: PodScript, incarnat
         match outcome {
             Some(Ok(assigned)) => {
                 let ips: Vec<IpAddr> = assigned.iter().map(|a| a.ip).collect();
-                record_live(&world, &podref, script.network, Live { container: container.clone(), ips });
+                let live = Live { container: container.clone(), ips, reserved: reserves(script.network) };
+                record_live(&world, &podref, script.network, live);
                 held = Some((req, store));
                 break;
             }
@@ -402,7 +420,7 @@ fn lost_claims(world: &World) -> Vec<String> {
     for (podref, live) in &truth.live {
         for ip in &live.ips {
             let name = hereabouts_ipam::names::reservation_name("", *ip);
-            if reserved.get(&name) != Some(podref) {
+            if live.reserved && reserved.get(&name) != Some(podref) {
                 lost.push(format!("live {podref} lost the reservation of {ip} (found {:?})", reserved.get(&name)));
             }
             if !pools.iter().any(|p| holds(p, *ip, podref)) {
@@ -522,7 +540,7 @@ fn check_settled(world: &World) -> Result<(), String> {
     let reserved: BTreeMap<String, String> =
         reservations.iter().map(|r| (r.metadata.name.clone().unwrap_or_default(), r.spec.podref.clone())).collect();
     let mut expected_reservations = BTreeMap::new();
-    for (podref, live) in &truth.live {
+    for (podref, live) in truth.live.iter().filter(|(_, l)| l.reserved) {
         for ip in &live.ips {
             expected_reservations.insert(hereabouts_ipam::names::reservation_name("", *ip), podref.clone());
         }
@@ -583,6 +601,11 @@ fn record_stats(world: &World) {
 
 /// Runs one case on a fresh paused runtime; returns the problems found, if any.
 fn run_case(seed: u64, rate: f64, scripts: Vec<PodScript>) -> Result<(), String> {
+    run_case_counted(seed, rate, scripts, true)
+}
+
+/// [`run_case`], its totals counted or not.
+fn run_case_counted(seed: u64, rate: f64, scripts: Vec<PodScript>, counted: bool) -> Result<(), String> {
     hereabouts_ipam::clock::follow_tokio_time();
     if std::env::var_os("HEREABOUTS_SIM_DEBUG").is_some() {
         let _ = tracing_subscriber::fmt().with_env_filter("debug").with_test_writer().try_init();
@@ -614,7 +637,8 @@ fn run_case(seed: u64, rate: f64, scripts: Vec<PodScript>) -> Result<(), String>
         let lost = lost_claims(&world);
         world.truth.lock().unwrap().violations.extend(lost);
         // The faults stop; a Whereabouts DEL removes one live pod's reservation by name (it checks no owner).
-        let victim = world.truth.lock().unwrap().live.values().next().and_then(|l| l.ips.first().copied());
+        let victim =
+            world.truth.lock().unwrap().live.values().find(|l| l.reserved).and_then(|l| l.ips.first().copied());
         if let Some(ip) = victim {
             world.base.force_delete_reservation(&hereabouts_ipam::names::reservation_name("", ip));
         }
@@ -623,7 +647,9 @@ fn run_case(seed: u64, rate: f64, scripts: Vec<PodScript>) -> Result<(), String>
         let releaser = world.releaser(world.quiet("final-reconciler"));
         reconcile_once(&releaser).await.map_err(|e| e.to_string())?;
         reconcile_once(&releaser).await.map_err(|e| e.to_string())?;
-        record_stats(&world);
+        if counted {
+            record_stats(&world);
+        }
         check_settled(&world)
     })
 }
@@ -648,4 +674,71 @@ fn zz_print_totals() {
     // runs after the property test in the usual (alphabetical, one-thread) order; a summary, not a check
     let stats = STATS.lock().unwrap();
     eprintln!("simulation totals: {stats:?}");
+}
+
+/// How many generated cases each mutant gets to be caught in.
+fn mutant_cases() -> u32 {
+    std::env::var("HEREABOUTS_MUTANT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(MUTANT_BUDGET)
+}
+
+/// The case (from 1) in which the simulation finds a counterexample when the `nth` `test` of `guard` is gone, and
+/// what it found; `None` when it finds none in [`mutant_cases`]. The cases are the same on every run.
+fn caught(guard: Guard, nth: usize) -> Option<(u32, String)> {
+    mutants::drop_test(Some((guard, nth)));
+    let config = ProptestConfig {
+        cases: mutant_cases(),
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let rng = proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha);
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(config, rng);
+    let strategy = (
+        any::<u64>(),
+        prop_oneof![Just(0.0), 0.01f64..0.1, 0.1f64..0.3],
+        proptest::collection::vec(arb_script(), 1..12),
+    );
+    let tried = std::cell::Cell::new(0u32);
+    let outcome = runner.run(&strategy, |(seed, rate, scripts)| {
+        tried.set(tried.get() + 1);
+        run_case_counted(seed, rate, scripts, false).map_err(TestCaseError::fail)
+    });
+    mutants::drop_test(None);
+    outcome.err().map(|e| (tried.get(), e.to_string().lines().next().unwrap_or_default().to_string()))
+}
+
+/// The guards are proven by this simulation only if it would notice one that is wrong: each `test` operation below
+/// is taken out of the patch document both stores apply ([`hereabouts_ipam::store::guard`]), and the simulation
+/// must then find a counterexample — a duplicate, or a live pod's entry taken away — within the first
+/// [`MUTANT_BUDGET`] generated cases (the same cases on every run). What each proves:
+///
+/// - the add's `test` of `null`: with no reservation (`enable_overlapping_ranges: false`) it is all that keeps two
+///   racing ADDs off one offset;
+/// - the removal's `test` of the container: a DEL (or the reconciler) that read an entry before the pod's next
+///   sandbox took it over must not remove it;
+/// - the slice move's `test` of the owner: two nodes that race for one free slice must not both get it.
+///
+/// The other `test`s are not caught here, for reasons of the simulation's world, not because they are idle: every
+/// pod has one interface (the `ifname` tests), container IDs are unique to a pod (the `podref` tests), no
+/// NodeSlicePool is re-sliced (`sliceRange`), and the races the reservation's `resourceVersion` and the release
+/// records' values guard against need a delete and a re-create between two calls of one ADD, or two releases of
+/// one address within one cooldown, which its schedules make too rare to meet in a few thousand cases.
+const MUTANT_BUDGET: u32 = 1000;
+
+#[test]
+fn a_guard_less_one_test_is_caught() {
+    let needed = [
+        (Guard::AddEntry, 0, "the add's test that the offset is free"),
+        (Guard::RemoveEntry, 0, "the removal's test of the container"),
+        (Guard::MoveSlice, 1, "the slice move's test of the owner"),
+    ];
+    for (guard, nth, what) in needed {
+        match caught(guard, nth) {
+            Some((case, found)) => {
+                assert!(case <= MUTANT_BUDGET, "without {what}: caught only at case {case}");
+                eprintln!("without {what} ({guard:?} test {nth}): caught at case {case}: {found}");
+            }
+            None => panic!("without {what} ({guard:?} test {nth}) the simulation finds nothing wrong"),
+        }
+    }
 }
