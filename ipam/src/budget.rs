@@ -1,4 +1,4 @@
-//! One bounded time budget per invocation (DESIGN §5): every API call and every retry fits inside it.
+//! One bounded time budget per invocation (docs/design.md, "Budgets"): every API call and every retry fits inside it.
 
 use std::future::Future;
 use std::time::Duration;

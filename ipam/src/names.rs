@@ -1,4 +1,4 @@
-//! Whereabouts-compatible names of pools and reservations (DESIGN §2).
+//! Whereabouts-compatible names of pools and reservations.
 //!
 //! These must match Whereabouts v0.9.2 byte for byte, or a mixed fleet would keep two pools for one range and
 //! the reservations would stop being a cluster-wide claim. The Go originals are in

@@ -1,6 +1,6 @@
 //! IP ranges and offset <-> address math on u128, for IPv4 and IPv6.
 //!
-//! Everything is an offset from the network address, because that is what a pool stores (DESIGN §2) and because
+//! Everything is an offset from the network address, because that is what a pool stores (docs/design.md, "The store protocol") and because
 //! u128 arithmetic covers the widest IPv6 range without iterating over addresses. The usable set is kept as the
 //! usable bounds plus a sorted list of merged excluded intervals, so its size is the number of `exclude` entries,
 //! never the number of addresses.
@@ -472,7 +472,7 @@ impl IpRange {
         })
     }
 
-    /// The part of this range that lies in `slice` (a node's slice, DESIGN §7), with offsets from the slice's own
+    /// The part of this range that lies in `slice` (a node's slice), with offsets from the slice's own
     /// network address, as Whereabouts keeps a slice's pool. Every address this range may hand out inside the
     /// slice may be handed out from it, the slice's own network and broadcast addresses included (they are hosts
     /// of the range), so slices together fill the range. `None` when `slice` is not inside the CIDR, or nothing of

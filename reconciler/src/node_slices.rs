@@ -1,4 +1,4 @@
-//! The leader as the node-slice controller (DESIGN §7): every Node gets a slice of each NodeSlicePool (so that
+//! The leader as the node-slice controller: every Node gets a slice of each NodeSlicePool (so that
 //! Whereabouts' CNI in fast-IPAM mode, which never claims one, finds its slice without Whereabouts' controller),
 //! and the slices of Nodes that are gone are freed once their pools have stayed empty for a grace period.
 //!

@@ -1,4 +1,4 @@
-//! The leader's release of cloud sub-interfaces cached on Nodes that are gone (IaaS provider mode, DESIGN §8).
+//! The leader's release of cloud sub-interfaces cached on Nodes that are gone (IaaS provider mode, docs/provider.md).
 //!
 //! A pod's DEL gives its address back to the pool but leaves the sub-interface cached on its node for the next
 //! pod there. When the node itself is gone, nothing will use that cache again: the leader asks the provider to

@@ -1,4 +1,4 @@
-//! A reference IaaS provider (`../shared/seeds/000_0b6f27cfa83fddaf.txt`): the contract's two endpoints over HTTPS
+//! A reference IaaS provider (docs/provider.md): the contract's two endpoints over HTTPS
 //! on 127.0.0.1 with a CA of its own, a token-bucket rate limit with a bounded queue wait, a simulated cloud delay,
 //! and the budget check the seed asks of a provider — a request whose `X-Request-Timeout-Ms` is below the
 //! provider's own worst case (queue wait + cloud delay) is refused *before* a token is taken. Release is

@@ -1,5 +1,4 @@
-//! The keys of host routes: the routing-table datastore (`"datastore": "routetable"`, seed 001's
-//! routetable-ipam) and the Kubernetes mode's announcement of each allocated address (`announce_routes`).
+//! The keys of host routes: the routing-table datastore (`"datastore": "routetable"`, docs/routetable.md) and the Kubernetes mode's announcement of each allocated address (`announce_routes`).
 //!
 //! Both install one host route (a /32 or /128) per address, with a protocol number of their own, in a table of
 //! their choice, so that a routing daemon can pick them out of the kernel's table and advertise them; both keep a
@@ -17,13 +16,13 @@ use super::json::{boolean, string, uint, uint32};
 
 /// The table the routes go to unless `route_table` says otherwise: `main`.
 pub const DEFAULT_ROUTE_TABLE: u32 = 254;
-/// The routes' protocol number unless `route_protocol` says otherwise (seed 001's `DefaultRouteProtocol`).
+/// The routes' protocol number unless `route_protocol` says otherwise (the routetable IPAM plugin's default).
 pub const DEFAULT_ROUTE_PROTOCOL: u8 = 192;
-/// How long a claim waits for a competing claim to arrive before it re-checks (seed 001's
-/// `DefaultPropagationTimeout`).
+/// How long a claim waits for a competing claim to arrive before it re-checks (the routetable IPAM plugin's
+/// default).
 pub const DEFAULT_PROPAGATION: Duration = Duration::from_millis(100);
-/// How long a requested address that is taken is waited for between tries (seed 001's
-/// `DefaultRequestedAddressSleepTime`).
+/// How long a requested address that is taken is waited for between tries (the routetable IPAM
+/// plugin's default).
 pub const DEFAULT_REQUESTED_RETRY: Duration = Duration::from_millis(100);
 /// Where the node-local records live unless `route_state_dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/hereabouts/routes";
@@ -50,7 +49,7 @@ pub(super) enum Datastore {
     /// IPPool and OverlappingRangeIPReservation objects on the API server (the default, Whereabouts' only one).
     #[default]
     Kubernetes,
-    /// The node's routing table, kept consistent across nodes by a routing daemon (seed 001).
+    /// The node's routing table, kept consistent across nodes by a routing daemon.
     RouteTable,
 }
 

@@ -36,7 +36,7 @@ fn announced(c: &IpamConfig) -> Option<&HostRoutes> {
 }
 
 #[test]
-fn the_routing_table_datastore_needs_no_kubeconfig_and_has_the_seeds_defaults() {
+fn the_routing_table_datastore_needs_no_kubeconfig_and_has_the_defaults() {
     let c = load(routetable(json!({}))).unwrap();
     assert_eq!(
         route_table(&c).routes,

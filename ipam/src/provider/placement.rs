@@ -1,4 +1,4 @@
-//! Pure decisions of IaaS provider mode (seed 000): which free address an ADD takes from a provider-backed pool,
+//! Pure decisions of IaaS provider mode (docs/provider.md): which free address an ADD takes from a provider-backed pool,
 //! whether that needs a provider call, and which of an interface's candidate ranges are tried at all.
 
 use std::collections::BTreeMap;

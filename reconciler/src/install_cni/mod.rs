@@ -1,4 +1,4 @@
-//! `install-cni` (DESIGN §6): puts the CNI plugin on the node and keeps its credentials fresh.
+//! `install-cni`: puts the CNI plugin on the node and keeps its credentials fresh.
 //!
 //! It writes, each file atomically (see [`files`]):
 //! - `<cni-bin-dir>/hereabouts`, mode 0755: a copy of `--source-binary`, skipped when the bytes are the same;
