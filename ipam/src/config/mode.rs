@@ -260,12 +260,4 @@ impl ReleaseMode {
             ReleaseMode::RouteTable(_) => None,
         }
     }
-
-    /// The host routes ADD installed, if any.
-    pub fn host_routes(&self) -> Option<&HostRoutes> {
-        match self {
-            ReleaseMode::Pools(k) | ReleaseMode::Slices(k) => k.announce.as_ref(),
-            ReleaseMode::RouteTable(routes) => Some(routes),
-        }
-    }
 }
