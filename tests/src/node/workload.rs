@@ -22,7 +22,7 @@ pub fn chart() -> std::path::PathBuf {
     testenv::repo_root().join("deploy/chart")
 }
 
-/// The control plane with no trace of an earlier test of this binary: no release of the chart, no pools,
+/// The real-node control plane with no trace of an earlier test of this binary: no release of the chart, no pools,
 /// reservations or leader Lease in the system namespace; then a fresh node.
 pub async fn fresh_node() -> (&'static TestCluster, Node) {
     let cluster = TestCluster::get_for_node();
