@@ -1,17 +1,18 @@
-//! What one ADD and one DEL cost the API server, counted from `apiserver_request_total` (its own test binary, so
-//! no other test's requests are counted). The request counts are part of the protocol's contract (DESIGN §5:
-//! GET, reservation create, guarded patch; plus the pool's create the first time); latencies are printed for the
-//! record, never asserted.
+//! What one ADD and one DEL cost the API server, counted from `apiserver_request_total` (on a control plane of
+//! its own, so no other test's requests are counted). The request counts are part of the protocol's contract
+//! (DESIGN §5: GET, reservation create, guarded patch; plus the pool's create the first time); latencies are
+//! printed for the record, never asserted.
 
 use std::time::Instant;
 
+use hereabouts_tests::TestCluster;
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::metrics::{delta, whereabouts_requests};
 use serde_json::json;
 
 #[tokio::test]
 async fn requests_per_add_and_del() {
-    let fx = CniFixture::new("cni-cost").await;
+    let fx = CniFixture::on(TestCluster::own(module_path!()), "cni-cost").await;
     let config = fx.netconf("1.0.0", "cost", json!({"range": "198.18.40.0/22"}));
     let metrics = || async { whereabouts_requests(&fx.cluster.metrics().await) };
 
