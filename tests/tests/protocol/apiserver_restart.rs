@@ -1,5 +1,5 @@
 //! Killing and restarting the test kube-apiserver (same flags, same port, same etcd), as the fault campaign
-//! does. Alone in its test binary: a restart stops the control plane of every test running beside it.
+//! does. On a control plane of its own: a restart stops the control plane of every test using it.
 
 use std::path::Path;
 
@@ -31,7 +31,7 @@ fn assert_live_apiserver(cluster: &TestCluster, pid: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_apiserver_restarts_on_its_port_with_its_data() {
-    let cluster = TestCluster::get();
+    let cluster = TestCluster::own(module_path!());
     let ns = cluster.namespace("restart").await;
     let pools: Api<IpPool> = Api::namespaced(cluster.admin().await, &ns);
     let before = pools.create(&PostParams::default(), &mk_pool("before", "198.18.50.0/24")).await.unwrap();

@@ -6,7 +6,7 @@
 //! live pod without its entry and reservation, and every leftover of a killed or failed ADD gone within the
 //! orphan age plus a sweep.
 //!
-//! It restarts the API server, which every test of its binary shares: it lives alone in this file.
+//! It restarts the API server, which every test using it shares: it runs on a control plane of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
-use hereabouts_tests::{deploy, wait};
+use hereabouts_tests::{TestCluster, deploy, wait};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
@@ -153,7 +153,7 @@ async fn holders(fx: &CniFixture) -> (BTreeMap<IpAddr, BTreeSet<String>>, BTreeM
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adds_under_api_server_restarts_and_killed_processes() {
-    let fx = Arc::new(CniFixture::new("campaign").await);
+    let fx = Arc::new(CniFixture::on(TestCluster::own(module_path!()), "campaign").await);
     deploy::apply_rbac(fx.admin.clone()).await;
     deploy::create_lease(&fx.admin, &fx.ns).await;
     let seed = std::process::id() as u64;
