@@ -1,5 +1,6 @@
 //! hereabouts and upstream Whereabouts on one cluster, under Whereabouts' own CRD schema: what either writes, the
-//! other reads, extends and releases, and no address is handed out twice between them.
+//! other reads, extends and releases, and no address is handed out twice between them. The CRDs are swapped for
+//! Whereabouts' on a control plane of this module's own, which no other test sees.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -12,13 +13,18 @@ use tokio::sync::OnceCell;
 
 static WHEREABOUTS_SCHEMA: OnceCell<()> = OnceCell::const_new();
 
-/// Swaps our CRDs for the ones Whereabouts v0.9.2 ships (once per test binary).
+/// This module's control plane, whose CRDs are Whereabouts' once [`under_whereabouts_schema`] ran.
+fn cluster() -> &'static TestCluster {
+    TestCluster::own(module_path!())
+}
+
+/// Swaps our CRDs for the ones Whereabouts v0.9.2 ships (once, on this module's control plane).
 async fn under_whereabouts_schema() {
     WHEREABOUTS_SCHEMA
         .get_or_init(|| async {
             let dir = testenv::bin_dir().join("whereabouts-crds");
             assert!(dir.is_dir(), "{} is missing: run `make testenv`", dir.display());
-            TestCluster::get().replace_crds(&dir).await.expect("install Whereabouts' CRDs");
+            cluster().replace_crds(&dir).await.expect("install Whereabouts' CRDs");
         })
         .await;
 }
@@ -30,7 +36,7 @@ fn whereabouts(fx: &CniFixture, command: &'static str, config: &serde_json::Valu
 #[tokio::test]
 async fn each_reads_and_extends_what_the_other_wrote() {
     under_whereabouts_schema().await;
-    let fx = CniFixture::new("compat-mixed").await;
+    let fx = CniFixture::on(cluster(), "compat-mixed").await;
     let config = fx.netconf("1.0.0", "mixed", json!({"range": "198.18.30.0/24"}));
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
 
@@ -56,7 +62,7 @@ async fn each_reads_and_extends_what_the_other_wrote() {
 #[tokio::test]
 async fn concurrent_adds_of_both_never_share_an_address() {
     under_whereabouts_schema().await;
-    let fx = CniFixture::new("compat-race").await;
+    let fx = CniFixture::on(cluster(), "compat-race").await;
     let config = fx.netconf("1.0.0", "race", json!({"range": "198.18.31.0/24"}));
     let runs = (0..24).map(|i| {
         let inv = if i % 2 == 0 {
@@ -104,7 +110,7 @@ async fn concurrent_adds_of_both_never_share_an_address() {
 #[tokio::test]
 async fn a_random_ipv6_range_survives_a_whereabouts_add_into_the_same_pool() {
     under_whereabouts_schema().await;
-    let fx = CniFixture::new("compat-v6").await;
+    let fx = CniFixture::on(cluster(), "compat-v6").await;
     let ours = fx.netconf("1.0.0", "v6", json!({"range": "2001:db8:6::/64", "allocation_strategy": "random"}));
     let mut held = BTreeSet::new();
     for i in 0..12 {
