@@ -4,7 +4,7 @@
 //! pod attached, no address held by two pods, no entry or reservation that no attached pod holds, and every
 //! address of the global pool with its sub-interface recorded on its pod's node and present in the cloud.
 //!
-//! It restarts the API server, which every test of its binary shares: it lives alone in this file.
+//! It restarts the API server, which every test using it shares: it runs on a control plane of its own.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::range::IpRange;
+use hereabouts_tests::TestCluster;
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::provider::{ProviderOptions, ReferenceProvider};
 use hereabouts_tests::wait;
@@ -56,7 +57,7 @@ async fn attach(fx: &CniFixture, config: &Value, i: usize) -> (IpAddr, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_adds_across_an_apiserver_restart_never_share_an_address_or_leave_a_claim() {
-    let fx = Arc::new(CniFixture::new("iaas-restart").await);
+    let fx = Arc::new(CniFixture::on(TestCluster::own(module_path!()), "iaas-restart").await);
     let provider = Arc::new(ReferenceProvider::start(ProviderOptions::default()).await);
     let section = json!({"url": provider.url(), "ca_file": provider.ca_file(), "parent_interface": "lo",
         "http_request_timeout": "20s"});
