@@ -2,7 +2,7 @@
 //! keeps the shape the binaries rely on, each identity is granted exactly its list of rights, and the CNI plugin
 //! works with the manifest's Role `hereabouts-cni` and nothing more, while each of that Role's verbs is needed by
 //! the step that uses it (the table `cni_verbs!` below). The reconciler's identity is the subject of
-//! `tests/identities.rs`.
+//! the `identities` module.
 //!
 //! The CNI's Role is applied into each test's own namespace, so these tests need no lock.
 
@@ -54,7 +54,7 @@ async fn every_object_passes_a_server_side_dry_run() {
         let dry_run = PostParams { dry_run: true, ..Default::default() };
         match api.create(&dry_run, &dynamic).await {
             Ok(_) => {}
-            // the RBAC tests of this binary apply the ClusterRole for real: a dry-run update validates it as well
+            // a test that applied the ClusterRole for real was here first: a dry-run update validates it as well
             Err(kube::Error::Api(status)) if status.is_already_exists() => {
                 let current = api.get(&name).await.unwrap_or_else(|e| panic!("{what}: get: {e}"));
                 dynamic.metadata.resource_version = current.metadata.resource_version;
@@ -65,7 +65,8 @@ async fn every_object_passes_a_server_side_dry_run() {
             Err(e) => panic!("{what} is refused by a dry-run create: {e}"),
         }
     }
-    // a dry run persists nothing (no test of this binary creates these in kube-system)
+    // a dry run persists nothing (no test on this control plane creates these in kube-system: `identities`,
+    // which does, has a control plane of its own)
     let ns = deploy::NAMESPACE;
     assert!(Api::<ConfigMap>::namespaced(admin.clone(), ns).get_opt("hereabouts-config").await.unwrap().is_none());
     assert!(Api::<ServiceAccount>::namespaced(admin.clone(), ns).get_opt(deploy::NAME).await.unwrap().is_none());

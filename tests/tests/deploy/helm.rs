@@ -137,10 +137,12 @@ fn range_choice_off_leaves_the_cni_read_rights_out() {
 }
 
 /// `helm install` on the test API server, into a namespace of its own, creates every object of the manifest there
-/// (no node runs the DaemonSet's pods here), and `helm uninstall` removes them.
+/// (no node runs the DaemonSet's pods here), and `helm uninstall` removes them. On a control plane of this
+/// module's own: the release's ClusterRoles come and go, and helm refuses to install over ones another test
+/// applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_installs_and_uninstalls_the_objects() {
-    let cluster = TestCluster::get();
+    let cluster = TestCluster::own(module_path!());
     let ns = cluster.namespace("helm-install").await;
     let kubeconfig = cluster.kubeconfig(Identity::Admin, &ns);
     let env = [("KUBECONFIG", kubeconfig.as_path())];

@@ -1,11 +1,12 @@
 //! The two identities of `deploy/daemonset.yaml` on the real control plane, beyond the CNI's own steps (those are
-//! in `tests/deploy.rs`): what each may not do, that the reconciler does its whole job with exactly its rights,
+//! in the `deploy` module): what each may not do, that the reconciler does its whole job with exactly its rights,
 //! and that each verb it is granted is needed (the table `reconciler_verbs!`), its Lease handling when it may not
 //! create the Lease, and where it serves its unauthenticated endpoints by default.
 //!
 //! The reconciler runs as [`Identity::Restricted`] (ServiceAccount `hereabouts` of kube-system), its Role applied
 //! into each test's namespace; tests that change the cluster-wide ClusterRole hold its exclusive guard, all others
-//! the shared one.
+//! the shared one. On a control plane of this module's own: it takes cluster-wide rights away, writes kube-system
+//! and creates Nodes, which the other tests of the binary must not see.
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpStream};
@@ -33,6 +34,11 @@ const NEVER: &str = "0 0 1 1 *";
 /// Every 2 s (6 fields: seconds first), so the cluster reconcile runs within a test.
 const OFTEN: &str = "*/2 * * * * *";
 
+/// This module's control plane.
+fn cluster() -> &'static TestCluster {
+    TestCluster::own(module_path!())
+}
+
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta { name: Some(name.into()), ..Default::default() }
 }
@@ -46,7 +52,7 @@ fn is_forbidden<T>(r: &Result<T, kube::Error>) -> bool {
 
 #[tokio::test]
 async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
-    let cluster = TestCluster::get();
+    let cluster = cluster();
     let admin = cluster.admin().await;
     let _rbac = deploy::cluster_rbac(&admin).await;
     // as in a cluster: the manifest's Roles and Lease in kube-system, and a Lease of another component
@@ -118,7 +124,7 @@ async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
 
 #[tokio::test]
 async fn the_cni_identity_may_touch_nothing_but_its_namespaces_pools_and_reservations() {
-    let cluster = TestCluster::get();
+    let cluster = cluster();
     let admin = cluster.admin().await;
     let ns = cluster.namespace("id-cni").await;
     deploy::apply_role(&admin, &ns, deploy::CNI_NAME, rbac::cni_rules(), deploy::NAMESPACE).await;
@@ -206,7 +212,7 @@ enum Guard {
 
 impl Fx {
     async fn new(prefix: &str, range: &str, without: Option<(Scope, &str, &str)>) -> Self {
-        let cluster = TestCluster::get();
+        let cluster = cluster();
         let admin = cluster.admin().await;
         let guard = match without {
             Some((Scope::Cluster, resource, verb)) => {
@@ -566,7 +572,7 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
                 .await
                 .unwrap();
             let (gone, busy) = (format!("gone-{}", fx.ns), format!("busy-{}", fx.ns));
-            // 64 slices: enough for every Node the parallel tests of this binary create
+            // 64 slices: enough for every Node the parallel tests of this module create
             let mut allocations: Vec<NodeSliceAllocation> = (0..64)
                 .map(|i| NodeSliceAllocation {
                     node_name: String::new(),
