@@ -4,10 +4,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;
 
 use futures::future::join_all;
-use hereabouts_ipam::crd::{
-    IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
-};
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::objects::{mk_entry, mk_pool, mk_reservation};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -295,30 +294,15 @@ async fn every_cni_version_gets_its_result_layout_and_version_lists_them() {
 async fn whereabouts_written_objects_are_read_extended_and_released() {
     let fx = CniFixture::new("cni-compat").await;
     // What Whereabouts writes: offsets as keys, {id, podref, ifname}, and one reservation per address.
-    let mut allocations = std::collections::BTreeMap::new();
+    let pool = [1u32, 2, 4].into_iter().fold(mk_pool("198.18.21.0-24", "198.18.21.0/24"), |pool, offset| {
+        pool.entry(offset, mk_entry(&format!("wb{offset}"), &format!("{}/wb-{offset}", fx.ns)).ifname("net1"))
+    });
+    Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pool.build()).await.unwrap();
     for offset in [1u32, 2, 4] {
-        allocations.insert(
-            offset.to_string(),
-            IpAllocation {
-                id: format!("wb{offset}"),
-                podref: format!("{}/wb-{offset}", fx.ns),
-                ifname: "net1".into(),
-                ..Default::default()
-            },
-        );
-    }
-    let pool =
-        IpPool::new("198.18.21.0-24", IpPoolSpec { range: "198.18.21.0/24".into(), allocations, ..Default::default() });
-    Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pool).await.unwrap();
-    for offset in [1u32, 2, 4] {
-        let r = OverlappingRangeIpReservation::new(
-            &format!("198.18.21.{offset}"),
-            OverlappingRangeIpReservationSpec {
-                containerid: format!("wb{offset}"),
-                ifname: "net1".into(),
-                podref: format!("{}/wb-{offset}", fx.ns),
-            },
-        );
+        let r = mk_reservation(&format!("198.18.21.{offset}"), &format!("{}/wb-{offset}", fx.ns))
+            .container(&format!("wb{offset}"))
+            .ifname("net1")
+            .build();
         Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns)
             .create(&PostParams::default(), &r)
             .await

@@ -8,11 +8,12 @@ use std::net::IpAddr;
 
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::objects::{mk_node, mk_pod};
 use hereabouts_tests::plugin::netconf;
 use hereabouts_tests::{Identity, rbac};
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod, PodSpec};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const ANNOTATION: &str = hereabouts_ipam::config::RANGES_ANNOTATION;
@@ -25,16 +26,13 @@ async fn fixture(prefix: &str) -> CniFixture {
 
 /// Creates pod `name` in the fixture's namespace, with the ranges annotation when `ranges` is given.
 async fn pod(fx: &CniFixture, name: &str, ranges: Option<&str>) {
-    let annotations = ranges.map(|r| BTreeMap::from([(ANNOTATION.to_string(), r.to_string())]));
-    let pod = Pod {
-        metadata: ObjectMeta { name: Some(name.into()), annotations, ..Default::default() },
-        spec: Some(PodSpec {
-            containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Api::<Pod>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pod).await.unwrap();
+    let pod = mk_pod(&fx.ns, name);
+    match ranges {
+        Some(r) => pod.annotation(ANNOTATION, r),
+        None => pod,
+    }
+    .create(&fx.admin)
+    .await;
 }
 
 async fn annotate_namespace(fx: &CniFixture, ranges: &str) {
@@ -47,12 +45,7 @@ async fn annotate_namespace(fx: &CniFixture, ranges: &str) {
 
 /// Creates Node `name` with `labels` (no kubelet behind it: only its labels are read).
 async fn node(fx: &CniFixture, name: &str, labels: &[(&str, &str)]) {
-    let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let node = Node {
-        metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Node>::all(fx.admin.clone()).create(&PostParams::default(), &node).await.unwrap();
+    labels.iter().fold(mk_node(name), |node, (k, v)| node.label(k, v)).create(&fx.admin).await;
 }
 
 fn within(ip: IpAddr, cidr: &str) -> bool {

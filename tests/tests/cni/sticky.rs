@@ -10,12 +10,13 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use hereabouts_tests::ctl::ctl;
+use hereabouts_tests::objects::mk_pod;
 use hereabouts_tests::plugin::{Invocation, netconf};
 use hereabouts_tests::reconciler::{PodFixture, Reconciler, ReconcilerOptions};
 use hereabouts_tests::{Identity, wait};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -39,7 +40,7 @@ impl Sts {
 
     async fn statefulset(&self, replicas: i32) -> String {
         let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
-        let template = self.fx.pod_template(NODE);
+        let template = mk_pod(&self.fx.ns, "web").node(NODE).build();
         let set = StatefulSet {
             metadata: ObjectMeta { name: Some("web".into()), ..Default::default() },
             spec: StatefulSetSpec {
@@ -59,22 +60,12 @@ impl Sts {
 
     /// Pod `name`, owned by StatefulSet `web` (UID `owner`) when given, on [`NODE`].
     async fn pod(&self, name: &str, owner: Option<&str>) -> String {
-        let owner_references = owner.map(|uid| {
-            vec![OwnerReference {
-                api_version: "apps/v1".into(),
-                kind: "StatefulSet".into(),
-                name: "web".into(),
-                uid: uid.into(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]
-        });
-        let pod = Pod {
-            metadata: ObjectMeta { name: Some(name.into()), owner_references, ..Default::default() },
-            ..self.fx.pod_template(NODE)
+        let pod = mk_pod(&self.fx.ns, name).node(NODE);
+        let pod = match owner {
+            Some(uid) => pod.owned_by_statefulset("web", uid),
+            None => pod,
         };
-        let api = Api::<Pod>::namespaced(self.fx.admin.clone(), &self.fx.ns);
-        api.create(&PostParams::default(), &pod).await.unwrap().metadata.uid.unwrap()
+        pod.create(&self.fx.admin).await.metadata.uid.unwrap()
     }
 
     async fn cni(&self, verb: &'static str, config: &Value, pod: &str, uid: &str) -> hereabouts_tests::plugin::Output {

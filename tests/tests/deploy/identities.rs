@@ -17,12 +17,13 @@ use hereabouts_ipam::crd::{
     IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus, OverlappingRangeIpReservation,
 };
 use hereabouts_tests::deploy::{self, named, right};
+use hereabouts_tests::objects::{self, mk_entry, mk_node, mk_pod, mk_pool};
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
-use hereabouts_tests::{Identity, TestCluster, objects, rbac, wait};
+use hereabouts_tests::{Identity, TestCluster, rbac, wait};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -245,17 +246,7 @@ impl Fx {
 
     /// A pod on `node` and its ADD there (with its UID).
     async fn pod_with_address(&self, name: &str, node: &str) {
-        let pod = Pod {
-            metadata: meta(name),
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let pod =
-            Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap();
+        let pod = mk_pod(&self.ns, name).node(node).create(&self.admin).await;
         let mut inv =
             Invocation::new("ADD", &self.config, &self.ns, name, &format!("c-{name}")).with_env("NODENAME", node);
         inv.args.push_str(&format!(";K8S_POD_UID={}", pod.metadata.uid.unwrap()));
@@ -265,25 +256,11 @@ impl Fx {
     /// A pod `name` (`<statefulset>-<ordinal>`) controlled by StatefulSet `set` (which need not exist) on
     /// `node`, and its ADD in the same range with `sticky_statefulset`.
     async fn sticky_pod_with_address(&self, name: &str, set: &str, node: &str) {
-        let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "StatefulSet".into(),
-            name: set.into(),
-            uid: "00000000-0000-0000-0000-000000000001".into(),
-            controller: Some(true),
-            block_owner_deletion: None,
-        };
-        let pod = Pod {
-            metadata: ObjectMeta { owner_references: Some(vec![owner]), ..meta(name) },
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let pod =
-            Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap();
+        let pod = mk_pod(&self.ns, name)
+            .node(node)
+            .owned_by_statefulset(set, "00000000-0000-0000-0000-000000000001")
+            .create(&self.admin)
+            .await;
         let mut config = self.config.clone();
         config["ipam"]["sticky_statefulset"] = json!(true);
         let mut inv = Invocation::new("ADD", &config, &self.ns, name, &format!("c-{name}")).with_env("NODENAME", node);
@@ -540,13 +517,9 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
             let wide = pools.list(&Default::default()).await.unwrap().items.remove(0).spec.range;
             let narrow: ipnet::IpNet = format!("{}/28", wide.split('/').next().unwrap()).parse().unwrap();
-            let entry = json!({"id": "c-b", "podref": fx.podref("b"), "ifname": "net1"});
-            let pool: IpPool = serde_json::from_value(json!({
-                "apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
-                "metadata": {"name": hereabouts_ipam::names::pool_name("", narrow)},
-                "spec": {"range": narrow.to_string(), "allocations": {"1": entry}},
-            }))
-            .unwrap();
+            let pool = mk_pool(&hereabouts_ipam::names::pool_name("", narrow), &narrow.to_string())
+                .entry(1, mk_entry("c-b", &fx.podref("b")).ifname("net1"))
+                .build();
             pools.create(&PostParams::default(), &pool).await.unwrap();
             let reconciler = fx.launch(OFTEN);
             reconciler.wait_ready().await;
@@ -566,11 +539,7 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
         }
         Job::KeepSlices(text) => {
             let nsp_api = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
-            let node = k8s_openapi::api::core::v1::Node { metadata: meta(&fx.node), ..Default::default() };
-            Api::<k8s_openapi::api::core::v1::Node>::all(fx.admin.clone())
-                .create(&PostParams::default(), &node)
-                .await
-                .unwrap();
+            mk_node(&fx.node).create(&fx.admin).await;
             let (gone, busy) = (format!("gone-{}", fx.ns), format!("busy-{}", fx.ns));
             // 64 slices: enough for every Node the parallel tests of this module create
             let mut allocations: Vec<NodeSliceAllocation> = (0..64)
@@ -590,16 +559,11 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
             let empty = format!("{gone}-198.18.72.0-30");
             let held = format!("{busy}-198.18.72.4-30");
-            for (name, range, entries) in [
-                (&empty, "198.18.72.0/30", json!({})),
-                (&held, "198.18.72.4/30", json!({"1": {"id": "c", "podref": fx.podref("x"), "ifname": "net1"}})),
+            for pool in [
+                mk_pool(&empty, "198.18.72.0/30"),
+                mk_pool(&held, "198.18.72.4/30").entry(1, mk_entry("c", &fx.podref("x")).ifname("net1")),
             ] {
-                let pool: IpPool = serde_json::from_value(json!({
-                    "apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
-                    "metadata": {"name": name}, "spec": {"range": range, "allocations": entries},
-                }))
-                .unwrap();
-                pools.create(&PostParams::default(), &pool).await.unwrap();
+                pools.create(&PostParams::default(), &pool.build()).await.unwrap();
             }
             let reconciler = fx.launch(NEVER);
             reconciler.wait_ready().await;

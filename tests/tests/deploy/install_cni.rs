@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use hereabouts_ipam::config::{Input, LogLevel, load_with_paths};
 use hereabouts_tests::faultproxy::{FaultProxy, Verb};
+use hereabouts_tests::objects::mk_pod;
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::{TestCluster, deploy, wait};
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams};
 use kube::config::Kubeconfig;
 use serde_json::{Value, json};
 
@@ -46,16 +47,7 @@ impl Cluster {
 
     /// A Pod object standing for the DaemonSet pod (nothing runs it).
     async fn pod(&self, name: &str) -> Pod {
-        let pod = Pod {
-            metadata: meta(name),
-            spec: Some(PodSpec {
-                service_account_name: Some(deploy::NAME.into()),
-                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap()
+        mk_pod(&self.ns, name).service_account(deploy::NAME).create(&self.admin).await
     }
 
     async fn delete_pod(&self, name: &str) {
@@ -87,10 +79,6 @@ impl Cluster {
     fn netconf(&self, path: &Path, range: &str) -> Value {
         netconf("1.0.0", "install-cni-net", path, json!({"range": range}))
     }
-}
-
-fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta { name: Some(name.into()), ..Default::default() }
 }
 
 /// A self-signed CA certificate (PEM), for a bundle the API server's certificate is not signed by.

@@ -3,14 +3,11 @@
 
 use std::path::Path;
 
-use hereabouts_ipam::crd::{IpPool, IpPoolSpec};
+use hereabouts_ipam::crd::IpPool;
 use hereabouts_tests::faultproxy::{FaultProxy, Verb};
+use hereabouts_tests::objects::mk_pool;
 use hereabouts_tests::{Identity, TestCluster};
 use kube::api::{Api, PostParams};
-
-fn mk_pool(name: &str, range: &str) -> IpPool {
-    IpPool::new(name, IpPoolSpec { range: range.into(), ..Default::default() })
-}
 
 /// Asserts that `result` failed without an answer from the server.
 fn assert_unanswered<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) {
@@ -34,7 +31,7 @@ async fn the_apiserver_restarts_on_its_port_with_its_data() {
     let cluster = TestCluster::own(module_path!());
     let ns = cluster.namespace("restart").await;
     let pools: Api<IpPool> = Api::namespaced(cluster.admin().await, &ns);
-    let before = pools.create(&PostParams::default(), &mk_pool("before", "198.18.50.0/24")).await.unwrap();
+    let before = pools.create(&PostParams::default(), &mk_pool("before", "198.18.50.0/24").build()).await.unwrap();
     let proxy = FaultProxy::start(cluster).await;
     let via: Api<IpPool> = Api::namespaced(proxy.client(cluster, Identity::Admin).await, &ns);
     via.get("before").await.expect("through the proxy, before the restart");
@@ -62,7 +59,7 @@ async fn the_apiserver_restarts_on_its_port_with_its_data() {
     let third = cluster.apiserver_pid().expect("the API server runs again");
     assert_ne!(third, second);
     assert_live_apiserver(cluster, third);
-    pools.create(&PostParams::default(), &mk_pool("after", "198.18.51.0/24")).await.expect("writes work");
+    pools.create(&PostParams::default(), &mk_pool("after", "198.18.51.0/24").build()).await.expect("writes work");
     let names: Vec<String> =
         pools.list(&Default::default()).await.unwrap().items.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
     assert_eq!(names, vec!["after".to_string(), "before".to_string()]);

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::objects::mk_pod;
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
 use hereabouts_tests::{TestCluster, deploy, wait};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 
@@ -58,16 +59,7 @@ fn node(i: usize) -> String {
 }
 
 async fn create_pod(fx: &CniFixture, i: usize) -> String {
-    let pod = Pod {
-        metadata: ObjectMeta { name: Some(format!("pod-{i}")), ..Default::default() },
-        spec: Some(PodSpec {
-            node_name: Some(node(i)),
-            containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let pod = Api::<Pod>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pod).await.unwrap();
+    let pod = mk_pod(&fx.ns, &format!("pod-{i}")).node(&node(i)).create(&fx.admin).await;
     pod.metadata.uid.unwrap()
 }
 

@@ -5,11 +5,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use hereabouts_ipam::crd::{
-    IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
-};
+use hereabouts_ipam::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Seen, Verb};
 use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::objects::{mk_pool, mk_reservation};
 use hereabouts_tests::plugin::{self, Invocation};
 use hereabouts_tests::{Identity, TestCluster, wait};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
@@ -18,8 +17,8 @@ use tokio::io::AsyncWriteExt as _;
 
 const POOL: &str = "198.18.0.0-24";
 
-fn mk_pool(name: &str) -> IpPool {
-    IpPool::new(name, IpPoolSpec { range: "198.18.0.0/24".into(), ..Default::default() })
+fn new_pool(name: &str) -> IpPool {
+    mk_pool(name, "198.18.0.0/24").build()
 }
 
 fn add_allocation(offset: u32, id: &str) -> Patch<serde_json::Value> {
@@ -82,7 +81,7 @@ async fn setup(prefix: &str) -> Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_list_and_create_through_the_proxy_behave_as_direct_ones() {
     let s = setup("fp-relay").await;
-    let created = s.via.create(&PostParams::default(), &mk_pool(POOL)).await.expect("create through the proxy");
+    let created = s.via.create(&PostParams::default(), &new_pool(POOL)).await.expect("create through the proxy");
     let direct = s.direct.get(POOL).await.expect("the pool exists");
     assert_eq!(created.metadata.uid, direct.metadata.uid);
     assert_eq!(created.spec, direct.spec);
@@ -112,7 +111,7 @@ async fn get_list_and_create_through_the_proxy_behave_as_direct_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drop_response_loses_the_answer_to_an_applied_patch() {
     let s = setup("fp-drop").await;
-    s.direct.create(&PostParams::default(), &mk_pool(POOL)).await.unwrap();
+    s.direct.create(&PostParams::default(), &new_pool(POOL)).await.unwrap();
     s.proxy.add_rule(Rule::nth(Verb::Patch, "ippools", 1, Action::DropResponse));
 
     let err = transport_error(s.via.patch(POOL, &PatchParams::default(), &add_allocation(5, "lost")).await);
@@ -137,9 +136,7 @@ async fn reset_before_forward_never_reaches_the_server() {
     let via: Api<OverlappingRangeIpReservation> =
         Api::namespaced(s.proxy.client(s.cluster, Identity::Admin).await, &s.ns);
     let name = "198.18.0.7";
-    let spec =
-        OverlappingRangeIpReservationSpec { containerid: "c1".into(), ifname: "net1".into(), podref: "ns/p".into() };
-    let reservation = OverlappingRangeIpReservation::new(name, spec);
+    let reservation = mk_reservation(name, "ns/p").container("c1").ifname("net1").build();
     s.proxy.add_rule(Rule::nth(Verb::Create, "overlappingrangeipreservations", 1, Action::ResetBeforeForward));
 
     let err = transport_error(via.create(&PostParams::default(), &reservation).await);
@@ -156,7 +153,7 @@ async fn reset_before_forward_never_reaches_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_answers_in_place_of_the_server() {
     let s = setup("fp-status").await;
-    s.direct.create(&PostParams::default(), &mk_pool(POOL)).await.unwrap();
+    s.direct.create(&PostParams::default(), &new_pool(POOL)).await.unwrap();
     s.proxy.add_rule(Rule::nth(Verb::Get, "ippools", 2, Action::Status(500, "injected by the test".into())));
     s.proxy.add_rule(Rule::nth(Verb::Create, "ippools", 1, Action::Status(422, "refused by the test".into())));
 
@@ -171,7 +168,7 @@ async fn status_answers_in_place_of_the_server() {
     }
     s.via.get(POOL).await.expect("the third get is not the rule's");
 
-    let refused = s.via.create(&PostParams::default(), &mk_pool("198.18.1.0-24")).await.unwrap_err();
+    let refused = s.via.create(&PostParams::default(), &new_pool("198.18.1.0-24")).await.unwrap_err();
     assert_eq!(api_code(refused), 422);
     assert_eq!(api_code(s.direct.get("198.18.1.0-24").await.unwrap_err()), 404, "the create was not forwarded");
 
@@ -187,7 +184,7 @@ async fn status_answers_in_place_of_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delay_forwards_after_its_time() {
     let s = setup("fp-delay").await;
-    s.direct.create(&PostParams::default(), &mk_pool(POOL)).await.unwrap();
+    s.direct.create(&PostParams::default(), &new_pool(POOL)).await.unwrap();
     let delay = Duration::from_millis(1500);
     s.proxy.add_rule(Rule::nth(Verb::Get, "ippools", 1, Action::Delay(delay)));
 
@@ -205,7 +202,7 @@ async fn hold_forwards_nothing_until_released() {
     let s = setup("fp-hold").await;
     s.proxy.add_rule(Rule::nth(Verb::Create, "ippools", 1, Action::Hold));
     let via = s.via.clone();
-    let create = tokio::spawn(async move { via.create(&PostParams::default(), &mk_pool(POOL)).await });
+    let create = tokio::spawn(async move { via.create(&PostParams::default(), &new_pool(POOL)).await });
 
     s.proxy.wait_held(1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -230,7 +227,7 @@ async fn a_watch_streams_through_and_ends_with_the_proxy() {
     // each event arrives as it happens, long before the response ends
     for i in 0..2 {
         let name = format!("198.18.{i}.0-24");
-        s.direct.create(&PostParams::default(), &mk_pool(&name)).await.unwrap();
+        s.direct.create(&PostParams::default(), &new_pool(&name)).await.unwrap();
         let event = tokio::time::timeout(Duration::from_secs(20), events.next())
             .await
             .expect("the event streamed through")

@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 
 use futures::future::join_all;
-use hereabouts_ipam::crd::{
-    IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
-};
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
+use hereabouts_tests::objects::{mk_entry, mk_pool, mk_reservation};
 use hereabouts_tests::{Identity, TestCluster};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -15,9 +14,9 @@ use serde_json::json;
 
 const POOL: &str = "198.18.0.0-24";
 
-async fn mk_pool(client: Client, ns: &str) -> Api<IpPool> {
+async fn create_pool(client: Client, ns: &str) -> Api<IpPool> {
     let pools = Api::<IpPool>::namespaced(client, ns);
-    let pool = IpPool::new(POOL, IpPoolSpec { range: "198.18.0.0/24".into(), ..Default::default() });
+    let pool = mk_pool(POOL, "198.18.0.0/24").build();
     pools.create(&PostParams::default(), &pool).await.expect("create pool");
     pools
 }
@@ -46,7 +45,7 @@ fn api_code(err: &Error) -> u16 {
 async fn concurrent_patches_of_different_keys_all_apply() {
     let cluster = TestCluster::get();
     let ns = cluster.namespace("proto-distinct").await;
-    let pools = mk_pool(cluster.admin().await, &ns).await;
+    let pools = create_pool(cluster.admin().await, &ns).await;
 
     let writers = (1..=32).map(|i| {
         let pools = pools.clone();
@@ -67,7 +66,7 @@ async fn concurrent_patches_of_different_keys_all_apply() {
 async fn concurrent_patches_of_one_key_admit_exactly_one() {
     let cluster = TestCluster::get();
     let ns = cluster.namespace("proto-same").await;
-    let pools = mk_pool(cluster.admin().await, &ns).await;
+    let pools = create_pool(cluster.admin().await, &ns).await;
 
     let writers = (0..16).map(|i| {
         let pools = pools.clone();
@@ -92,23 +91,19 @@ async fn concurrent_patches_of_one_key_admit_exactly_one() {
 async fn stale_replace_conflicts_and_second_create_already_exists() {
     let cluster = TestCluster::get();
     let ns = cluster.namespace("proto-conflict").await;
-    let pools = mk_pool(cluster.admin().await, &ns).await;
+    let pools = create_pool(cluster.admin().await, &ns).await;
 
     let stale = pools.get(POOL).await.unwrap();
     pools.patch(POOL, &PatchParams::default(), &guarded_add("1", "first")).await.unwrap();
 
     let mut replaced = stale.clone();
-    replaced
-        .spec
-        .allocations
-        .insert("2".into(), IpAllocation { id: "late".into(), podref: "ns/late".into(), ..Default::default() });
+    replaced.spec.allocations.insert("2".into(), mk_entry("late", "ns/late").build());
     let err = pools.replace(POOL, &PostParams::default(), &replaced).await.unwrap_err();
     let Error::Api(status) = &err else { panic!("expected an API error, got {err}") };
     assert!(status.is_conflict() && !status.is_already_exists(), "stale replace: {status:?}");
     assert_eq!(status.code, 409);
 
-    let mut again = IpPool::new(POOL, IpPoolSpec { range: "198.18.0.0/24".into(), ..Default::default() });
-    again.metadata.namespace = Some(ns.clone());
+    let again = mk_pool(POOL, "198.18.0.0/24").namespace(&ns).build();
     let err = pools.create(&PostParams::default(), &again).await.unwrap_err();
     let Error::Api(status) = &err else { panic!("expected an API error, got {err}") };
     assert!(status.is_already_exists() && !status.is_conflict(), "second create: {status:?}");
@@ -148,10 +143,7 @@ async fn grant_pools_only(admin: Client, ns: &str) {
 }
 
 fn reservation(name: &str) -> OverlappingRangeIpReservation {
-    OverlappingRangeIpReservation::new(
-        name,
-        OverlappingRangeIpReservationSpec { podref: "ns/p".into(), ..Default::default() },
-    )
+    mk_reservation(name, "ns/p").build()
 }
 
 #[tokio::test]
@@ -168,7 +160,7 @@ async fn rbac_refuses_what_is_not_granted() {
     })
     .await
     .unwrap();
-    mk_pool(restricted.clone(), &ns).await;
+    create_pool(restricted.clone(), &ns).await;
     pools.get(POOL).await.expect("get is granted");
 
     let forbidden = |r: Result<(), Error>, what: &str| {

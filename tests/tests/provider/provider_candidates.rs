@@ -4,12 +4,13 @@
 
 use std::net::IpAddr;
 
-use hereabouts_ipam::crd::{IpAllocation, IpPool};
+use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::range::IpRange;
 use hereabouts_ipam::store::{KubeStore, Patched, Store};
 use hereabouts_tests::Identity;
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::objects::mk_entry;
 use hereabouts_tests::plugin::netconf;
 use hereabouts_tests::provider::{Fault, ProviderOptions, ReferenceProvider};
 use k8s_openapi::api::core::v1::Event;
@@ -205,7 +206,7 @@ async fn idle_sub_interfaces_above_the_watermark_are_marked_never_allocated_and_
 
     // an ADD that read the pool before the mark cannot claim .2 after it
     let store = KubeStore::new(fx.admin.clone(), &fx.ns);
-    let entry = IpAllocation { id: "c-late".into(), podref: format!("{}/late", fx.ns), ..IpAllocation::default() };
+    let entry = mk_entry("c-late", &format!("{}/late", fx.ns)).build();
     let seen = &before_mark.spec.sub_interfaces["2"];
     let claim = store.add_allocation_on(pool, 2, &entry, seen).await.unwrap();
     assert!(matches!(claim, Patched::Refused(_)), "{claim:?}");

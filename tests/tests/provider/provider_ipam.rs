@@ -206,7 +206,7 @@ async fn the_leader_releases_the_sub_interfaces_of_gone_nodes_through_the_provid
     use hereabouts_ipam::provider::{HOLD_ID, HOLD_PODREF};
     use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
     use k8s_openapi::api::core::v1::Node;
-    use kube::api::{DeleteParams, PostParams};
+    use kube::api::DeleteParams;
 
     let fx = CniFixture::new("iaas-gone").await;
     let _rbac = hereabouts_tests::deploy::apply_rbac_in(&fx.admin, &fx.ns).await;
@@ -214,8 +214,7 @@ async fn the_leader_releases_the_sub_interfaces_of_gone_nodes_through_the_provid
     let cfg = config(&fx, &provider, "198.18.47.0/24", json!({}));
     let (live, gone) = (format!("{}-live", fx.ns), format!("{}-gone", fx.ns));
     let nodes = Api::<Node>::all(fx.admin.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": live}})).unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    hereabouts_tests::objects::mk_node(&live).create(&fx.admin).await;
 
     assert_eq!(fx.add_on(&cfg, &gone, "a").await.ips(), vec![ip("198.18.47.1")]);
     assert_eq!(fx.add_on(&cfg, &live, "b").await.ips(), vec![ip("198.18.47.2")]);

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use hereabouts_ipam::crd::IpPool;
 use hereabouts_tests::ctl::ctl;
 use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::objects::{mk_entry, mk_pool};
 use hereabouts_tests::{Identity, runtime};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -186,16 +187,11 @@ async fn ipam_check_finds_each_planted_inconsistency_and_repair_fixes_exactly_th
     let drop_ghost =
         Patch::Json::<()>(serde_json::from_value(json!([{"op": "remove", "path": "/spec/allocations/4"}])).unwrap());
     pools.patch("198.18.101.0-24", &PatchParams::default(), &drop_ghost).await.unwrap();
-    let pool = |name: &str, range: &str, allocations: Value| -> IpPool {
-        serde_json::from_value(json!({"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
-            "metadata": {"name": name}, "spec": {"range": range, "allocations": allocations}}))
-        .unwrap()
-    };
-    let twice =
-        pool("198.18.101.0-25", "198.18.101.0/25", json!({"1": {"id": "c-x", "podref": format!("{ns}/intruder")}}));
-    pools.create(&PostParams::default(), &twice).await.unwrap();
-    let high = json!({"9223372036854775813": {"id": "c-u", "podref": format!("{ns}/intruder")}});
-    pools.create(&PostParams::default(), &pool("2001-db8-65---64", "2001:db8:65::/64", high)).await.unwrap();
+    let twice = mk_pool("198.18.101.0-25", "198.18.101.0/25").entry(1, mk_entry("c-x", &format!("{ns}/intruder")));
+    pools.create(&PostParams::default(), &twice.build()).await.unwrap();
+    let high = mk_pool("2001-db8-65---64", "2001:db8:65::/64")
+        .entry("9223372036854775813", mk_entry("c-u", &format!("{ns}/intruder")));
+    pools.create(&PostParams::default(), &high.build()).await.unwrap();
     let slices: NodeSlicePool = serde_json::from_value(json!({"apiVersion": "whereabouts.cni.cncf.io/v1alpha1",
         "kind": "NodeSlicePool", "metadata": {"name": "slicenet"},
         "spec": {"range": "198.18.102.0/24", "sliceSize": "/26"},

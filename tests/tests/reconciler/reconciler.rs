@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use hereabouts_ipam::crd::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use hereabouts_ipam::crd::OverlappingRangeIpReservation;
+use hereabouts_tests::objects::mk_reservation;
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
 use hereabouts_tests::{Identity, wait};
 use kube::api::{Api, PostParams};
@@ -94,14 +95,7 @@ async fn cron_frees_orphans_of_a_dead_node_and_nothing_live() {
     assert_eq!(fx.add(&web_again, &dead, "c-web-b").await, web_ip);
     fx.delete("orphan").await;
     // a reservation no pool records, of a pod that is gone
-    let stray = OverlappingRangeIpReservation::new(
-        "198.18.52.200",
-        OverlappingRangeIpReservationSpec {
-            containerid: "c-x".into(),
-            ifname: "net1".into(),
-            podref: fx.podref("never"),
-        },
-    );
+    let stray = mk_reservation("198.18.52.200", &fx.podref("never")).container("c-x").ifname("net1").build();
     Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns)
         .create(&PostParams::default(), &stray)
         .await

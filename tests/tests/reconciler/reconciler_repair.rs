@@ -3,18 +3,15 @@
 //! again without waiting for the cron, a reservation no entry accounts for is released even while its pod
 //! lives, a live entry's missing reservation is put back, and an address held by two pods is reported.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hereabouts_ipam::crd::{
-    IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
-};
+use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
+use hereabouts_tests::objects::{mk_entry, mk_pod, mk_pool, mk_reservation};
 use hereabouts_tests::plugin::{whereabouts, whereabouts_via};
 use hereabouts_tests::reconciler::{PodFixture as Fx, Reconciler, ReconcilerOptions};
 use hereabouts_tests::{Identity, wait};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 /// How often the cron runs in these tests that want it: every 2 s.
@@ -36,19 +33,12 @@ async fn reservation_holder(fx: &Fx, name: &str) -> Option<String> {
 async fn a_static_pod_keeps_its_address_past_twice_the_grace_period() {
     let fx = Fx::new("rep-static", "198.18.56.0/24").await;
     let node = format!("node-{}", fx.ns);
-    let mut mirror = Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("etcd-{node}")),
-            namespace: Some(fx.ns.clone()),
-            annotations: Some(BTreeMap::from([
-                ("kubernetes.io/config.mirror".to_string(), "4c1f6fd0-kubelet-hash".to_string()),
-                ("kubernetes.io/config.source".to_string(), "file".to_string()),
-            ])),
-            ..Default::default()
-        },
-        ..fx.pod_template(&node)
-    };
-    mirror = Api::<Pod>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &mirror).await.unwrap();
+    let mirror = mk_pod(&fx.ns, &format!("etcd-{node}"))
+        .node(&node)
+        .annotation("kubernetes.io/config.mirror", "4c1f6fd0-kubelet-hash")
+        .annotation("kubernetes.io/config.source", "file")
+        .create(&fx.admin)
+        .await;
     let name = mirror.metadata.name.clone().unwrap();
     let ip = fx.add_as(&name, "4c1f6fd0-kubelet-hash", &node, "c-static").await;
     let reconciler = Reconciler::start(
@@ -119,14 +109,7 @@ async fn an_orphaned_reservation_of_a_live_pod_is_released() {
     let node = format!("node-{}", fx.ns);
     let web = fx.pod("web-0", &node).await;
     let ip = fx.add(&web, &node, "c-2").await;
-    let stray = OverlappingRangeIpReservation::new(
-        "198.18.58.77",
-        OverlappingRangeIpReservationSpec {
-            containerid: "c-1".into(),
-            ifname: "net1".into(),
-            podref: fx.podref("web-0"),
-        },
-    );
+    let stray = mk_reservation("198.18.58.77", &fx.podref("web-0")).container("c-1").ifname("net1").build();
     Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns)
         .create(&PostParams::default(), &stray)
         .await
@@ -155,20 +138,7 @@ async fn an_address_held_by_two_pods_is_reported_and_both_kept() {
     let node = format!("node-{}", fx.ns);
     for (name, range, pod) in [("198.18.59.0-24", "198.18.59.0/24", "a"), ("198.18.59.0-28", "198.18.59.0/28", "b")] {
         fx.pod(pod, &node).await;
-        let entry = IpAllocation {
-            id: format!("c-{pod}"),
-            podref: fx.podref(pod),
-            ifname: "net1".into(),
-            ..Default::default()
-        };
-        let pool = IpPool::new(
-            name,
-            IpPoolSpec {
-                range: range.into(),
-                allocations: BTreeMap::from([("5".to_string(), entry)]),
-                ..Default::default()
-            },
-        );
+        let pool = mk_pool(name, range).entry(5, mk_entry(&format!("c-{pod}"), &fx.podref(pod)).ifname("net1")).build();
         Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &pool).await.unwrap();
     }
     let reconciler = Reconciler::start(
