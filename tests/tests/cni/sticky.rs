@@ -138,7 +138,7 @@ async fn a_statefulset_pod_keeps_its_address_until_its_ordinal_or_its_statefulse
     // the reconciler, which releases a deleted pod's address, keeps it: the loner (no DEL) is its control
     t.fx.delete("loner-0").await;
     t.until_gone(sticky_pool, "3", "the reconciler to release the loner's address").await;
-    tokio::time::sleep(Duration::from_secs(3)).await; // two more cron passes
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await; // two more cron passes
     assert_eq!(t.entries(sticky_pool).await["1"].0, format!("{ns}/web-0"), "kept for web-0's next incarnation");
     // the operator tool applies the same rule
     let admin = t.fx.cluster.kubeconfig(Identity::Admin, ns);

@@ -97,8 +97,9 @@ async fn a_rolling_update_fails_no_add_and_no_del() {
 
     // Pods are created one after another and each is deleted four creations later, until the rollout is over.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let churn = {
-        let (stop, ns) = (stop.clone(), ns.clone());
+        let (stop, made, ns) = (stop.clone(), made.clone(), ns.clone());
         tokio::spawn(async move {
             let api = Api::<Pod>::namespaced(cluster.admin().await, &ns);
             let mut created = Vec::new();
@@ -112,19 +113,25 @@ async fn a_rolling_update_fails_no_add_and_no_del() {
                     api.delete(&old, &DeleteParams::default()).await.unwrap();
                     deleted.push(old);
                 }
+                made.store(created.len(), std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
             (created, deleted)
         })
     };
-    // Two rollouts, to the new tag and back, each while pods come and go.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two rollouts, to the new tag and back, each while pods come and go: the first once the churn deletes too.
+    wait::until(Duration::from_secs(60), "the churn to create five pods (and delete the first)", || async {
+        (made.load(std::sync::atomic::Ordering::SeqCst) >= 5).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", node.logs()));
     let mut rollouts = Vec::new();
     for image in [next, node::IMAGE] {
         let t0 = std::time::Instant::now();
         set_image(cluster, image).await;
         daemonset_ready(cluster, &node, image).await;
         rollouts.push(format!("to {image} in {:.1} s", t0.elapsed().as_secs_f64()));
+        // pods go on coming and going on the rolled-out DaemonSet for a while before the next rollout or the end
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -4,8 +4,10 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use hereabouts_ipam::provider::ALLOCATE_PATH;
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::provider::{Fault, ProviderOptions, ReferenceProvider};
+use hereabouts_tests::wait;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -186,7 +188,12 @@ async fn an_add_killed_during_the_provider_call_is_completed_by_the_next_one() {
     let cfg = config(&fx, &provider, "198.18.46.0/24", json!({}));
     provider.inject(Fault::Slow(Duration::from_secs(5)));
     let running = fx.invocation("ADD", &cfg, "a", "c-first").with_env("NODENAME", "node-a").start().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // the ADD is in the provider's hands (5 s there) when the runtime gives up on it
+    wait::until(Duration::from_secs(20), "the ADD's allocate call to reach the provider", || async {
+        (provider.arrived(ALLOCATE_PATH) == 1).then_some(())
+    })
+    .await
+    .unwrap();
     running.kill().await;
     let retry = fx.invocation("ADD", &cfg, "a", "c-second").with_env("NODENAME", "node-a").run().await;
     assert_eq!(retry.ips(), vec![ip("198.18.46.1")], "{}", retry.stdout);
