@@ -1,12 +1,10 @@
 //! The CRD manifests under `crds/`, rendered from the Rust types in `hereabouts_ipam::crd`.
 
-use std::path::PathBuf;
-
-use crate::testenv::repo_root;
+use std::path::{Path, PathBuf};
 
 /// The directory the manifests are committed in.
 pub fn dir() -> PathBuf {
-    repo_root().join("crds")
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").join("crds")
 }
 
 /// Every manifest as `(file name, YAML text)`.

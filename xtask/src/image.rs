@@ -1,8 +1,8 @@
 //! The hereabouts image written without a container daemon: one uncompressed layer holding the static binaries
 //! (and a passwd naming `nonroot`), its config and manifest, and an OCI image layout around them, in one tar —
-//! what `ctr images import` loads on the test node. The `Dockerfile` builds the same file system for Docker and
-//! BuildKit users. Deterministic: every time stamp is 0 and every owner root, so the same binaries give the same
-//! digests.
+//! what `make image` writes (`xtask image`) and `ctr images import` loads on the test node. The `Dockerfile`
+//! builds the same file system for Docker and BuildKit users. Deterministic: every time stamp is 0 and every
+//! owner root, so the same binaries give the same digests.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, Write};
