@@ -137,6 +137,7 @@ async fn concurrent_adds_and_dels_with_lost_answers_never_hand_an_address_out_ea
             let mut held = Vec::new();
             for round in 0..3 {
                 let name = format!("p{p}-r{round}");
+                // the pods' rounds staggered, so ADDs and DELs of different pods interleave
                 tokio::time::sleep(Duration::from_millis(40 * p as u64)).await;
                 let got = loop {
                     let out = fx.add_on(config, ["node-1", "node-2"][p % 2], &name).await;
@@ -149,6 +150,7 @@ async fn concurrent_adds_and_dels_with_lost_answers_never_hand_an_address_out_ea
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 };
                 let added = start.elapsed();
+                // the pod runs a while before it goes
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let del_began = start.elapsed();
                 assert!(fx.del_on(config, ["node-1", "node-2"][p % 2], &name).await.success, "DEL {name}");

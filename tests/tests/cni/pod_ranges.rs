@@ -252,6 +252,7 @@ async fn concurrent_adds_choosing_different_ranges_under_lost_answers() {
     let runs = (0..16).map(|i| {
         let (fx, config) = (&fx, &config);
         async move {
+            // the ADDs' starts spread over 300 ms: they overlap rather than start in one instant
             tokio::time::sleep(std::time::Duration::from_millis(20 * i as u64)).await;
             (i, fx.add_on(config, ["node-1", "node-2"][i % 2], &format!("s{i}")).await)
         }

@@ -210,6 +210,7 @@ async fn concurrent_replacements_under_lost_answers_keep_each_pod_its_own_addres
     let replaced = futures::future::join_all(names.iter().zip(&uids).enumerate().map(|(i, (name, uid))| {
         let (t, owner) = (&t, &owner);
         async move {
+            // the replacements start spread over 150 ms, overlapping as a rolling update's would
             tokio::time::sleep(Duration::from_millis(30 * i as u64)).await;
             assert!(t.cni("DEL", &t.sticky, name, uid).await.success, "DEL {name}");
             t.fx.delete(name).await;

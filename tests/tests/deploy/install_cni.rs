@@ -362,6 +362,7 @@ async fn once_mints_a_cni_token_and_installs_the_binary_kubeconfig_and_flat_file
 
     // A restart mints a new token but leaves the binary alone (neither copied nor renamed over).
     let before = fs::metadata(host.binary()).unwrap();
+    // past the next second, so a rewrite of the binary would show in its mtime even on a coarse file system
     std::thread::sleep(Duration::from_millis(1100));
     let out = host.run_once(&extra, &service);
     assert_success(&out);

@@ -279,6 +279,7 @@ async fn concurrent_adds_with_lost_answers_and_a_reclaiming_provider_never_share
         let runs = (0..16).map(|i| {
             let (fx, faulty) = (&fx, &faulty);
             async move {
+                // the ADDs' starts spread over 400 ms, so they keep coming while the provider marks
                 tokio::time::sleep(std::time::Duration::from_millis(25 * i as u64)).await;
                 (i, fx.add_on(faulty, ["node-a", "node-b"][i % 2], &format!("p{i}")).await)
             }

@@ -146,6 +146,8 @@ async fn two_reconcilers_run_the_cron_work_once_per_tick() {
         &ReconcilerOptions { identity: "b".into(), ..ReconcilerOptions::new("node-b", &fx.ns) },
     )
     .await;
+    // the window watched: every tick in it must run once, on the one Lease holder (waiting for four ticks instead
+    // would shorten what "throughout" covers)
     tokio::time::sleep(Duration::from_secs(11)).await;
     let (ta, tb) = (ticks(&a.logs()), ticks(&b.logs()));
     let all: Vec<&String> = ta.iter().chain(&tb).collect();
