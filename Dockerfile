@@ -5,7 +5,7 @@
 #
 # `hereabouts-reconciler install-cni` copies /usr/local/bin/hereabouts to the host's CNI bin directory (see
 # deploy/daemonset.yaml); the runtime executes it on the host, so it must not need the host's glibc. `make image`
-# writes the same file system as an OCI layout tar without a Docker daemon (tests/src/image.rs). Only
+# writes the same file system as an OCI layout tar without a Docker daemon (xtask/src/image.rs). Only
 # linux/amd64 is built and checked by the project's CI; the arm64 stage is the same recipe for the other triple
 # (buildx runs it natively or under QEMU) and has not been run.
 

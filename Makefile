@@ -25,8 +25,8 @@ demo: testenv build
 ## the image as an OCI layout tar from the static release binaries, with no container daemon (`ctr images import`
 ## loads it; the Dockerfile is the Docker/BuildKit recipe for the same file system)
 image:
-	cargo build --release -p hereabouts-cni -p hereabouts-reconciler -p hereabouts-tests --bin hereabouts --bin hereabouts-reconciler --bin image
-	cargo run -q --release -p hereabouts-tests --bin image -- target/hereabouts-image.tar hereabouts:0.1.0
+	cargo build --release -p hereabouts-cni -p hereabouts-reconciler -p hereabouts-xtask --bin hereabouts --bin hereabouts-reconciler --bin xtask
+	cargo run -q --release -p hereabouts-xtask -- image target/hereabouts-image.tar hereabouts:0.1.0
 
 ## regenerate deploy/daemonset.yaml: the chart in deploy/chart rendered with its default values
 manifest: testenv
@@ -34,7 +34,7 @@ manifest: testenv
 
 ## regenerate crds/*.yaml from the Rust types
 crds:
-	cargo run -q -p hereabouts-tests --bin crdgen
+	cargo run -q -p hereabouts-xtask -- crds
 
 lint:
 	cargo fmt --all -- --check

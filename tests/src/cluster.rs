@@ -1,11 +1,18 @@
-//! [`TestCluster`]: one real etcd and kube-apiserver per test binary, on loopback, with TLS, static tokens for
-//! three identities and RBAC, and the CRDs from `crds/` installed.
+//! [`TestCluster`]: a real etcd and kube-apiserver on loopback, with TLS, static tokens for three identities and
+//! RBAC, and the CRDs from `crds/` installed.
+//!
+//! A test binary holds the tests of several topics' modules, run on parallel threads. They share one control
+//! plane ([`TestCluster::get`]) and keep out of each other's way with a namespace each. A module whose tests change
+//! what *every* test of a control plane sees — restart the API server, replace the CRDs, count every request the
+//! server answers, apply or take away cluster-wide rights others rely on — uses a control plane of its own
+//! ([`TestCluster::own`]); the real-node tests have theirs too ([`TestCluster::get_for_node`]).
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -72,7 +79,8 @@ impl Identity {
     }
 }
 
-/// A running control plane shared by every test of one test binary. Get it with [`TestCluster::get`].
+/// A running control plane: the one shared by the tests of a test binary ([`TestCluster::get`]), the real node's
+/// ([`TestCluster::get_for_node`]) or a module's own ([`TestCluster::own`]).
 #[derive(Debug)]
 pub struct TestCluster {
     dir: PathBuf,
@@ -82,8 +90,6 @@ pub struct TestCluster {
     apiserver: Apiserver,
     /// Time from starting etcd to the API server answering `/readyz`.
     pub ready_after: Duration,
-    /// Whether pods get ServiceAccount tokens (the admission plugin is on): see [`TestCluster::get_for_node`].
-    service_accounts: bool,
 }
 
 /// How to start kube-apiserver again, and the pid of the running one (`None` while it is stopped).
@@ -103,35 +109,40 @@ impl Apiserver {
 }
 
 static CLUSTER: OnceLock<TestCluster> = OnceLock::new();
+static NODE_CLUSTER: OnceLock<TestCluster> = OnceLock::new();
+/// The control planes of [`TestCluster::own`], by owner; each is started at most once, outside the map's lock.
+static OWN: Mutex<BTreeMap<&'static str, &'static OnceLock<TestCluster>>> = Mutex::new(BTreeMap::new());
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
-static SERVICE_ACCOUNTS: AtomicBool = AtomicBool::new(false);
 
 impl TestCluster {
-    /// The control plane of this test binary, started on first use. Panics, with the reason and the tail of the
-    /// failing process's log, when it cannot be started.
+    /// The control plane shared by the tests of this test binary, started on first use. Panics, with the reason and
+    /// the tail of the failing process's log, when it cannot be started (and the next caller tries again).
     pub fn get() -> &'static TestCluster {
-        CLUSTER.get_or_init(|| {
-            // Started on a thread of its own: the caller is usually inside a test's tokio runtime, and start-up
-            // needs one of its own.
-            std::thread::spawn(|| {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-                rt.block_on(start())
-            })
-            .join()
-            .expect("control plane start-up thread")
-            .unwrap_or_else(|e| panic!("test control plane: {e:#}"))
-        })
+        CLUSTER.get_or_init(|| start_blocking(false))
     }
 
-    /// The control plane of a test binary that runs a real node ([`crate::node::Node`]): like [`TestCluster::get`],
-    /// but with the ServiceAccount admission plugin on, so that pods get projected tokens (which a
-    /// controller-manager's `serviceaccount` and `root-ca-certificate-publisher` controllers make usable). Panics
-    /// when this binary's control plane was already started without it.
+    /// The control plane of the real-node tests ([`crate::node::Node`]): like [`TestCluster::get`], but with the
+    /// ServiceAccount admission plugin on, so that pods get projected tokens (which a controller-manager's
+    /// `serviceaccount` and `root-ca-certificate-publisher` controllers make usable). A control plane apart from
+    /// the shared one: there, pods are created in namespaces no controller gives a `default` ServiceAccount.
     pub fn get_for_node() -> &'static TestCluster {
-        SERVICE_ACCOUNTS.store(true, Ordering::SeqCst);
-        let cluster = Self::get();
-        assert!(cluster.service_accounts, "this test binary's control plane was started without ServiceAccounts");
-        cluster
+        NODE_CLUSTER.get_or_init(|| start_blocking(true))
+    }
+
+    /// A control plane of `owner`'s own (name it after the module: `module_path!()`), started when the first test
+    /// of that owner asks and shared by the tests naming the same owner. For tests that change what every test of
+    /// a control plane sees, which on the shared one would break or be broken by the tests running beside them:
+    /// stopping or restarting the API server, replacing the CRDs, counting every request the server answers,
+    /// taking cluster-wide rights away or asserting what kube-system does not hold.
+    pub fn own(owner: &'static str) -> &'static TestCluster {
+        let cell: &'static OnceLock<TestCluster> = {
+            let mut owned = OWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            owned.entry(owner).or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+        };
+        cell.get_or_init(|| {
+            eprintln!("testenv: a control plane of its own for {owner}");
+            start_blocking(false)
+        })
     }
 
     /// The API server's URL.
@@ -186,8 +197,8 @@ impl TestCluster {
         name
     }
 
-    /// Replaces the installed CRDs with the manifests in `dir` (e.g. Whereabouts' own), for the test binary's
-    /// remaining life, and waits until they are established.
+    /// Replaces the installed CRDs with the manifests in `dir` (e.g. Whereabouts' own), for the control plane's
+    /// remaining life (so on one of the caller's own, [`TestCluster::own`]), and waits until they are established.
     pub async fn replace_crds(&self, dir: &Path) -> anyhow::Result<()> {
         let api = Api::<CustomResourceDefinition>::all(self.admin().await);
         for entry in std::fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))? {
@@ -221,8 +232,8 @@ impl TestCluster {
     /// Kills kube-apiserver with SIGKILL and waits until the process is gone; does nothing when it is stopped.
     /// etcd and everything stored in it stay.
     ///
-    /// This stops the control plane of *every* test of this test binary: a test that calls it must be the only
-    /// test of its test file.
+    /// This stops the control plane of *every* test that uses it: call it on a control plane of the test's own
+    /// ([`TestCluster::own`]), never on the shared one.
     pub fn kill_apiserver(&self) {
         let mut pid = self.apiserver.pid.lock().unwrap();
         if let Some(running) = pid.take() {
@@ -234,7 +245,8 @@ impl TestCluster {
     /// waits until it answers `/readyz` and serves the CRDs. Panics when it is already running or not ready in
     /// time. Like the first, it is killed when the test binary ends and named by `kube-apiserver.pid`.
     ///
-    /// This affects *every* test of this test binary: a test that calls it must be the only test of its test file.
+    /// This affects *every* test that uses the control plane: call it on one of the test's own
+    /// ([`TestCluster::own`]).
     pub async fn start_apiserver(&self) {
         self.try_start_apiserver().await.unwrap_or_else(|e| panic!("restart kube-apiserver: {e:#}"))
     }
@@ -255,7 +267,8 @@ impl TestCluster {
     /// [`TestCluster::kill_apiserver`] then [`TestCluster::start_apiserver`]; returns the time from the kill to
     /// the API server being ready again.
     ///
-    /// This affects *every* test of this test binary: a test that calls it must be the only test of its test file.
+    /// This affects *every* test that uses the control plane: call it on one of the test's own
+    /// ([`TestCluster::own`]).
     pub async fn restart_apiserver(&self) -> Duration {
         let t0 = Instant::now();
         self.kill_apiserver();
@@ -295,7 +308,20 @@ fn random_token(prefix: &str) -> anyhow::Result<String> {
     Ok(format!("{prefix}-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
-async fn start() -> anyhow::Result<TestCluster> {
+/// Starts a control plane on a thread of its own, and waits for it: the caller is usually inside a test's tokio
+/// runtime, and start-up needs one of its own. Panics with the reason when it cannot be started.
+fn start_blocking(service_accounts: bool) -> TestCluster {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+        rt.block_on(start(service_accounts))
+    })
+    .join()
+    .expect("control plane start-up thread")
+    .unwrap_or_else(|e| panic!("test control plane: {e:#}"))
+}
+
+/// Starts etcd and kube-apiserver, with the ServiceAccount admission plugin on when `service_accounts`.
+async fn start(service_accounts: bool) -> anyhow::Result<TestCluster> {
     let etcd_bin = testenv::tool("etcd");
     let apiserver_bin = testenv::tool("kube-apiserver");
     let base = state_base();
@@ -355,7 +381,6 @@ async fn start() -> anyhow::Result<TestCluster> {
         // the `kubernetes` Endpoints would carry 127.0.0.1, which validation rejects
         .arg("--endpoint-reconciler-type=none")
         .args(["--allow-privileged=true", "--profiling=false", "-v=1"]);
-    let service_accounts = SERVICE_ACCOUNTS.load(Ordering::SeqCst);
     if !service_accounts {
         // no controller-manager makes `default` ServiceAccounts, so pods could not be created with this plugin on
         apiserver.arg("--disable-admission-plugins=ServiceAccount");
@@ -375,7 +400,7 @@ async fn start() -> anyhow::Result<TestCluster> {
         dir.display()
     );
     install_crds(&admin).await?;
-    Ok(TestCluster { dir, server, ca_pem: pki.ca_pem, tokens, apiserver, ready_after, service_accounts })
+    Ok(TestCluster { dir, server, ca_pem: pki.ca_pem, tokens, apiserver, ready_after })
 }
 
 /// Starts `cmd` as `name`, logging to `<name>.log` (appended to, so a restart keeps the earlier run's log), with

@@ -27,9 +27,14 @@ impl std::fmt::Debug for CniFixture {
 }
 
 impl CniFixture {
-    /// A namespace named after `prefix` in which the restricted identity has exactly the CNI's rights.
+    /// A namespace named after `prefix` in which the restricted identity has exactly the CNI's rights, on the
+    /// test binary's shared control plane.
     pub async fn new(prefix: &str) -> Self {
-        let cluster = TestCluster::get();
+        Self::on(TestCluster::get(), prefix).await
+    }
+
+    /// [`CniFixture::new`] on `cluster` (e.g. a control plane of the test's own, [`TestCluster::own`]).
+    pub async fn on(cluster: &'static TestCluster, prefix: &str) -> Self {
         let ns = cluster.namespace(prefix).await;
         let admin = cluster.admin().await;
         // the namespaced Role, and the ClusterRole's events right within this namespace (where the test pods are)

@@ -4,13 +4,11 @@
 pub mod bird;
 pub mod cluster;
 pub mod containerd;
-pub mod crds;
 pub mod ctl;
 pub mod deploy;
 pub mod elf;
 pub mod faultproxy;
 pub mod fixture;
-pub mod image;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod netns;
@@ -27,4 +25,7 @@ pub mod testenv;
 pub mod wait;
 
 pub use cluster::{Identity, TestCluster};
+/// The CRD manifests rendered from the types and the daemon-less image writer, from the release tooling
+/// (`xtask/`): one copy of each, which the tests check and use.
+pub use hereabouts_xtask::{crds, image};
 pub use pki::SERVER_NAME;

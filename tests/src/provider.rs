@@ -108,6 +108,8 @@ pub struct Call {
 struct State {
     sub_enis: BTreeMap<String, SubEni>,
     calls: Vec<Call>,
+    /// Requests by path as they arrive, before any answer ([`ReferenceProvider::arrived`]).
+    arrived: BTreeMap<String, usize>,
     faults: VecDeque<Fault>,
     tokens: f64,
     refilled: Option<Instant>,
@@ -174,6 +176,12 @@ impl ReferenceProvider {
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.state.lock().unwrap().calls.clone()
+    }
+
+    /// How many requests for `path` arrived so far, answered or not: a call still in the provider's hands (a
+    /// [`Fault::Slow`] one) counts here before it is in [`ReferenceProvider::calls`].
+    pub fn arrived(&self, path: &str) -> usize {
+        self.state.lock().unwrap().arrived.get(path).copied().unwrap_or(0)
     }
 
     /// How many `allocate-ips` requests it received.
@@ -387,6 +395,7 @@ async fn handle(
     options: Arc<ProviderOptions>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
+    *state.lock().unwrap().arrived.entry(path.clone()).or_default() += 1;
     let budget_ms = req
         .headers()
         .get(TIMEOUT_HEADER)

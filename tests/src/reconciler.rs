@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use crate::objects::mk_pod;
 use crate::plugin::{Invocation, netconf, workspace_bin};
 use crate::{Identity, TestCluster, deploy, wait};
 
@@ -235,23 +236,7 @@ impl PodFixture {
 
     /// A pod named `name` on `node`, created.
     pub async fn pod(&self, name: &str, node: &str) -> Pod {
-        let pod = Pod {
-            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(self.ns.clone()), ..Default::default() },
-            ..self.pod_template(node)
-        };
-        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pod).await.unwrap()
-    }
-
-    /// A pod's spec on `node`, for a test to name and annotate.
-    pub fn pod_template(&self, node: &str) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        mk_pod(&self.ns, name).node(node).create(&self.admin).await
     }
 
     /// CNI ADD for `pod` as the runtime on `node` would run it (with the pod's UID in CNI_ARGS).

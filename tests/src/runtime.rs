@@ -186,22 +186,11 @@ pub async fn create_pod(
     node: &str,
     annotations: &[(&str, String)],
 ) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-    let pod = Pod {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            annotations: (!annotations.is_empty())
-                .then(|| annotations.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    use k8s_openapi::api::core::v1::Pod;
+    let pod = annotations
+        .iter()
+        .fold(crate::objects::mk_pod(namespace, name).node(node), |pod, (k, v)| pod.annotation(k, v.clone()))
+        .build();
     kube::Api::<Pod>::namespaced(admin.clone(), namespace)
         .create(&Default::default(), &pod)
         .await
@@ -241,12 +230,9 @@ pub async fn install_nad_crd(admin: &kube::Client, path: &Path) -> anyhow::Resul
 
 /// Creates NetworkAttachmentDefinition `name` in `namespace` whose `spec.config` is `config`.
 pub async fn create_nad(admin: &kube::Client, namespace: &str, name: &str, config: &Value) -> anyhow::Result<()> {
-    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-    let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions");
-    let mut nad = DynamicObject::new(name, &resource).within(namespace);
-    nad.data = json!({"spec": {"config": config.to_string()}});
-    kube::Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, &resource)
+    use kube::core::DynamicObject;
+    let nad = crate::objects::mk_nad(namespace, name, config);
+    kube::Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, &crate::objects::nad_resource())
         .create(&Default::default(), &nad)
         .await
         .map(drop)

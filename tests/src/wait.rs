@@ -1,4 +1,5 @@
-//! Polling until the API server shows a condition.
+//! Waiting for something to happen — the API server to show a condition, a process to act, a route to appear —
+//! by polling it with a deadline, and failing with what did not happen: never a sleep that hopes it happened.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -8,7 +9,22 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 
 /// Polls `check` every 100 ms until it returns `Some`, or fails after `timeout` naming `what`.
-pub async fn until<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+pub async fn until<T, F, Fut>(timeout: Duration, what: &str, check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    until_every(timeout, Duration::from_millis(100), what, check).await
+}
+
+/// [`until`], polling every `interval`: for what must be seen within a few milliseconds of happening (a
+/// claim made while the routing daemons are paused).
+pub async fn until_every<T, F, Fut>(
+    timeout: Duration,
+    interval: Duration,
+    what: &str,
+    mut check: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -21,7 +37,7 @@ where
         if Instant::now() >= deadline {
             bail!("timed out after {timeout:?} waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

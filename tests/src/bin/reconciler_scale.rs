@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use hereabouts_ipam::crd::{IpAllocation, IpPool, IpPoolSpec};
+use hereabouts_tests::objects::mk_pod;
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
 use hereabouts_tests::{TestCluster, deploy};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
 
 const POOLS: usize = 50;
 const NODES: usize = 50;
@@ -53,21 +54,9 @@ async fn main() -> anyhow::Result<()> {
     let created: Vec<(usize, String)> = futures::stream::iter(on_node.clone())
         .map(|i| {
             let api = pods_api.clone();
-            let node = node_of(i);
+            let (node, ns) = (node_of(i), ns.clone());
             async move {
-                let pod = Pod {
-                    metadata: ObjectMeta { name: Some(format!("p{i}")), ..Default::default() },
-                    spec: Some(PodSpec {
-                        node_name: Some(node),
-                        containers: vec![Container {
-                            name: "c".into(),
-                            image: Some("pause".into()),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                };
+                let pod = mk_pod(&ns, &format!("p{i}")).node(&node).build();
                 let pod = api.create(&PostParams::default(), &pod).await.expect("create pod");
                 (i, pod.metadata.uid.unwrap_or_default())
             }

@@ -1,8 +1,9 @@
 //! One real Kubernetes node for the tests: containerd with CRI and runc, the kubelet, and the kube-scheduler and
-//! kube-controller-manager a DaemonSet needs, against the test binary's control plane
-//! ([`TestCluster::get_for_node`]). Multus is the runtime's only CNI config (the thin plugin, delegating the pod's
-//! default network to a `bridge` without a host address); the node's CNI directories, like everything else it writes, live
-//! under a directory of its own, so the host's `/opt/cni/bin` and `/etc/cni/net.d` are never touched.
+//! kube-controller-manager a DaemonSet needs, against the real-node control plane of the test binary
+//! ([`TestCluster::get_for_node`], apart from the one its other tests share). Multus is the runtime's only CNI
+//! config (the thin plugin, delegating the pod's default network to a `bridge` without a host address); the node's
+//! CNI directories, like everything else it writes, live under a directory of its own, so the host's `/opt/cni/bin`
+//! and `/etc/cni/net.d` are never touched.
 //!
 //! What cannot be private (`../shared/notes/realnode.md`): the kubelet's `kubepods` cgroups, containerd's
 //! `/run/containerd/{s,fifo,runc}`, the `cni-*` network namespaces and the bridges. So there is

@@ -6,13 +6,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::{self as node, Node};
-use crate::{Identity, TestCluster, netns, testenv, wait};
+use crate::{Identity, TestCluster, netns, objects, testenv, wait};
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Container, Event, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 /// The namespace the chart installs into (its default): the pools and reservations live there.
@@ -22,7 +21,7 @@ pub fn chart() -> std::path::PathBuf {
     testenv::repo_root().join("deploy/chart")
 }
 
-/// The control plane with no trace of an earlier test of this binary: no release of the chart, no pools,
+/// The real-node control plane with no trace of an earlier test of this binary: no release of the chart, no pools,
 /// reservations or leader Lease in the system namespace; then a fresh node.
 pub async fn fresh_node() -> (&'static TestCluster, Node) {
     let cluster = TestCluster::get_for_node();
@@ -114,21 +113,11 @@ pub async fn daemonset_ready(cluster: &TestCluster, node: &Node, image: &str) {
     }
 }
 
-pub fn nad_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-    ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions")
-}
-
 /// A NetworkAttachmentDefinition putting pods on the node's test bridge with `ipam`.
 pub async fn create_nad(cluster: &TestCluster, ns: &str, name: &str, ipam: Value) {
     let config = json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": node::BRIDGE, "ipam": ipam});
-    let nad = json!({
-        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"config": config.to_string()},
-    });
-    let api = Api::<DynamicObject>::namespaced_with(cluster.admin().await, ns, &nad_resource());
-    let nad: DynamicObject = serde_json::from_value(nad).unwrap();
+    let api = Api::<DynamicObject>::namespaced_with(cluster.admin().await, ns, &objects::nad_resource());
+    let nad = objects::mk_nad(ns, name, &config);
     // Established is not yet served: the group's route may answer 404 for a moment after the CRD was created.
     wait::until(Duration::from_secs(30), "the NAD to be created", || async {
         api.create(&PostParams::default(), &nad).await.map_err(|e| eprintln!("create NAD {ns}/{name}: {e}")).ok()
@@ -142,19 +131,20 @@ pub fn hereabouts_ipam(node: &Node, kind: &str, file: &str, range: &str) -> Valu
     json!({"type": kind, "range": range, "configuration_path": node.cni_conf_dir().join(file)})
 }
 
+/// A pod of the node's pause image with the secondary network `network` (Multus' annotation).
 pub async fn create_pod(cluster: &TestCluster, ns: &str, name: &str, network: &str) {
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "annotations": {"k8s.v1.cni.cncf.io/networks": network}},
-        "spec": {
-            "containers": [{"name": "app", "image": node::PAUSE_IMAGE, "imagePullPolicy": "Never"}],
-            "terminationGracePeriodSeconds": 5,
-        },
-    });
-    Api::<Pod>::namespaced(cluster.admin().await, ns)
-        .create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
-        .await
-        .unwrap_or_else(|e| panic!("create pod {ns}/{name}: {e}"));
+    let app = Container {
+        name: "app".into(),
+        image: Some(node::PAUSE_IMAGE.into()),
+        image_pull_policy: Some("Never".into()),
+        ..Default::default()
+    };
+    objects::mk_pod(ns, name)
+        .annotation("k8s.v1.cni.cncf.io/networks", network)
+        .container(app)
+        .termination_grace(5)
+        .create(&cluster.admin().await)
+        .await;
 }
 
 /// Waits until pod `name` runs and Multus reported its `network` attachment; returns its UID and the address.

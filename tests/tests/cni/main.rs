@@ -1,0 +1,17 @@
+//! The CNI plugin binary (`hereabouts`), run as a runtime runs it, against the test control plane.
+//!
+//! - `cni`: ADD, DEL, CHECK, GC, VERSION; concurrency, overlapping ranges, exhaustion, malformed input, the
+//!   lenient DEL. Needs the control plane.
+//! - `cni_cost`: the API requests one ADD and one DEL cost. A control plane of its own (it counts every request).
+//! - `cooldown`: the reuse cooldown, also under lost answers. Needs the control plane.
+//! - `pod_ranges`: ranges chosen per pod, namespace and node. Needs the control plane.
+//! - `sticky`: sticky StatefulSet addresses, with the reconciler. Needs the control plane.
+//!
+//! `cargo test -p hereabouts-tests --test cni`; one module: `... --test cni -- cooldown::`. `tests/README.md`
+//! lists every test binary.
+
+mod cni;
+mod cni_cost;
+mod cooldown;
+mod pod_ranges;
+mod sticky;

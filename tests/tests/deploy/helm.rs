@@ -1,0 +1,190 @@
+//! The Helm chart in `deploy/chart` is the one source of the deployment: `helm lint` passes, its default render is
+//! `deploy/daemonset.yaml` byte for byte, and each value (namespace, image, metrics address, cron, grace) lands
+//! where the objects use it. helm is built from its Go module by `hack/testenv.sh`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use hereabouts_tests::{Identity, TestCluster, deploy, testenv};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
+use serde_json::Value;
+
+fn chart() -> PathBuf {
+    testenv::repo_root().join("deploy/chart")
+}
+
+fn helm(args: &[&str]) -> String {
+    helm_with(args, &[])
+}
+
+fn helm_with(args: &[&str], env: &[(&str, &std::path::Path)]) -> String {
+    let out = Command::new(testenv::tool("helm"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("HELM_CACHE_HOME", std::env::temp_dir().join("hereabouts-helm-cache"))
+        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("hereabouts-helm-config"))
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("hereabouts-helm-data"))
+        .output()
+        .expect("run helm");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "helm {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// `helm template` of the chart with `set` values.
+fn render(set: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", "hereabouts", chart.to_str().unwrap()];
+    for s in set {
+        args.extend(["--set-string", s]);
+    }
+    helm(&args)
+}
+
+#[test]
+fn the_chart_lints_clean() {
+    let out = helm(&["lint", "--strict", chart().to_str().unwrap()]);
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+}
+
+#[test]
+fn the_manifest_is_the_charts_default_render() {
+    let have = std::fs::read_to_string(deploy::path()).unwrap();
+    assert!(
+        have == render(&[]),
+        "{} is not the chart's default render: run `make manifest` and commit the result",
+        deploy::path().display()
+    );
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"))
+}
+
+#[test]
+fn each_value_lands_where_the_objects_use_it() {
+    let text = render(&[
+        "namespace=ipam-system",
+        "image=registry.example/hereabouts:1.2.3",
+        "metrics.host=0.0.0.0",
+        "metrics.port=9400",
+        "cron=*/5 * * * *",
+        "gracePeriodSeconds=120",
+        "cni.binDir=/var/lib/cni/bin",
+        "cni.confDir=/var/run/multus/cni/net.d",
+        "apiServer.host=192.0.2.10",
+        "apiServer.port=6443",
+        "installAsWhereabouts=true",
+    ]);
+    let objects = deploy::parse(&text).unwrap();
+    assert_eq!(objects.len(), deploy::manifest().len(), "the same objects as the manifest");
+    for o in &objects {
+        let kind = o["kind"].as_str().unwrap();
+        if !kind.starts_with("Cluster") {
+            assert_eq!(o["metadata"]["namespace"], "ipam-system", "{kind} {}", o["metadata"]["name"]);
+        }
+    }
+    for binding in objects.iter().filter(|o| o["kind"].as_str().unwrap().ends_with("Binding")) {
+        for subject in binding["subjects"].as_array().unwrap() {
+            assert_eq!(subject["namespace"], "ipam-system", "{binding}");
+        }
+    }
+    let config = find(&objects, "ConfigMap");
+    assert_eq!(config["data"]["cron_expression"], "*/5 * * * *");
+    assert_eq!(config["data"]["grace_period_seconds"], "120");
+
+    let pod = &find(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    let containers = pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap());
+    for c in containers {
+        assert_eq!(c["image"], "registry.example/hereabouts:1.2.3", "{}", c["name"]);
+        let env = c["env"].as_array().unwrap();
+        let var = |name: &str| env.iter().find(|e| e["name"] == name).map(|e| e["value"].clone());
+        assert_eq!(var("KUBERNETES_SERVICE_HOST"), Some(Value::from("192.0.2.10")), "{}", c["name"]);
+        assert_eq!(var("KUBERNETES_SERVICE_PORT"), Some(Value::from("6443")), "{}", c["name"]);
+    }
+    let volume = |name: &str| {
+        let volumes = pod["volumes"].as_array().unwrap();
+        volumes.iter().find(|v| v["name"] == name).unwrap()["hostPath"]["path"].clone()
+    };
+    assert_eq!(volume("cni-bin"), "/var/lib/cni/bin");
+    assert_eq!(volume("cni-net-dir"), "/var/run/multus/cni/net.d");
+    let install: Vec<&str> =
+        pod["initContainers"][0]["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let host_conf = install.iter().position(|a| *a == "--host-cni-conf-dir").unwrap();
+    assert_eq!(install[host_conf + 1], "/var/run/multus/cni/net.d", "the plugin's files as the host sees them");
+    assert!(install.contains(&"--install-as-whereabouts"), "{install:?}");
+    let reconciler = &pod["containers"][0];
+    let args: Vec<&str> = reconciler["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(args.contains(&"--listen=0.0.0.0:9400"), "{args:?}");
+    assert_eq!(reconciler["ports"][0]["containerPort"], 9400);
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(reconciler[probe]["httpGet"]["host"], "127.0.0.1", "listening everywhere, probed on loopback");
+    }
+}
+
+#[test]
+fn range_choice_off_leaves_the_cni_read_rights_out() {
+    let chart = chart();
+    let text = helm(&["template", "hereabouts", chart.to_str().unwrap(), "--set", "cni.rangeChoice=false"]);
+    let objects = deploy::parse(&text).unwrap();
+    let named = |o: &&Value| o["metadata"]["name"] == deploy::CNI_RANGES_NAME;
+    assert_eq!(objects.iter().filter(named).count(), 0, "no ClusterRole or binding {}", deploy::CNI_RANGES_NAME);
+    assert_eq!(objects.len() + 2, deploy::manifest().len(), "only those two left out");
+    assert_eq!(deploy::manifest().iter().filter(named).count(), 2, "the default keeps both");
+}
+
+/// `helm install` on the test API server, into a namespace of its own, creates every object of the manifest there
+/// (no node runs the DaemonSet's pods here), and `helm uninstall` removes them. On a control plane of this
+/// module's own: the release's ClusterRoles come and go, and helm refuses to install over ones another test
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_and_uninstalls_the_objects() {
+    let cluster = TestCluster::own(module_path!());
+    let ns = cluster.namespace("helm-install").await;
+    let kubeconfig = cluster.kubeconfig(Identity::Admin, &ns);
+    let env = [("KUBECONFIG", kubeconfig.as_path())];
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let values = format!("namespace={ns}");
+    let install = ["install", "hereabouts", chart, "--namespace", &ns, "--set-string", &values, "--wait=false"];
+    let out = helm_with(&install, &env);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+
+    let admin = cluster.admin().await;
+    let ds = Api::<DaemonSet>::namespaced(admin.clone(), &ns).get("hereabouts").await.unwrap();
+    assert_eq!(ds.metadata.annotations.unwrap_or_default()["meta.helm.sh/release-name"], "hereabouts");
+    assert!(Api::<Lease>::namespaced(admin.clone(), &ns).get_opt("hereabouts-reconciler").await.unwrap().is_some());
+    assert!(Api::<ClusterRole>::all(admin.clone()).get_opt("hereabouts").await.unwrap().is_some());
+
+    helm_with(&["uninstall", "hereabouts", "--namespace", &ns, "--wait"], &env);
+    assert!(Api::<DaemonSet>::namespaced(admin.clone(), &ns).get_opt("hereabouts").await.unwrap().is_none());
+    assert!(Api::<ClusterRole>::all(admin).get_opt("hereabouts").await.unwrap().is_none());
+}
+
+/// `iaasProvider.secretName` mounts that Secret into the reconciler and gives it the provider file; without it
+/// (the default, so the manifest) neither is there.
+#[test]
+fn the_provider_secret_turns_on_the_reconcilers_provider_release() {
+    let reconciler_of = |text: &str| {
+        let objects = deploy::parse(text).unwrap();
+        let pod = find(&objects, "DaemonSet")["spec"]["template"]["spec"].clone();
+        (pod["containers"][0].clone(), pod["volumes"].clone())
+    };
+    let flag = "--iaas-provider-config=/etc/hereabouts-iaas/iaas_provider.json";
+    let (reconciler, volumes) = reconciler_of(&render(&["iaasProvider.secretName=cloud-provider"]));
+    let args: Vec<&str> = reconciler["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(args.contains(&flag), "{args:?}");
+    let mounts = reconciler["volumeMounts"].as_array().unwrap();
+    let mount = mounts.iter().find(|m| m["name"] == "iaas-provider").unwrap_or_else(|| panic!("{mounts:?}"));
+    assert_eq!(mount["mountPath"], "/etc/hereabouts-iaas");
+    assert_eq!(mount["readOnly"], true);
+    let volume = volumes.as_array().unwrap().iter().find(|v| v["name"] == "iaas-provider").unwrap();
+    assert_eq!(volume["secret"]["secretName"], "cloud-provider");
+
+    let (reconciler, volumes) = reconciler_of(&render(&[]));
+    assert!(!reconciler["command"].to_string().contains("iaas"), "off by default");
+    assert!(!volumes.to_string().contains("iaas-provider"), "off by default");
+}

@@ -1,0 +1,773 @@
+//! The two identities of `deploy/daemonset.yaml` on the real control plane, beyond the CNI's own steps (those are
+//! in the `deploy` module): what each may not do, that the reconciler does its whole job with exactly its rights,
+//! and that each verb it is granted is needed (the table `reconciler_verbs!`), its Lease handling when it may not
+//! create the Lease, and where it serves its unauthenticated endpoints by default.
+//!
+//! The reconciler runs as [`Identity::Restricted`] (ServiceAccount `hereabouts` of kube-system), its Role applied
+//! into each test's namespace; tests that change the cluster-wide ClusterRole hold its exclusive guard, all others
+//! the shared one. On a control plane of this module's own: it takes cluster-wide rights away, writes kube-system
+//! and creates Nodes, which the other tests of the binary must not see.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hereabouts_ipam::crd::{
+    IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus, OverlappingRangeIpReservation,
+};
+use hereabouts_tests::deploy::{self, named, right};
+use hereabouts_tests::objects::{self, mk_entry, mk_node, mk_pod, mk_pool};
+use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
+use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
+use hereabouts_tests::{Identity, TestCluster, rbac, wait};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::RwLockReadGuard;
+
+const W: &str = "whereabouts.cni.cncf.io";
+/// A schedule that never comes within a test: the cluster reconcile stays out of what the node loop must show.
+const NEVER: &str = "0 0 1 1 *";
+/// Every 2 s (6 fields: seconds first), so the cluster reconcile runs within a test.
+const OFTEN: &str = "*/2 * * * * *";
+
+/// This module's control plane.
+fn cluster() -> &'static TestCluster {
+    TestCluster::own(module_path!())
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta { name: Some(name.into()), ..Default::default() }
+}
+
+fn is_forbidden<T>(r: &Result<T, kube::Error>) -> bool {
+    matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// What each identity may not do
+
+#[tokio::test]
+async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
+    let cluster = cluster();
+    let admin = cluster.admin().await;
+    let _rbac = deploy::cluster_rbac(&admin).await;
+    // as in a cluster: the manifest's Roles and Lease in kube-system, and a Lease of another component
+    deploy::apply_roles(&admin, deploy::NAMESPACE, deploy::NAMESPACE).await;
+    deploy::create_lease(&admin, deploy::NAMESPACE).await;
+    let ks = deploy::NAMESPACE;
+    let scheduler = Lease { metadata: meta("kube-scheduler"), spec: Some(LeaseSpec::default()) };
+    let created = Api::<Lease>::namespaced(admin.clone(), ks).create(&PostParams::default(), &scheduler).await;
+    assert!(created.is_ok() || matches!(&created, Err(kube::Error::Api(s)) if s.is_already_exists()), "{created:?}");
+
+    let me = cluster.client(Identity::Restricted).await;
+    let lease = |verb: &str, name: &str| named("coordination.k8s.io", "leases", verb, name);
+    for (ns, allowed, denied) in [
+        (
+            ks,
+            vec![lease("get", deploy::LEASE_NAME), lease("update", deploy::LEASE_NAME)],
+            vec![
+                lease("update", "kube-scheduler"),
+                lease("get", "kube-scheduler"),
+                lease("delete", deploy::LEASE_NAME),
+                right("coordination.k8s.io", "leases", "create"),
+                right("coordination.k8s.io", "leases", "list"),
+            ],
+        ),
+        (
+            "kube-node-lease",
+            vec![],
+            vec![
+                lease("update", "node-a"),
+                lease("get", deploy::LEASE_NAME),
+                right("coordination.k8s.io", "leases", "create"),
+            ],
+        ),
+    ] {
+        for r in allowed {
+            assert!(deploy::can(&me, Some(ns), &r).await.unwrap(), "{r} in {ns}");
+        }
+        for r in denied {
+            assert!(!deploy::can(&me, Some(ns), &r).await.unwrap(), "{r} in {ns}");
+        }
+    }
+    let token = |name: &str| named("", "serviceaccounts/token", "create", name);
+    assert!(deploy::can(&me, Some(ks), &token(deploy::CNI_NAME)).await.unwrap());
+    for name in [deploy::NAME, "default", "kube-scheduler", "replicaset-controller"] {
+        assert!(!deploy::can(&me, Some(ks), &token(name)).await.unwrap(), "a token for {name}");
+    }
+    assert!(!deploy::can(&me, Some("default"), &token(deploy::CNI_NAME)).await.unwrap(), "elsewhere");
+    assert!(!deploy::can(&me, Some(ks), &right("", "serviceaccounts", "get")).await.unwrap());
+    assert!(!deploy::can(&me, Some(ks), &right(W, "ippools", "create")).await.unwrap(), "the CNI creates pools");
+
+    // and the requests themselves
+    let leases = Api::<Lease>::namespaced(me.clone(), ks);
+    assert!(is_forbidden(&leases.get("kube-scheduler").await));
+    let mut rewritten = scheduler.clone();
+    rewritten.spec = Some(LeaseSpec { holder_identity: Some("hereabouts".into()), ..Default::default() });
+    assert!(is_forbidden(&leases.replace("kube-scheduler", &PostParams::default(), &rewritten).await));
+    assert!(is_forbidden(
+        &leases.create(&PostParams::default(), &Lease { metadata: meta("planted"), spec: None }).await
+    ));
+    let mut ours = leases.get(deploy::LEASE_NAME).await.expect("get its own Lease");
+    ours.spec = Some(LeaseSpec { holder_identity: Some("test".into()), ..Default::default() });
+    leases.replace(deploy::LEASE_NAME, &PostParams::default(), &ours).await.expect("update its own Lease");
+    let accounts = Api::<ServiceAccount>::namespaced(me, ks);
+    for name in [deploy::NAME, "default"] {
+        let minted = accounts.create_token_request(name, &PostParams::default(), &TokenRequest::default()).await;
+        assert!(is_forbidden(&minted), "a token for {name}: {minted:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_cni_identity_may_touch_nothing_but_its_namespaces_pools_and_reservations() {
+    let cluster = cluster();
+    let admin = cluster.admin().await;
+    let ns = cluster.namespace("id-cni").await;
+    deploy::apply_role(&admin, &ns, deploy::CNI_NAME, rbac::cni_rules(), deploy::NAMESPACE).await;
+    let cni = cluster.client(Identity::Cni).await;
+    let leases = [
+        named("coordination.k8s.io", "leases", "get", "kube-scheduler"),
+        named("coordination.k8s.io", "leases", "update", "kube-scheduler"),
+        named("coordination.k8s.io", "leases", "get", deploy::LEASE_NAME),
+        named("coordination.k8s.io", "leases", "update", deploy::LEASE_NAME),
+        right("coordination.k8s.io", "leases", "create"),
+        right("coordination.k8s.io", "leases", "list"),
+    ];
+    for namespace in [deploy::NAMESPACE, "kube-node-lease", ns.as_str()] {
+        for denied in &leases {
+            assert!(!deploy::can(&cni, Some(namespace), denied).await.unwrap(), "{denied} in {namespace}");
+        }
+    }
+    for denied in [
+        right("", "pods", "get"),
+        right("", "pods", "list"),
+        right("", "pods", "watch"),
+        right("", "secrets", "get"),
+        right("", "nodes", "list"),
+        right("", "configmaps", "get"),
+        right("", "events", "create"),
+        right("events.k8s.io", "events", "create"),
+        named("", "serviceaccounts/token", "create", deploy::CNI_NAME),
+        right("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
+        right(W, "ippools", "update"),
+        right(W, "ippools", "delete"),
+        right(W, "ippools", "watch"),
+        right(W, "overlappingrangeipreservations", "watch"),
+        right(W, "nodeslicepools", "update"),
+        right(W, "nodeslicepools", "delete"),
+    ] {
+        assert!(!deploy::can(&cni, Some(&ns), &denied).await.unwrap(), "{denied} in its namespace");
+    }
+    for namespace in [deploy::NAMESPACE, "default"] {
+        for verb in ["get", "list", "create", "patch"] {
+            let denied = right(W, "ippools", verb);
+            assert!(!deploy::can(&cni, Some(namespace), &denied).await.unwrap(), "{denied} in {namespace}");
+        }
+    }
+    assert!(deploy::can(&cni, Some(&ns), &right(W, "ippools", "create")).await.unwrap(), "but at home");
+
+    // and the API server refuses the requests themselves
+    let kube_system = Api::<Lease>::namespaced(cni.clone(), deploy::NAMESPACE);
+    assert!(is_forbidden(&kube_system.get("kube-scheduler").await), "GET kube-system/kube-scheduler");
+    assert!(is_forbidden(
+        &kube_system.create(&PostParams::default(), &Lease { metadata: meta("planted"), spec: None }).await
+    ));
+    assert!(is_forbidden(&Api::<Pod>::all(cni.clone()).list(&ListParams::default().limit(1)).await), "list pods");
+    // a kubeconfig naming another namespace, where it has no Role, gets nowhere
+    let elsewhere = cluster.kubeconfig(Identity::Cni, "default");
+    let config = netconf("1.1.0", "elsewhere", &elsewhere, json!({"range": "198.18.48.0/24"}));
+    let out = Invocation::new("ADD", &config, "default", "web", "c1").run().await;
+    assert!(!out.success && out.stdout.to_lowercase().contains("forbidden"), "{}\n{}", out.stdout, out.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The reconciler with exactly its rights, and with one verb less
+
+/// Where a verb is granted: the Role in the pool namespace, or the ClusterRole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Role,
+    Cluster,
+}
+
+/// A test's namespace, with the reconciler's rights as the manifest grants them there (or with one verb less),
+/// the Lease, a node name, and a network config whose CNI identity is admin (the CNI's rights are not the subject).
+struct Fx {
+    cluster: &'static TestCluster,
+    admin: Client,
+    ns: String,
+    node: String,
+    config: Value,
+    _guard: Guard,
+}
+
+enum Guard {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Exclusive(#[allow(dead_code)] tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+impl Fx {
+    async fn new(prefix: &str, range: &str, without: Option<(Scope, &str, &str)>) -> Self {
+        let cluster = cluster();
+        let admin = cluster.admin().await;
+        let guard = match without {
+            Some((Scope::Cluster, resource, verb)) => {
+                Guard::Exclusive(deploy::cluster_rbac_without(&admin, resource, verb).await)
+            }
+            _ => Guard::Shared(deploy::cluster_rbac(&admin).await),
+        };
+        let ns = cluster.namespace(prefix).await;
+        let mut rules = deploy::role(deploy::NAME).rules.unwrap();
+        if let Some((Scope::Role, resource, verb)) = without {
+            rules = deploy::without(&rules, resource, verb);
+        }
+        deploy::apply_role(&admin, &ns, deploy::NAME, rules, deploy::NAMESPACE).await;
+        deploy::create_lease(&admin, &ns).await;
+        let sa = ServiceAccount { metadata: meta(deploy::CNI_NAME), ..Default::default() };
+        Api::<ServiceAccount>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &sa).await.unwrap();
+        let config = netconf("1.0.0", prefix, &cluster.kubeconfig(Identity::Admin, &ns), json!({"range": range}));
+        let node = format!("node-{ns}");
+        Self { cluster, admin, ns, node, config, _guard: guard }
+    }
+
+    fn launch(&self, cron: &str) -> Reconciler {
+        let opts = ReconcilerOptions {
+            cron: cron.into(),
+            lease: deploy::LEASE_NAME.into(),
+            ..ReconcilerOptions::new(&self.node, &self.ns)
+        };
+        Reconciler::launch(self.cluster, &opts)
+    }
+
+    /// A pod on `node` and its ADD there (with its UID).
+    async fn pod_with_address(&self, name: &str, node: &str) {
+        let pod = mk_pod(&self.ns, name).node(node).create(&self.admin).await;
+        let mut inv =
+            Invocation::new("ADD", &self.config, &self.ns, name, &format!("c-{name}")).with_env("NODENAME", node);
+        inv.args.push_str(&format!(";K8S_POD_UID={}", pod.metadata.uid.unwrap()));
+        inv.run().await.result();
+    }
+
+    /// A pod `name` (`<statefulset>-<ordinal>`) controlled by StatefulSet `set` (which need not exist) on
+    /// `node`, and its ADD in the same range with `sticky_statefulset`.
+    async fn sticky_pod_with_address(&self, name: &str, set: &str, node: &str) {
+        let pod = mk_pod(&self.ns, name)
+            .node(node)
+            .owned_by_statefulset(set, "00000000-0000-0000-0000-000000000001")
+            .create(&self.admin)
+            .await;
+        let mut config = self.config.clone();
+        config["ipam"]["sticky_statefulset"] = json!(true);
+        let mut inv = Invocation::new("ADD", &config, &self.ns, name, &format!("c-{name}")).with_env("NODENAME", node);
+        inv.args.push_str(&format!(";K8S_POD_UID={}", pod.metadata.uid.unwrap()));
+        inv.run().await.result();
+        let sticky =
+            self.pool_entries().await.into_iter().any(|a| a.podref == self.podref(name) && a.statefulset.is_some());
+        assert!(sticky, "the entry records its StatefulSet");
+    }
+
+    async fn pool_entries(&self) -> Vec<hereabouts_ipam::crd::IpAllocation> {
+        let pools: Vec<IpPool> =
+            Api::namespaced(self.admin.clone(), &self.ns).list(&Default::default()).await.unwrap().items;
+        pools.into_iter().flat_map(|p| p.spec.allocations.into_values()).collect()
+    }
+
+    async fn delete_pod(&self, name: &str) {
+        let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
+    }
+
+    fn podref(&self, name: &str) -> String {
+        format!("{}/{name}", self.ns)
+    }
+
+    async fn entries(&self) -> BTreeSet<String> {
+        let pools: Vec<IpPool> =
+            Api::namespaced(self.admin.clone(), &self.ns).list(&Default::default()).await.unwrap().items;
+        pools.iter().flat_map(|p| p.spec.allocations.values().map(|a| a.podref.clone())).collect()
+    }
+
+    async fn reservations(&self) -> BTreeSet<String> {
+        objects::reservation_holders(&self.admin, &self.ns).await
+    }
+
+    /// Takes the pool entries of `name` away, leaving its reservation: a reservation no entry accounts for.
+    async fn drop_entries(&self, name: &str) {
+        let api = Api::<IpPool>::namespaced(self.admin.clone(), &self.ns);
+        for pool in api.list(&Default::default()).await.unwrap() {
+            let podref = self.podref(name);
+            let ops: Vec<Value> = pool
+                .spec
+                .allocations
+                .iter()
+                .filter(|(_, a)| a.podref == podref)
+                .map(|(k, _)| json!({"op": "remove", "path": format!("/spec/allocations/{k}")}))
+                .collect();
+            let patch: Patch<()> = Patch::Json(serde_json::from_value(Value::Array(ops)).unwrap());
+            api.patch(pool.metadata.name.as_deref().unwrap(), &PatchParams::default(), &patch).await.unwrap();
+        }
+    }
+
+    /// Deletes the reservations of `name`, leaving its entries: a live entry missing its reservation.
+    async fn drop_reservations(&self, name: &str) {
+        let api = Api::<OverlappingRangeIpReservation>::namespaced(self.admin.clone(), &self.ns);
+        for r in api.list(&Default::default()).await.unwrap() {
+            if r.spec.podref == self.podref(name) {
+                api.delete(r.metadata.name.as_deref().unwrap(), &DeleteParams::default()).await.unwrap();
+            }
+        }
+    }
+
+    async fn released_events(&self) -> usize {
+        let api = Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.admin.clone(), &self.ns);
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("AddressReleased"))
+            .count()
+    }
+}
+
+/// A job of the reconciler that needs a verb: run with every right, it is done; without the verb, it is not.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    /// `/readyz` answers ok. Without the verb, the log shows a refusal on the line with this text, and `/readyz`
+    /// never answers ok after it.
+    Ready(&'static str),
+    /// A pod of its node, deleted without CNI DEL, is released by the node loop (cron off). Without the verb the
+    /// line with this text names the refusal and the entry stays.
+    ReleaseDeletedPod(&'static str),
+    /// The same, for a pool made after the reconciler started (without the verb, the pool cache never learns it).
+    ReleaseInNewPool,
+    /// A reservation of its node that no entry accounts for (made after it started) is released by the node
+    /// loop (cron off). Without the verb: this text, and the reservation stays.
+    ReleaseOrphan(&'static str),
+    /// The cluster reconcile puts back the missing reservation of a live entry.
+    RestoreReservation,
+    /// The cluster reconcile (run by the Lease holder) releases a gone pod's address on another node.
+    LeadAndReconcile,
+    /// An `AddressReleased` Event on the pod whose address the node loop gave back.
+    TellThePod,
+    /// install-cni, as this identity, mints the CNI plugin's token.
+    MintCniToken,
+    /// An address held by two pods is reported on every cluster reconcile: the Recorder makes the repeats of
+    /// one Event a series (a patch of it). Without the verb, the Event stays a single one.
+    RepeatEvent,
+    /// The leader as node-slice controller: a Node without a slice gets one, and the slice of a gone node whose
+    /// pool is empty is freed with its pool deleted, while a gone node's slice with an entry stays. Without the
+    /// verb: this text, and the gone node's empty slice stays.
+    KeepSlices(&'static str),
+    /// A sticky StatefulSet entry whose StatefulSet does not exist, its pod deleted without CNI DEL, is released by
+    /// the node loop. Without the verb: this text, and the entry stays (a StatefulSet that cannot be read keeps).
+    ReleaseStickyOfGoneSet(&'static str),
+}
+
+/// Waits for a log line holding `text` and "forbidden"; panics with the log after 30 s.
+async fn wait_refusal(reconciler: &Reconciler, text: &str) {
+    let seen = wait::until(Duration::from_secs(30), &format!("a refusal logged with {text:?}"), || async {
+        reconciler.logs().lines().any(|l| l.contains(text) && l.to_lowercase().contains("forbidden")).then_some(())
+    })
+    .await;
+    if let Err(e) = seen {
+        panic!("{e}\n--- reconciler log ---\n{}", reconciler.logs());
+    }
+}
+
+/// Polls `check` until it holds (within `within`), or, when `holds` is false, asserts that it stays false for
+/// `within`. Returns the log for messages.
+async fn eventually(
+    within: Duration,
+    what: &str,
+    holds: bool,
+    reconciler: Option<&Reconciler>,
+    check: impl AsyncFn() -> bool,
+) {
+    let logs = || reconciler.map(Reconciler::logs).unwrap_or_default();
+    let t0 = Instant::now();
+    loop {
+        let now = check().await;
+        if holds && now {
+            return;
+        }
+        assert!(holds || !now, "{what} happened without the verb:\n{}", logs());
+        if t0.elapsed() > within {
+            assert!(!holds, "{what}: not within {within:?}:\n{}", logs());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs `job` in `fx`; `granted` says whether the verb it needs is there.
+async fn run_job(fx: &Fx, job: Job, granted: bool) {
+    let gone = fx.podref("gone");
+    match job {
+        Job::Ready(text) => {
+            let reconciler = fx.launch(NEVER);
+            if granted {
+                reconciler.wait_ready().await;
+            } else {
+                wait_refusal(&reconciler, text).await;
+                let ready = || async { reconciler.get("/readyz").await.as_deref() == Some("ok") };
+                eventually(Duration::from_secs(4), "/readyz ok", false, Some(&reconciler), ready).await;
+            }
+        }
+        Job::ReleaseDeletedPod(text) | Job::ReleaseOrphan(text) if !granted => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.pod_with_address("gone", &fx.node).await;
+            if matches!(job, Job::ReleaseDeletedPod(_)) {
+                fx.delete_pod("gone").await;
+                wait_refusal(&reconciler, text).await;
+                let released = || async { !fx.entries().await.contains(&gone) };
+                eventually(Duration::from_secs(5), "the release", false, Some(&reconciler), released).await;
+            } else {
+                fx.drop_entries("gone").await;
+                wait_refusal(&reconciler, text).await;
+                let released = || async { !fx.reservations().await.contains(&gone) };
+                eventually(Duration::from_secs(6), "the orphan's release", false, Some(&reconciler), released).await;
+            }
+        }
+        Job::ReleaseDeletedPod(_) | Job::ReleaseInNewPool => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.pod_with_address("gone", &fx.node).await;
+            fx.delete_pod("gone").await;
+            if !granted {
+                wait_refusal(&reconciler, "pool watch failed").await;
+            }
+            let released = || async { !fx.entries().await.contains(&gone) };
+            eventually(Duration::from_secs(10), "the release", granted, Some(&reconciler), released).await;
+        }
+        Job::ReleaseOrphan(_) => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.pod_with_address("gone", &fx.node).await;
+            fx.drop_entries("gone").await;
+            let released = || async { !fx.reservations().await.contains(&gone) };
+            eventually(Duration::from_secs(15), "the orphan's release", true, Some(&reconciler), released).await;
+        }
+        Job::RestoreReservation => {
+            let reconciler = fx.launch(OFTEN);
+            reconciler.wait_ready().await;
+            fx.pod_with_address("live", &fx.node).await;
+            fx.drop_reservations("live").await;
+            if !granted {
+                wait_refusal(&reconciler, "restoring the reservation failed").await;
+            }
+            let live = fx.podref("live");
+            let back = || async { fx.reservations().await.contains(&live) };
+            eventually(Duration::from_secs(15), "the restore", granted, Some(&reconciler), back).await;
+        }
+        Job::LeadAndReconcile => {
+            let reconciler = fx.launch(OFTEN);
+            reconciler.wait_ready().await;
+            fx.pod_with_address("gone", "another-node").await;
+            fx.delete_pod("gone").await;
+            if !granted {
+                wait_refusal(&reconciler, "cannot hold the lease").await;
+            }
+            let released = || async { !fx.entries().await.contains(&gone) };
+            eventually(
+                Duration::from_secs(15),
+                "the cluster reconcile's release",
+                granted,
+                Some(&reconciler),
+                released,
+            )
+            .await;
+            // The release is seen before the pass that made it logs its end.
+            let ran = || async { reconciler.logs().contains("cluster reconcile done") };
+            eventually(Duration::from_secs(5), "the cluster reconcile's end", granted, Some(&reconciler), ran).await;
+        }
+        Job::ReleaseStickyOfGoneSet(text) => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.sticky_pod_with_address("web-0", "web", &fx.node).await;
+            fx.delete_pod("web-0").await;
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            let web = fx.podref("web-0");
+            let released = || async { !fx.entries().await.contains(&web) };
+            eventually(Duration::from_secs(10), "the sticky entry's release", granted, Some(&reconciler), released)
+                .await;
+        }
+        Job::TellThePod => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.pod_with_address("gone", &fx.node).await;
+            fx.delete_pod("gone").await;
+            let released = || async { !fx.entries().await.contains(&gone) };
+            eventually(Duration::from_secs(10), "the release", true, Some(&reconciler), released).await;
+            let told = || async { fx.released_events().await > 0 };
+            eventually(Duration::from_secs(4), "an AddressReleased Event", granted, Some(&reconciler), told).await;
+        }
+        Job::RepeatEvent => {
+            fx.pod_with_address("a", &fx.node).await;
+            fx.pod_with_address("b", &fx.node).await;
+            // b also holds a's address (offset 1) in an overlapping /28, as a writer with overlap off would
+            let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+            let wide = pools.list(&Default::default()).await.unwrap().items.remove(0).spec.range;
+            let narrow: ipnet::IpNet = format!("{}/28", wide.split('/').next().unwrap()).parse().unwrap();
+            let pool = mk_pool(&hereabouts_ipam::names::pool_name("", narrow), &narrow.to_string())
+                .entry(1, mk_entry("c-b", &fx.podref("b")).ifname("net1"))
+                .build();
+            pools.create(&PostParams::default(), &pool).await.unwrap();
+            let reconciler = fx.launch(OFTEN);
+            reconciler.wait_ready().await;
+            reconciler.wait_for_more("hereabouts_reconcile_runs_total", 3.0).await;
+            let api = Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.admin.clone(), &fx.ns);
+            let events = api.list(&Default::default()).await.unwrap().items;
+            let on_a: Vec<_> = events
+                .iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("AddressConflict")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("a")
+                })
+                .collect();
+            assert_eq!(on_a.len(), 1, "one AddressConflict Event on a: {on_a:?}\n{}", reconciler.logs());
+            let repeats = on_a[0].series.as_ref().map_or(1, |s| s.count);
+            assert_eq!(repeats >= 2, granted, "the Event's series counts the repeats: {:?}", on_a[0].series);
+        }
+        Job::KeepSlices(text) => {
+            let nsp_api = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+            mk_node(&fx.node).create(&fx.admin).await;
+            let (gone, busy) = (format!("gone-{}", fx.ns), format!("busy-{}", fx.ns));
+            // 64 slices: enough for every Node the parallel tests of this module create
+            let mut allocations: Vec<NodeSliceAllocation> = (0..64)
+                .map(|i| NodeSliceAllocation {
+                    node_name: String::new(),
+                    slice_range: format!("198.18.72.{}/30", i * 4),
+                })
+                .collect();
+            allocations[0].node_name = gone.clone();
+            allocations[1].node_name = busy.clone();
+            let mut nsp = NodeSlicePool::new(
+                "keep",
+                NodeSlicePoolSpec { range: "198.18.72.0/24".into(), slice_size: "/30".into() },
+            );
+            nsp.status = Some(NodeSlicePoolStatus { allocations });
+            nsp_api.create(&PostParams::default(), &nsp).await.unwrap();
+            let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+            let empty = format!("{gone}-198.18.72.0-30");
+            let held = format!("{busy}-198.18.72.4-30");
+            for pool in [
+                mk_pool(&empty, "198.18.72.0/30"),
+                mk_pool(&held, "198.18.72.4/30").entry(1, mk_entry("c", &fx.podref("x")).ifname("net1")),
+            ] {
+                pools.create(&PostParams::default(), &pool.build()).await.unwrap();
+            }
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            let owners = || async {
+                let nsp = nsp_api.get("keep").await.unwrap();
+                nsp.status.unwrap().allocations.into_iter().map(|a| a.node_name).collect::<Vec<_>>()
+            };
+            // assigned: the Node gets a slice; freed: the gone node's empty slice no longer is its own
+            let assigned = || async { owners().await.contains(&fx.node) };
+            let freed = || async { owners().await[0] != gone && pools.get_opt(&empty).await.unwrap().is_none() };
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            eventually(Duration::from_secs(8), "the gone node's empty slice freed", granted, Some(&reconciler), freed)
+                .await;
+            if granted || text.contains("delet") {
+                eventually(Duration::from_secs(8), "a slice for the Node", true, Some(&reconciler), assigned).await;
+            }
+            assert_eq!(owners().await[1], busy, "a gone node's slice with an entry stays");
+            assert!(pools.get_opt(&held).await.unwrap().is_some());
+        }
+        Job::MintCniToken => {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("token"), fx.cluster.token(Identity::Restricted)).unwrap();
+            std::fs::write(dir.path().join("ca.crt"), fx.cluster.ca_pem()).unwrap();
+            let out = Command::new(workspace_bin("hereabouts-reconciler"))
+                .env_clear()
+                .args(["install-cni", "--once", "--server", fx.cluster.server(), "--namespace", &fx.ns])
+                .arg("--source-binary")
+                .arg(workspace_bin("hereabouts"))
+                .arg("--cni-bin-dir")
+                .arg(dir.path().join("bin"))
+                .arg("--cni-conf-dir")
+                .arg(dir.path().join("net.d"))
+                .arg("--token-file")
+                .arg(dir.path().join("token"))
+                .arg("--ca-file")
+                .arg(dir.path().join("ca.crt"))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.success(), granted, "install-cni:\n{stderr}");
+            let kubeconfig = dir.path().join("net.d/hereabouts.d/hereabouts.kubeconfig");
+            assert_eq!(kubeconfig.exists(), granted, "{stderr}");
+            if !granted {
+                assert!(stderr.contains("forbidden"), "the refusal is named:\n{stderr}");
+            }
+        }
+    }
+}
+
+/// One test per row: `name: scope, resource, verb => job`. Every verb the reconciler is granted has a row or is
+/// listed in [`PENDING`] (`every_reconciler_verb_has_a_row_or_is_pending` checks).
+macro_rules! reconciler_verbs {
+    ($($name:ident: $scope:ident, $resource:literal, $verb:literal => $job:expr;)*) => {
+        const RECONCILER_ROWS: &[(&str, &str)] = &[$(($resource, $verb)),*];
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let fx = Fx::new(&stringify!($name).replace('_', "-")[..20], "198.18.70.0/24", Some((Scope::$scope, $resource, $verb))).await;
+                run_job(&fx, $job, false).await;
+            }
+        )*
+    };
+}
+
+reconciler_verbs! {
+    rec_needs_get_on_pods: Cluster, "pods", "get" => Job::ReleaseDeletedPod("cannot read the pod");
+    rec_needs_list_on_pods: Cluster, "pods", "list" => Job::Ready("pod watch failed");
+    rec_needs_watch_on_pods: Cluster, "pods", "watch" => Job::Ready("pod watch failed");
+    rec_needs_create_on_events: Cluster, "events", "create" => Job::TellThePod;
+    rec_needs_patch_on_events: Cluster, "events", "patch" => Job::RepeatEvent;
+    rec_needs_get_on_pools: Role, "ippools", "get" => Job::ReleaseOrphan("cannot re-read");
+    rec_needs_list_on_pools: Role, "ippools", "list" => Job::Ready("pool watch failed");
+    rec_needs_watch_on_pools: Role, "ippools", "watch" => Job::ReleaseInNewPool;
+    rec_needs_patch_on_pools: Role, "ippools", "patch" => Job::ReleaseDeletedPod("release failed");
+    rec_needs_get_on_reservations: Role, "overlappingrangeipreservations", "get" => Job::ReleaseOrphan("cannot re-read");
+    rec_needs_list_on_reservations: Role, "overlappingrangeipreservations", "list" => Job::Ready("reservation watch failed");
+    rec_needs_watch_on_reservations: Role, "overlappingrangeipreservations", "watch" => Job::ReleaseOrphan("reservation watch failed");
+    rec_needs_create_on_reservations: Role, "overlappingrangeipreservations", "create" => Job::RestoreReservation;
+    rec_needs_delete_on_reservations: Role, "overlappingrangeipreservations", "delete" => Job::ReleaseOrphan("releasing the orphaned reservation failed");
+    rec_needs_get_on_leases: Role, "leases", "get" => Job::LeadAndReconcile;
+    rec_needs_update_on_leases: Role, "leases", "update" => Job::LeadAndReconcile;
+    rec_needs_create_on_tokens: Role, "serviceaccounts/token", "create" => Job::MintCniToken;
+    rec_needs_list_on_nodes: Cluster, "nodes", "list" => Job::KeepSlices("node list failed");
+    rec_needs_list_on_node_slices: Role, "nodeslicepools", "list" => Job::KeepSlices("node slice pool list failed");
+    rec_needs_patch_on_node_slices: Role, "nodeslicepools", "patch" => Job::KeepSlices("moving the slice failed");
+    rec_needs_delete_on_pools: Role, "ippools", "delete" => Job::KeepSlices("deleting the empty slice pool failed");
+    rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
+}
+
+/// Granted verbs no row proves yet, and why. Adding a row means removing the entry here.
+const PENDING: &[(&str, &str, &str)] = &[];
+
+#[test]
+fn every_reconciler_verb_has_a_row_or_is_pending() {
+    let pending = PENDING.iter().map(|(r, v, _)| (*r, *v));
+    let rows: BTreeSet<(String, String)> =
+        RECONCILER_ROWS.iter().copied().chain(pending).map(|(r, v)| (r.to_string(), v.to_string())).collect();
+    assert_eq!(rows.len(), RECONCILER_ROWS.len() + PENDING.len(), "no verb is both a row and pending");
+    let granted: BTreeSet<(String, String)> = deploy::namespaced_rights(Identity::Restricted)
+        .into_iter()
+        .chain(deploy::cluster_rights(Identity::Restricted))
+        .map(|r| (r.resource, r.verb))
+        .collect();
+    assert_eq!(rows, granted);
+}
+
+/// The positive control of every row: with exactly the manifest's rights, each job is done.
+macro_rules! reconciler_jobs {
+    ($($name:ident => $job:expr;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let fx = Fx::new(&stringify!($name).replace('_', "-")[..20], "198.18.71.0/24", None).await;
+                run_job(&fx, $job, true).await;
+            }
+        )*
+    };
+}
+
+reconciler_jobs! {
+    rec_with_its_rights_gets_ready => Job::Ready("");
+    rec_with_its_rights_releases_a_deleted_pod => Job::ReleaseDeletedPod("");
+    rec_with_its_rights_releases_in_a_new_pool => Job::ReleaseInNewPool;
+    rec_with_its_rights_releases_an_orphan => Job::ReleaseOrphan("");
+    rec_with_its_rights_restores_a_reservation => Job::RestoreReservation;
+    rec_with_its_rights_leads_and_reconciles => Job::LeadAndReconcile;
+    rec_with_its_rights_tells_the_pod => Job::TellThePod;
+    rec_with_its_rights_mints_the_cni_token => Job::MintCniToken;
+    rec_with_its_rights_makes_a_repeated_event_a_series => Job::RepeatEvent;
+    rec_with_its_rights_keeps_node_slices => Job::KeepSlices("");
+    rec_with_its_rights_releases_a_gone_sets_sticky_address => Job::ReleaseStickyOfGoneSet("");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The Lease it may not create, and the endpoints it serves
+
+/// Without the manifest's Lease, the reconciler (which may not create Leases) says so once, keeps running and
+/// retrying, and leads as soon as the Lease exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_lease_is_reported_once_and_waited_for() {
+    let fx = Fx::new("id-nolease", "198.18.72.0/24", None).await;
+    Api::<Lease>::namespaced(fx.admin.clone(), &fx.ns)
+        .delete(deploy::LEASE_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let reconciler = fx.launch(OFTEN);
+    reconciler.wait_ready().await;
+    wait_refusal(&reconciler, "may not create it").await;
+    reconciler.wait_for_more("hereabouts_lease_failures_total", 3.0).await;
+    let logs = reconciler.logs();
+    assert_eq!(logs.matches("may not create it").count(), 1, "said once:\n{logs}");
+    assert!(logs.contains("apply the Lease of deploy/daemonset.yaml"), "{logs}");
+    assert!(!logs.contains("cluster reconcile done"), "not the leader:\n{logs}");
+    assert_eq!(reconciler.get("/healthz").await.as_deref(), Some("ok"), "still running:\n{logs}");
+
+    deploy::create_lease(&fx.admin, &fx.ns).await;
+    wait::until(Duration::from_secs(20), "the cluster reconcile", || async {
+        reconciler.logs().contains("cluster reconcile done").then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
+    assert!(reconciler.logs().contains("the lease can be read and written again"));
+    let lease = Api::<Lease>::namespaced(fx.admin.clone(), &fx.ns).get(deploy::LEASE_NAME).await.unwrap();
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert_eq!(holder, format!("reconciler-{}", fx.node));
+}
+
+/// By default `/healthz`, `/readyz` and `/metrics` are served on 127.0.0.1:9300 only: 127.0.0.2 is the same
+/// loopback interface, and a listener on 0.0.0.0 would answer there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoints_listen_on_loopback_by_default() {
+    let help = Command::new(workspace_bin("hereabouts-reconciler")).args(["run", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("[default: 127.0.0.1:9300]"));
+    let fx = Fx::new("id-listen", "198.18.73.0/24", None).await;
+    let log = fx.cluster.dir().join(format!("reconciler-default-listen-{}.log", fx.ns));
+    // no --listen
+    let mut child = Command::new(workspace_bin("hereabouts-reconciler"))
+        .args(["run", "--node-name", &fx.node, "--namespace", &fx.ns, "--cron-expression", NEVER])
+        .arg("--kubeconfig")
+        .arg(fx.cluster.kubeconfig(Identity::Restricted, &fx.ns))
+        .arg("--config-dir")
+        .arg(fx.cluster.dir().join("no-such-config-dir"))
+        .arg("--flat-file")
+        .arg(fx.cluster.dir().join("no-such-flat-file"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let reach = |ip: [u8; 4]| TcpStream::connect_timeout(&SocketAddr::from((ip, 9300)), Duration::from_secs(2));
+    let bound = wait::until(Duration::from_secs(20), "the listener", || async {
+        read_log().lines().find(|l| l.contains("serving /healthz")).map(str::to_string)
+    })
+    .await;
+    let (loopback, other) = (reach([127, 0, 0, 1]), reach([127, 0, 0, 2]));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = bound.unwrap_or_else(|e| panic!("{e}\n{}", read_log()));
+    assert!(line.contains("127.0.0.1:9300"), "{line}");
+    loopback.unwrap_or_else(|e| panic!("127.0.0.1:9300: {e}\n{}", read_log()));
+    let refused = other.expect_err("127.0.0.2:9300 must not answer");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "{refused}");
+}

@@ -1,0 +1,220 @@
+//! The reconciler on the real control plane: a process with the restricted identity bound by exactly the
+//! ClusterRole of `deploy/daemonset.yaml`, giving back what deleted and finished pods held and nothing a live
+//! pod holds.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use hereabouts_ipam::crd::OverlappingRangeIpReservation;
+use hereabouts_tests::objects::mk_reservation;
+use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
+use hereabouts_tests::{Identity, wait};
+use kube::api::{Api, PostParams};
+
+use hereabouts_tests::reconciler::PodFixture as Fx;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_and_finished_pods_are_released_and_live_ones_kept() {
+    let fx = Fx::new("rec-node", "198.18.50.0/24").await;
+    let node = format!("node-{}", fx.ns);
+    let reconciler = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { grace: "60s".into(), ..ReconcilerOptions::new(&node, &fx.ns) },
+    )
+    .await;
+
+    let gone = fx.pod("gone", &node).await;
+    let done = fx.pod("done", &node).await;
+    let live = fx.pod("live", &node).await;
+    for (pod, cid) in [(&gone, "c-gone"), (&done, "c-done"), (&live, "c-live")] {
+        fx.add(pod, &node, cid).await;
+    }
+    let pool = "198.18.50.0-24";
+
+    // Deleted without CNI DEL, one second after its ADD: released at once, the grace period notwithstanding.
+    fx.delete("gone").await;
+    let took = fx.wait_released(pool, &fx.podref("gone"), Duration::from_secs(5)).await;
+    eprintln!("reconciler: deleted pod released after {took:?}");
+    fx.set_phase("done", "Succeeded").await;
+    fx.wait_released(pool, &fx.podref("done"), Duration::from_secs(5)).await;
+
+    // two more passes of the node loop over this node: nothing live may go
+    reconciler.wait_for_more("hereabouts_node_resyncs_total", 2.0).await;
+    assert_eq!(fx.holders(pool).await, BTreeSet::from([fx.podref("live")]), "the live pod keeps its address");
+    assert!(reconciler.metric("hereabouts_released_total").await >= 2.0, "{}", reconciler.logs());
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.admin.clone(), &fx.ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().any(|e| e.reason.as_deref() == Some("AddressReleased")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gone")),
+        "an AddressReleased event on the pod"
+    );
+    let mut reconciler = reconciler;
+    assert!(reconciler.stop(), "SIGTERM ends the reconciler cleanly:\n{}", reconciler.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_while_stopped_are_released_after_start() {
+    let fx = Fx::new("rec-resync", "198.18.51.0/24").await;
+    let node = format!("node-{}", fx.ns);
+    let mut names = Vec::new();
+    for i in 0..4 {
+        let pod = fx.pod(&format!("p{i}"), &node).await;
+        fx.add(&pod, &node, &format!("c{i}")).await;
+        names.push(format!("p{i}"));
+    }
+    fx.delete("p0").await;
+    fx.delete("p1").await;
+    let reconciler = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { cron: "0 0 1 1 *".into(), ..ReconcilerOptions::new(&node, &fx.ns) },
+    )
+    .await;
+    let pool = "198.18.51.0-24";
+    fx.wait_released(pool, &fx.podref("p0"), Duration::from_secs(10)).await;
+    fx.wait_released(pool, &fx.podref("p1"), Duration::from_secs(10)).await;
+    assert_eq!(fx.holders(pool).await, BTreeSet::from([fx.podref("p2"), fx.podref("p3")]), "{}", reconciler.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_frees_orphans_of_a_dead_node_and_nothing_live() {
+    let fx = Fx::new("rec-cron", "198.18.52.0/24").await;
+    let dead = format!("dead-{}", fx.ns);
+    let here = format!("here-{}", fx.ns);
+    let pool = "198.18.52.0-24";
+
+    let orphan = fx.pod("orphan", &dead).await;
+    fx.add(&orphan, &dead, "c-orphan").await;
+    let web = fx.pod("web-0", &dead).await;
+    let web_ip = fx.add(&web, &dead, "c-web-a").await;
+    // StatefulSet: web-0 is deleted without DEL and recreated under the same name; its ADD gets the address back.
+    fx.delete("web-0").await;
+    let web_again = fx.pod("web-0", &dead).await;
+    assert_eq!(fx.add(&web_again, &dead, "c-web-b").await, web_ip);
+    fx.delete("orphan").await;
+    // a reservation no pool records, of a pod that is gone
+    let stray = mk_reservation("198.18.52.200", &fx.podref("never")).container("c-x").ifname("net1").build();
+    Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns)
+        .create(&PostParams::default(), &stray)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await; // older than the grace period now
+
+    let reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new(&here, &fx.ns)).await;
+    // A Pending pod whose ADD happened just now, while the cron runs.
+    let pending = fx.pod("pending", &dead).await;
+    fx.add(&pending, &dead, "c-pending").await;
+
+    fx.wait_released(pool, &fx.podref("orphan"), Duration::from_secs(10)).await;
+    wait::until(Duration::from_secs(10), "the stray reservation to go", || async {
+        (!fx.reservations().await.contains(&fx.podref("never"))).then_some(())
+    })
+    .await
+    .unwrap();
+    // two more cluster reconciles: nothing live may go
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await;
+    assert_eq!(
+        fx.holders(pool).await,
+        BTreeSet::from([fx.podref("pending"), fx.podref("web-0")]),
+        "{}",
+        reconciler.logs()
+    );
+    assert_eq!(fx.reservations().await, BTreeSet::from([fx.podref("pending"), fx.podref("web-0")]));
+    assert!(reconciler.metric("hereabouts_reconcile_runs_total").await >= 2.0);
+}
+
+/// The ticks a reconciler's log says it ran the cluster reconcile for.
+fn ticks(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("cluster reconcile done"))
+        .filter_map(|l| l.split("tick=").nth(1)?.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconcilers_run_the_cron_work_once_per_tick() {
+    let fx = Fx::new("rec-lease", "198.18.53.0/24").await;
+    let a = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { identity: "a".into(), ..ReconcilerOptions::new("node-a", &fx.ns) },
+    )
+    .await;
+    let b = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions { identity: "b".into(), ..ReconcilerOptions::new("node-b", &fx.ns) },
+    )
+    .await;
+    // the window watched: every tick in it must run once, on the one Lease holder (waiting for four ticks instead
+    // would shorten what "throughout" covers)
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (ta, tb) = (ticks(&a.logs()), ticks(&b.logs()));
+    let all: Vec<&String> = ta.iter().chain(&tb).collect();
+    let distinct: BTreeSet<&String> = all.iter().copied().collect();
+    assert_eq!(all.len(), distinct.len(), "a tick ran twice: a {ta:?} b {tb:?}");
+    assert!(distinct.len() >= 4, "about one run per 2-s tick in 11 s: a {ta:?} b {tb:?}");
+    assert!(ta.is_empty() || tb.is_empty(), "one instance holds the lease throughout: a {ta:?} b {tb:?}");
+}
+
+#[tokio::test]
+async fn an_invalid_schedule_is_a_startup_error() {
+    let fx = Fx::new("rec-badcron", "198.18.54.0/24").await;
+    let out = std::process::Command::new(hereabouts_tests::plugin::workspace_bin("hereabouts-reconciler"))
+        .args([
+            "run",
+            "--node-name",
+            "n",
+            "--namespace",
+            &fx.ns,
+            "--cron-expression",
+            "61 * * * *",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(fx.cluster.kubeconfig(Identity::Restricted, &fx.ns))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid cron expression \"61 * * * *\""), "{stderr}");
+}
+
+/// Whether `r` exports any pool gauge.
+async fn exports_gauges(r: &Reconciler) -> bool {
+    r.get("/metrics").await.unwrap_or_default().contains("hereabouts_pool_allocated{")
+}
+
+/// The pool gauges: exported by the leader alone, following ADDs within seconds, with the capacity the config
+/// gives (range_end), and taken over by the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_exports_pool_gauges_and_they_follow_adds() {
+    let mut fx = Fx::new("rec-gauges", "198.18.98.0/28").await;
+    fx.config["ipam"]["range_end"] = serde_json::json!("198.18.98.10");
+    let opts = |id: &str, node: &str| ReconcilerOptions { identity: id.into(), ..ReconcilerOptions::new(node, &fx.ns) };
+    let mut a = Reconciler::start(fx.cluster, &opts("a", "node-a")).await;
+    let mut b = Reconciler::start(fx.cluster, &opts("b", "node-b")).await;
+    for i in 0..3 {
+        let pod = fx.pod(&format!("p{i}"), "node-a").await;
+        fx.add(&pod, "node-a", &format!("c{i}")).await;
+    }
+    let allocated = r#"hereabouts_pool_allocated{pool="198.18.98.0-28"}"#;
+    let size = r#"hereabouts_pool_size{pool="198.18.98.0-28"}"#;
+    wait::until(Duration::from_secs(20), "the leader's gauges to count 3", || async {
+        (a.metric(allocated).await + b.metric(allocated).await == 3.0).then_some(())
+    })
+    .await
+    .unwrap();
+    let a_leads = exports_gauges(&a).await;
+    let (leader, follower) = if a_leads { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    assert!(!exports_gauges(follower).await, "a follower exports no pool gauge:\n{}", follower.logs());
+    assert_eq!(leader.metric(size).await, 10.0, "range_end .10: 10 usable addresses");
+
+    leader.stop();
+    wait::until(Duration::from_secs(40), "the next leader's gauges", || async {
+        (follower.metric(allocated).await == 3.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", follower.logs()));
+}
