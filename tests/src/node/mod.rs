@@ -5,7 +5,7 @@
 //! CNI directories, like everything else it writes, live under a directory of its own, so the host's `/opt/cni/bin`
 //! and `/etc/cni/net.d` are never touched.
 //!
-//! What cannot be private (`../shared/notes/realnode.md`): the kubelet's `kubepods` cgroups, containerd's
+//! What cannot be private (docs/development.md, "The real node"): the kubelet's `kubepods` cgroups, containerd's
 //! `/run/containerd/{s,fifo,runc}`, the `cni-*` network namespaces and the bridges. So there is
 //! one node at a time on a machine ([`Node::start`] holds a lock for the node's life), and a node left by a killed
 //! run is cleaned up by the next one. Needs root, and containerd and runc (`make testenv` installs them).

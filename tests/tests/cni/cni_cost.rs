@@ -1,6 +1,6 @@
 //! What one ADD and one DEL cost the API server, counted from `apiserver_request_total` (on a control plane of
 //! its own, so no other test's requests are counted). The request counts are part of the protocol's contract
-//! (DESIGN §5: GET, reservation create, guarded patch; plus the pool's create the first time); latencies are
+//! (docs/design.md: GET, reservation create, guarded patch; plus the pool's create the first time); latencies are
 //! printed for the record, never asserted.
 
 use std::time::Instant;

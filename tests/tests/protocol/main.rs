@@ -1,7 +1,7 @@
 //! The allocation protocol on the real API server, and under faults: what it relies on, the fault proxy itself,
 //! the plugin through lost answers, resets, refusals and killed processes, and restarts of the API server.
 //!
-//! - `protocol`: guarded patches, conflicts, AlreadyExists, RBAC refusals (DESIGN §5). Needs the control plane.
+//! - `protocol`: guarded patches, conflicts, AlreadyExists, RBAC refusals (docs/design.md, "The store protocol"). Needs the control plane.
 //! - `faultproxy`: the fault-injecting proxy relays faithfully and each action does what it says. Needs the
 //!   control plane.
 //! - `faults`: issue 9's defects, each reproduced through the proxy. Needs the control plane.

@@ -1,4 +1,4 @@
-//! What the allocation protocol (DESIGN §5) relies on, shown on the real API server: guarded JSON patches of one
+//! What the allocation protocol (docs/design.md, "The store protocol") relies on, shown on the real API server: guarded JSON patches of one
 //! key, conflicts on stale writes, AlreadyExists on a second create, and RBAC refusals.
 
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ async fn create_pool(client: Client, ns: &str) -> Api<IpPool> {
     pools
 }
 
-/// The guarded add of DESIGN §5: the key must be absent (`test` against null succeeds only on a missing path),
+/// The guarded add of the protocol: the key must be absent (`test` against null succeeds only on a missing path),
 /// then it is added.
 fn guarded_add(key: &str, id: &str) -> Patch<()> {
     let path = format!("/spec/allocations/{key}");

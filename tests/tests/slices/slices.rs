@@ -1,4 +1,4 @@
-//! Slice mode (`node_slice_size`, DESIGN §7) on the real control plane: the CNI binary claims slices of a
+//! Slice mode (`node_slice_size`) on the real control plane: the CNI binary claims slices of a
 //! NodeSlicePool for its node, allocates in its slices' pools, borrows when no slice is free, and never hands one
 //! address out twice.
 
