@@ -14,7 +14,7 @@ use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::crd::{IpAllocation, IpPool, SubInterfaceRecord};
 use hereabouts_ipam::provider::{HOLD_ID, HOLD_PODREF, ProviderClient, ReleaseRequest, hold_entry};
 use hereabouts_ipam::range::IpRange;
-use hereabouts_ipam::store::{Patched, Store, StoreError};
+use hereabouts_ipam::store::{AsRead, Patched, Store, StoreError};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
@@ -121,7 +121,7 @@ impl<S: Store> SubInterfaceKeeper<S> {
             }
             Step::Release { offset, record } => (offset, record),
             Step::HoldAndRelease { offset, record } => {
-                match self.store.add_allocation(pool_name, offset, &hold_entry()).await {
+                match self.store.add_allocation(pool_name, offset, &hold_entry(), &AsRead::default()).await {
                     Ok(Patched::Applied) => {}
                     Ok(other) => {
                         tracing::debug!(pool = %pool_name, offset, ?other, "taken meanwhile: left to its holder");

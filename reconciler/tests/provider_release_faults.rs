@@ -13,7 +13,7 @@ use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::crd::{IpAllocation, SubInterfaceRecord};
 use hereabouts_ipam::provider::{AllocateRequest, HOLD_ID, ProviderClient, RELEASE_PATH, SubEniRequest};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, Op};
-use hereabouts_ipam::store::{MemoryStore, Patched, PoolStore, pool_object};
+use hereabouts_ipam::store::{AsRead, MemoryStore, Patched, PoolStore, pool_object};
 use hereabouts_reconciler::sub_interfaces::{SubInterfaceKeeper, steps};
 use hereabouts_tests::provider::{Fault as ProviderFault, ProviderOptions, ReferenceProvider};
 use serde_json::json;
@@ -104,7 +104,9 @@ async fn no_release_after_a_pods_claim_under_store_faults_and_a_dying_leader() {
                     if offset % 2 == u128::from(seed % 2) || claims.lock().unwrap().contains_key(&offset) {
                         continue; // half the addresses only, so that the keeper gets the others
                     }
-                    if let Ok(Patched::Applied) = store.add_allocation(POOL, offset, &pod(offset)).await {
+                    if let Ok(Patched::Applied) =
+                        store.add_allocation(POOL, offset, &pod(offset), &AsRead::default()).await
+                    {
                         claims.lock().unwrap().insert(offset, provider.calls().len());
                     }
                 }

@@ -16,7 +16,7 @@ use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
 use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
-use crate::store::{Created, Patched, PoolStore, ReservationStore, StoreError};
+use crate::store::{AsRead, Created, Patched, PoolStore, ReservationStore, StoreError};
 use crate::{clock, cooldown};
 
 /// Which pool an address is claimed in, and what the caller already knows.
@@ -81,17 +81,6 @@ pub(crate) trait Policy<S>: Sync {
         None
     }
 
-    /// The guarded write that adds `entry` at `offset` of pool `pool`: the plain one, unless the claim is also
-    /// guarded on `record`.
-    fn add_entry(
-        &self,
-        store: &S,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        record: Option<&SubInterfaceRecord>,
-    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
-
     /// Once `offset` of `pool` (as read) is claimed, what the mode does before the address is handed out. A
     /// failure is rolled back by the caller with everything else the ADD wrote.
     fn claimed(
@@ -116,17 +105,6 @@ pub(crate) struct Plain {
 impl<S: PoolStore> Policy<S> for Plain {
     fn create(&self) -> Option<Option<&str>> {
         self.creates.then_some(None)
-    }
-
-    fn add_entry(
-        &self,
-        store: &S,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        _record: Option<&SubInterfaceRecord>,
-    ) -> impl Future<Output = Result<Patched, StoreError>> + Send {
-        store.add_allocation(pool, offset, entry)
     }
 }
 
@@ -260,19 +238,17 @@ where
                 Plan::Claim(offset) if steer.only && Some(offset) != steer.prefer => {
                     return Err(self.policy.nothing_here(self.pool(), self.target.range));
                 }
-                Plan::Claim(offset) => {
-                    match self.claim(offset, self.policy.guard_record(&pool, offset), journal).await? {
-                        Claimed::Done(ip) => return self.placed(&pool, offset, ip).await,
-                        Claimed::HeldElsewhere => {
-                            excluded.insert(offset);
-                        }
-                        Claimed::MyAttachment(fresh) => pool = fresh,
-                        Claimed::Lost(fresh) => {
-                            spread = true;
-                            pool = fresh;
-                        }
+                Plan::Claim(offset) => match self.claim(offset, self.as_read(&pool, offset), journal).await? {
+                    Claimed::Done(ip) => return self.placed(&pool, offset, ip).await,
+                    Claimed::HeldElsewhere => {
+                        excluded.insert(offset);
                     }
-                }
+                    Claimed::MyAttachment(fresh) => pool = fresh,
+                    Claimed::Lost(fresh) => {
+                        spread = true;
+                        pool = fresh;
+                    }
+                },
             }
         }
     }
@@ -283,14 +259,18 @@ where
         Ok(ip)
     }
 
+    /// What the claim of `offset` decided on in `pool` as read, besides the offset being free: its release record
+    /// (a pool that keeps a cooldown's books) and what the mode adds.
+    fn as_read(&self, pool: &IpPool, offset: u128) -> AsRead {
+        let released = cooldown::of_pool(pool)
+            .and(pool.spec.released.as_ref())
+            .map(|records| records.get(&offset.to_string()).cloned());
+        AsRead { released, sub_interface: self.policy.guard_record(pool, offset) }
+    }
+
     /// Claims the free `offset`: cluster-wide first (the reservation, when the network reserves), then in the
-    /// pool.
-    async fn claim(
-        &self,
-        offset: u128,
-        seen: Option<SubInterfaceRecord>,
-        journal: &mut Journal,
-    ) -> Result<Claimed, IpamError> {
+    /// pool, guarded on what it `read`.
+    async fn claim(&self, offset: u128, read: AsRead, journal: &mut Journal) -> Result<Claimed, IpamError> {
         let ip = self.target.range.addr_at(offset);
         let reservation = self.who.kube.overlapping_ranges.then(|| self.reservation_name(ip));
         if let Some(name) = &reservation {
@@ -310,7 +290,7 @@ where
                 return Ok(Claimed::HeldElsewhere);
             }
         }
-        match self.add(offset, reservation.clone(), seen.as_ref(), journal).await? {
+        match self.add(offset, reservation.clone(), &read, journal).await? {
             Added::Done(ip) => Ok(Claimed::Done(ip)),
             Added::MyAttachment(fresh) => Ok(Claimed::MyAttachment(fresh)),
             Added::Lost(fresh) => {
@@ -368,9 +348,11 @@ where
     /// Sets the config's reuse cooldown on `pool` when the pool has another (a config without one leaves the
     /// pool's alone), and on the copy as read.
     async fn set_cooldown(&self, pool: &mut IpPool) -> Result<(), IpamError> {
-        let Some(seconds) = self.who.kube.reuse_cooldown else { return Ok(()) };
         let current = cooldown::of_pool(pool).map_or(0, |d| d.as_secs());
-        if current == seconds {
+        let seconds = self.who.kube.reuse_cooldown.unwrap_or(current);
+        // a pool that cools without its books (`spec.released`) gets them first: a claim is guarded on the record
+        // of its offset, and there is none to test without the map
+        if current == seconds && (seconds == 0 || pool.spec.released.is_some()) {
             return Ok(());
         }
         let written = self
@@ -434,13 +416,13 @@ where
         })
     }
 
-    /// The guarded patch that claims `offset` in the pool (and, when `seen` is given, that its sub-interface record
-    /// is still as read).
+    /// The guarded patch that claims `offset` in the pool, if it is still free and what the claim decided on is as
+    /// it was `read`.
     async fn add(
         &self,
         offset: u128,
         reservation: Option<String>,
-        seen: Option<&SubInterfaceRecord>,
+        read: &AsRead,
         journal: &mut Journal,
     ) -> Result<Added, IpamError> {
         let ip = self.target.range.addr_at(offset);
@@ -453,7 +435,7 @@ where
         });
         let outcome = self
             .budget
-            .retry(StoreError::is_transient, || self.policy.add_entry(self.store, pool_name, offset, &self.entry, seen))
+            .retry(StoreError::is_transient, || self.store.add_allocation(pool_name, offset, &self.entry, read))
             .await
             .map_err(|e| IpamError::from_retry(&format!("pool {pool_name}: add allocation {offset}"), e));
         let outcome = match outcome {
@@ -496,10 +478,23 @@ where
             }
             // the provider marked or moved the sub-interface since we read the pool: pick again
             AtOffset::Free
-                if seen.is_some_and(|s| !same_place(pool.spec.sub_interfaces.get(&offset.to_string()), s)) =>
+                if read
+                    .sub_interface
+                    .as_ref()
+                    .is_some_and(|s| !same_place(pool.spec.sub_interfaces.get(&offset.to_string()), s)) =>
             {
                 journal.forget_allocation(pool_name, offset);
                 tracing::info!(pool = %pool_name, offset, "sub-interface changed under the claim; picking again");
+                Ok(Added::Lost(pool))
+            }
+            // released (again) since we read the pool: it cools now, pick again
+            AtOffset::Free
+                if read.released.as_ref().is_some_and(|r| {
+                    pool.spec.released.as_ref().and_then(|m| m.get(&offset.to_string())) != r.as_ref()
+                }) =>
+            {
+                journal.forget_allocation(pool_name, offset);
+                tracing::info!(pool = %pool_name, offset, "address released under the claim; picking again");
                 Ok(Added::Lost(pool))
             }
             AtOffset::Free => match refusal {

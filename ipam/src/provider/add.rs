@@ -6,7 +6,7 @@
 //! passed over having written nothing; any other failure fails the ADD, all or nothing across the families.
 
 use std::collections::BTreeSet;
-use std::future::Future;
+
 use std::net::IpAddr;
 
 use super::place::{At, Placer};
@@ -20,7 +20,7 @@ use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
 use crate::request::{Assigned, Request};
-use crate::store::{CoreStore, Patched, PodEvent, PoolStore, ReservationStore, StoreError, SubInterfaceStore};
+use crate::store::{CoreStore, PodEvent, PoolStore, ReservationStore, StoreError, SubInterfaceStore};
 
 /// The reason of the Warning Event on a pod whose config's candidate ranges mixed classes.
 pub const IGNORED_CANDIDATES_REASON: &str = "HereaboutsIgnoredCandidates";
@@ -116,23 +116,6 @@ impl<S: PoolStore + SubInterfaceStore> Policy<S> for Placing<'_> {
     /// since is not taken.
     fn guard_record(&self, pool: &IpPool, offset: u128) -> Option<SubInterfaceRecord> {
         self.placer.and_then(|_| pool.spec.sub_interfaces.get(&offset.to_string()).cloned())
-    }
-
-    fn add_entry(
-        &self,
-        store: &S,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        record: Option<&SubInterfaceRecord>,
-    ) -> impl Future<Output = Result<Patched, StoreError>> + Send {
-        let (pool, entry, record) = (pool.to_string(), entry.clone(), record.cloned());
-        async move {
-            match &record {
-                Some(seen) => store.add_allocation_on(&pool, offset, &entry, seen).await,
-                None => store.add_allocation(&pool, offset, &entry).await,
-            }
-        }
     }
 
     /// A provider-backed address is placed on this node (a provider call unless its sub-interface is cached or

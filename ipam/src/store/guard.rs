@@ -16,16 +16,14 @@ use json_patch::{
 };
 use serde_json::{Value, json};
 
-use super::{Claim, ReleaseRecord};
+use super::{AsRead, Claim, ReleaseRecord};
 use crate::crd::{IpAllocation, NodeSliceAllocation, OverlappingRangeIpReservation, SubInterfaceRecord};
 
 /// Which guarded write a patch is: what a mutation test names when it takes one `test` away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Guard {
-    /// An entry added at a free offset.
+    /// An entry added at a free offset, whose release record and sub-interface record are still as read.
     AddEntry,
-    /// An entry added at a free offset whose sub-interface record is still as read (IaaS provider mode).
-    AddEntryOn,
     /// An entry replaced while it still holds the expected attachment.
     ReplaceEntry,
     /// An entry removed while it still holds the expected attachment (and release records pruned as read).
@@ -40,9 +38,8 @@ pub enum Guard {
 
 impl Guard {
     /// Every guarded write.
-    pub const ALL: [Guard; 7] = [
+    pub const ALL: [Guard; 6] = [
         Guard::AddEntry,
-        Guard::AddEntryOn,
         Guard::ReplaceEntry,
         Guard::RemoveEntry,
         Guard::TakeOver,
@@ -94,26 +91,23 @@ fn guarded(guard: Guard, ops: Vec<PatchOperation>) -> Patch {
     Patch(mutants::apply(guard, ops))
 }
 
-/// Adds `entry` at `offset` if, and only if, no entry is there: of two writers of one offset exactly one wins.
-pub fn add_entry(offset: u128, entry: &IpAllocation) -> Patch {
+/// Adds `entry` at `offset` if, and only if, no entry is there — of two writers of one offset exactly one wins —
+/// and what else the claim decided on is still as read: in a pool with a reuse cooldown, the offset's release
+/// record (a release since the read makes the address cool again); in IaaS provider mode, the node and VLAN of
+/// its sub-interface record (a provider that marked it unbinding or moved it since makes the claim fail).
+pub fn add_entry(offset: u128, entry: &IpAllocation, read: &AsRead) -> Patch {
     let path = entry_path(offset);
-    guarded(Guard::AddEntry, vec![test(&path, Value::Null), add(&path, value(entry))])
-}
-
-/// Adds `entry` at `offset` if no entry is there and the sub-interface record at `offset` still names `seen`'s
-/// node and VLAN: a provider that marked it unbinding or moved it since it was read makes the claim fail.
-pub fn add_entry_on(offset: u128, entry: &IpAllocation, seen: &SubInterfaceRecord) -> Patch {
-    let path = entry_path(offset);
-    let record = format!("/spec/subInterfaces/{offset}");
-    guarded(
-        Guard::AddEntryOn,
-        vec![
-            test(&path, Value::Null),
-            test(&format!("{record}/node"), json!(seen.node)),
-            test(&format!("{record}/vlan"), json!(seen.vlan)),
-            add(&path, value(entry)),
-        ],
-    )
+    let mut ops = vec![test(&path, Value::Null)];
+    if let Some(released) = &read.released {
+        ops.push(test(&format!("/spec/released/{offset}"), json!(released)));
+    }
+    if let Some(seen) = &read.sub_interface {
+        let record = format!("/spec/subInterfaces/{offset}");
+        ops.push(test(&format!("{record}/node"), json!(seen.node)));
+        ops.push(test(&format!("{record}/vlan"), json!(seen.vlan)));
+    }
+    ops.push(add(&path, value(entry)));
+    guarded(Guard::AddEntry, ops)
 }
 
 /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface.
@@ -340,10 +334,10 @@ mod tests {
     #[test]
     fn a_free_offset_is_added_once() {
         let mut doc = pool();
-        apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"))).unwrap();
+        apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"), &AsRead::default())).unwrap();
         assert_eq!(doc["spec"]["allocations"]["2"]["podref"], "ns/b");
         let before = doc.clone();
-        let refused = apply(&mut doc, &add_entry(2, &entry("c3", "ns/c"))).unwrap_err();
+        let refused = apply(&mut doc, &add_entry(2, &entry("c3", "ns/c"), &AsRead::default())).unwrap_err();
         assert_eq!(refused.op, "test");
         assert_eq!(doc, before, "nothing of a refused patch is applied");
     }
@@ -351,7 +345,10 @@ mod tests {
     #[test]
     fn a_test_of_null_needs_the_parent() {
         let mut doc = json!({"spec": {}});
-        assert!(apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"))).is_err(), "no allocations map");
+        assert!(
+            apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"), &AsRead::default())).is_err(),
+            "no allocations map"
+        );
     }
 
     #[test]
@@ -362,6 +359,21 @@ mod tests {
         apply(&mut doc, &replace_entry(1, &entry("c1", "ns/a"), &entry("c9", "ns/a"))).unwrap();
         apply(&mut doc, &remove_entry(1, &entry("c9", "ns/a"), None)).unwrap();
         assert_eq!(doc["spec"]["allocations"], json!({}));
+    }
+
+    #[test]
+    fn an_add_fails_once_the_address_was_released_since_it_was_read() {
+        let mut doc = pool();
+        merge(&mut doc, &make_released());
+        let unreleased = AsRead { released: Some(None), ..AsRead::default() };
+        let mut released = doc.clone();
+        released["spec"]["released"]["2"] = json!("2026-01-02T00:00:00Z");
+        assert!(apply(&mut released, &add_entry(2, &entry("c2", "ns/b"), &unreleased)).is_err(), "released since");
+        apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"), &unreleased)).unwrap();
+        let as_read = AsRead { released: Some(Some("2026-01-02T00:00:00Z".into())), ..AsRead::default() };
+        apply(&mut released, &add_entry(3, &entry("c3", "ns/c"), &AsRead { released: Some(None), ..as_read.clone() }))
+            .unwrap();
+        assert!(apply(&mut released.clone(), &add_entry(2, &entry("c2", "ns/b"), &as_read)).is_ok(), "as read");
     }
 
     #[test]

@@ -157,8 +157,14 @@ impl PoolStore for KubeStore {
         self.pools.list_metadata(&params).await.map(drop).map_err(|e| error(POOL, "*", "list", e))
     }
 
-    async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
-        let patch = guard::add_entry(offset, entry);
+    async fn add_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        read: &super::AsRead,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::add_entry(offset, entry, read);
         Self::guarded(&self.pools, POOL, pool, format!("add allocation {offset}"), patch).await
     }
 
@@ -205,17 +211,6 @@ impl PoolStore for KubeStore {
 }
 
 impl SubInterfaceStore for KubeStore {
-    async fn add_allocation_on(
-        &self,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        seen: &SubInterfaceRecord,
-    ) -> Result<Patched, StoreError> {
-        let patch = guard::add_entry_on(offset, entry, seen);
-        Self::guarded(&self.pools, POOL, pool, format!("add allocation {offset} on its sub-interface"), patch).await
-    }
-
     async fn set_sub_interface(
         &self,
         name: &str,

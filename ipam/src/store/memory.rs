@@ -365,6 +365,7 @@ impl MemoryStore {
             return result;
         };
         self.state.lock().unwrap().faults.entry(fault).and_modify(|n| *n += 1).or_insert(1);
+        tracing::debug!(process = %self.actor.name, ?op, object = name, ?fault, applied_if_coin = coin, "fault injected");
         match fault {
             Fault::LostResponse => {
                 let _ = apply(&mut self.state.lock().unwrap());
@@ -488,8 +489,14 @@ impl PoolStore for MemoryStore {
         self.call(Op::Probe, "pool", "*", |_| Ok(())).await
     }
 
-    async fn add_allocation(&self, pool: &str, offset: u128, entry: &IpAllocation) -> Result<Patched, StoreError> {
-        self.pool_call(Op::AddAllocation, pool, Change::Guarded(&guard::add_entry(offset, entry))).await
+    async fn add_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        read: &super::AsRead,
+    ) -> Result<Patched, StoreError> {
+        self.pool_call(Op::AddAllocation, pool, Change::Guarded(&guard::add_entry(offset, entry, read))).await
     }
 
     async fn replace_allocation(
@@ -546,17 +553,6 @@ impl PoolStore for MemoryStore {
 }
 
 impl SubInterfaceStore for MemoryStore {
-    async fn add_allocation_on(
-        &self,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        seen: &SubInterfaceRecord,
-    ) -> Result<Patched, StoreError> {
-        let patch = guard::add_entry_on(offset, entry, seen);
-        self.pool_call(Op::AddAllocation, pool, Change::Guarded(&patch)).await
-    }
-
     async fn set_sub_interface(
         &self,
         name: &str,

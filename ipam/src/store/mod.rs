@@ -84,6 +84,17 @@ pub fn node_slices_object(name: &str, spec: &NodeSlicePoolSpec, slices: &[NodeSl
     object
 }
 
+/// What a claim of a free offset decided on, besides the offset being free: the add is guarded on each part still
+/// being as read ([`guard::add_entry`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AsRead {
+    /// In a pool that keeps a reuse cooldown's books (`spec.released`): the offset's release record as read, `None`
+    /// when it had none. A release since the read makes the address cool again, so the claim must fail.
+    pub released: Option<Option<String>>,
+    /// In IaaS provider mode: the offset's sub-interface record as read.
+    pub sub_interface: Option<SubInterfaceRecord>,
+}
+
 /// What a create did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created<T> {
@@ -246,12 +257,14 @@ pub trait PoolStore: Send + Sync {
     /// One cheap read that shows the server is reachable and lets us read pools (CNI STATUS).
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Adds `entry` at `offset` if, and only if, no entry is there ([`guard::add_entry`]).
+    /// Adds `entry` at `offset` if, and only if, no entry is there and what the claim decided on is as it `read`
+    /// it ([`guard::add_entry`]).
     fn add_allocation(
         &self,
         pool: &str,
         offset: u128,
         entry: &IpAllocation,
+        read: &AsRead,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
     /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface
@@ -353,17 +366,6 @@ pub trait SliceStore: Send + Sync {
 
 /// The cloud sub-interface records of provider-backed pools (IaaS provider mode).
 pub trait SubInterfaceStore: Send + Sync {
-    /// Adds `entry` at `offset` if, and only if, no entry is there and the sub-interface record at `offset` still
-    /// names `seen`'s node and VLAN: a provider that marked it `vlan: -1` (unbinding) or moved it since the ADD read
-    /// the pool makes the claim fail, so no pod takes a sub-interface being taken away ([`guard::add_entry_on`]).
-    fn add_allocation_on(
-        &self,
-        pool: &str,
-        offset: u128,
-        entry: &IpAllocation,
-        seen: &SubInterfaceRecord,
-    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
-
     /// Records the cloud sub-interface of the address at `offset` of pool `name`, creating the pool's map when it
     /// has none. Only that offset's record is written: the caller holds its entry, and the provider writes back
     /// only idle ones.

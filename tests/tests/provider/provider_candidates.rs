@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::range::IpRange;
-use hereabouts_ipam::store::{KubeStore, Patched, SubInterfaceStore};
+use hereabouts_ipam::store::{AsRead, KubeStore, Patched, PoolStore};
 use hereabouts_tests::Identity;
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;
@@ -208,7 +208,8 @@ async fn idle_sub_interfaces_above_the_watermark_are_marked_never_allocated_and_
     let store = KubeStore::new(fx.admin.clone(), &fx.ns);
     let entry = mk_entry("c-late", &format!("{}/late", fx.ns)).build();
     let seen = &before_mark.spec.sub_interfaces["2"];
-    let claim = store.add_allocation_on(pool, 2, &entry, seen).await.unwrap();
+    let read = AsRead { sub_interface: Some(seen.clone()), ..AsRead::default() };
+    let claim = store.add_allocation(pool, 2, &entry, &read).await.unwrap();
     assert!(matches!(claim, Patched::Refused(_)), "{claim:?}");
     // one that landed just before the mark holds .3
     let landed = json!({"spec": {"allocations": {"3": {"id": "c-early", "podref": format!("{}/early", fx.ns)}}}});
