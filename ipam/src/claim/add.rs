@@ -166,6 +166,7 @@ where
             network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
             reserved: who.kube.overlapping_ranges,
             statefulset: target.statefulset.clone(),
+            recorded_for: Some(who.me.container.to_string()),
         };
         Self { store, who, target, policy, budget, entry }
     }

@@ -237,7 +237,8 @@ pub(crate) async fn check<S: PoolStore>(
 /// record their node and network (written by Whereabouts, or before hereabouts recorded them) are left to the
 /// reconciler: a CNI GC sees one node's runtime only, and a pool may be shared by several networks. So are
 /// entries younger than [`SETTLE_TIME`](crate::request::SETTLE_TIME): the runtime took its list before this GC started,
-/// and an ADD that was under way then, or started since, is in no list yet.
+/// and an ADD that was under way then, or started since, is in no list yet. So are entries another tool took over
+/// for a new sandbox ([`IpAllocation::is_recorded`]): their node and network are an earlier sandbox's.
 pub(crate) async fn gc<S: PoolStore + ReservationStore>(
     store: &S,
     layout: &impl Layout<S>,
@@ -254,6 +255,7 @@ pub(crate) async fn gc<S: PoolStore + ReservationStore>(
     };
     release_where(store, layout, scope, node, Search::All, budget, |a| {
         settled(a)
+            && a.is_recorded()
             && a.node.as_deref() == Some(node)
             && a.network.as_deref() == Some(scope.network)
             && !valid.contains(&(a.id.as_str(), a.ifname.as_str()))

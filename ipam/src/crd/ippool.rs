@@ -96,4 +96,24 @@ pub struct IpAllocation {
     /// the reconciler releases it once the StatefulSet is gone or no longer has the pod's ordinal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statefulset: Option<String>,
+    /// The container (`id`) the fields above that hereabouts adds were written for (hereabouts addition). Whereabouts
+    /// and its maintained fork give the entry of a pod recreated under the same name to the new pod by rewriting only
+    /// `id`: then `poduid`, `allocated`, `node` and `network` describe an earlier sandbox, and nothing is judged by
+    /// them ([`IpAllocation::is_recorded`]).
+    #[serde(default, rename = "recordedFor", skip_serializing_if = "Option::is_none")]
+    pub recorded_for: Option<String>,
+}
+
+impl IpAllocation {
+    /// Whether the fields hereabouts adds describe this entry's sandbox: they were written for the container it
+    /// records now. An entry another tool took over (or one written before this field existed) is judged by its
+    /// pod reference alone.
+    pub fn is_recorded(&self) -> bool {
+        self.recorded_for.as_deref() == Some(self.id.as_str())
+    }
+
+    /// The pod UID, if it describes this entry's sandbox ([`Self::is_recorded`]).
+    pub fn recorded_uid(&self) -> Option<&str> {
+        self.poduid.as_deref().filter(|_| self.is_recorded())
+    }
 }

@@ -124,8 +124,9 @@ fn younger_than(at: Option<Timestamp>, now: Timestamp, age: Duration) -> bool {
     elapsed.is_negative() || elapsed.unsigned_abs() < age
 }
 
+/// When the entry was allocated, if hereabouts wrote that for its sandbox.
 fn allocated_at(allocation: &IpAllocation) -> Option<Timestamp> {
-    allocation.allocated.as_deref().and_then(|t| t.parse().ok())
+    allocation.allocated.as_deref().filter(|_| allocation.is_recorded()).and_then(|t| t.parse().ok())
 }
 
 /// Decides whether `allocation` may be given back.
@@ -155,7 +156,9 @@ fn judge_pod(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
     if podref_parts(&allocation.podref).is_none() {
         return Verdict::Keep(Keep::Unjudgeable);
     }
-    let recorded = allocation.poduid.as_deref();
+    // a UID written for another sandbox than the entry's (Whereabouts reused the entry for a recreated pod) is not
+    // this pod's: judged by name alone
+    let recorded = allocation.recorded_uid();
     let fresh = younger_than(allocated_at(allocation), facts.now, facts.grace);
     match facts.pod {
         PodView::Present { uid, finished, mirror } => {
@@ -186,10 +189,11 @@ pub struct KnownPod {
 /// Whether an entry recorded on `node` deserves a look after the node's pods were (re)listed: its pod is not, or
 /// no longer, a live pod of this node, or it is another pod of that name.
 pub fn suspicious(entry: &IpAllocation, node: &str, on_node: &HashMap<String, KnownPod>) -> bool {
-    entry.node.as_deref() == Some(node)
+    entry.is_recorded()
+        && entry.node.as_deref() == Some(node)
         && match on_node.get(&entry.podref) {
             None => true,
-            Some(known) => known.finished || entry.poduid.as_deref().is_some_and(|u| u != known.uid),
+            Some(known) => known.finished || entry.recorded_uid().is_some_and(|u| u != known.uid),
         }
 }
 

@@ -18,6 +18,7 @@ fn mk_alloc(uid: Option<&str>, age_secs: Option<i64>, now: Timestamp) -> IpAlloc
         ifname: "net1".into(),
         poduid: uid.map(str::to_string),
         allocated: age_secs.map(|a| ago(now, a).to_string()),
+        recorded_for: Some("c1".into()),
         ..Default::default()
     }
 }
@@ -131,9 +132,11 @@ fn resync_suspects_entries_of_this_node_whose_pod_is_not_a_live_one_here() {
     ]
     .into();
     let on = |podref: &str, uid: Option<&str>, node: &str| IpAllocation {
+        id: "c1".into(),
         podref: podref.into(),
         poduid: uid.map(str::to_string),
         node: Some(node.into()),
+        recorded_for: Some("c1".into()),
         ..Default::default()
     };
     assert!(!suspicious(&on("ns/live", Some("u1"), "n1"), "n1", &pods));
@@ -142,6 +145,26 @@ fn resync_suspects_entries_of_this_node_whose_pod_is_not_a_live_one_here() {
     assert!(suspicious(&on("ns/done", Some("u2"), "n1"), "n1", &pods));
     assert!(suspicious(&on("ns/gone", None, "n1"), "n1", &pods));
     assert!(!suspicious(&on("ns/gone", None, "n2"), "n1", &pods), "another node's entry");
+    let taken_over = IpAllocation { id: "c2".into(), ..on("ns/live", Some("u0"), "n1") };
+    assert!(!suspicious(&taken_over, "n1", &pods), "another tool's sandbox now: node and UID are an earlier one's");
+}
+
+/// Whereabouts (and its fork) give a recreated pod's ADD the entry its predecessor of the same name left, by
+/// rewriting only `id`: the UID and time hereabouts wrote are then the old pod's, and judging by them would take
+/// the live pod's address away as "replaced".
+#[test]
+fn an_entry_another_tool_took_over_is_judged_by_its_pod_name() {
+    let now = Timestamp::now();
+    let old_pod = mk_alloc(Some("uid-old"), Some(9999), now);
+    let new_pod = PodView::Present { uid: "uid-new".into(), finished: false, mirror: false };
+    let facts = Facts { pod: &new_pod, gone_uid: None, now, grace: GRACE, sticky: false };
+    assert_eq!(judge(&old_pod, &facts), Verdict::Release(Reason::Replaced), "hereabouts' own entry of the old pod");
+    let taken_over = IpAllocation { id: "whereabouts-sandbox".into(), ..old_pod.clone() };
+    assert_eq!(judge(&taken_over, &facts), Verdict::Keep(Keep::Live));
+    let gone = Facts { pod: &PodView::Missing, gone_uid: Some("uid-old"), ..facts };
+    assert_eq!(judge(&taken_over, &gone), Verdict::Release(Reason::Deleted), "its pod gone, it goes");
+    let before_the_field = IpAllocation { recorded_for: None, ..old_pod };
+    assert_eq!(judge(&before_the_field, &facts), Verdict::Keep(Keep::Live), "no record of whose: by name");
 }
 
 #[test]
