@@ -107,8 +107,26 @@ pub fn reservation_name(network_name: &str, ip: IpAddr) -> String {
     with_network(network_name, s.replace(':', "-"))
 }
 
+/// The name the maintained Whereabouts fork (telekom/whereabouts) gives the reservation of an IPv6 address: all
+/// eight groups written out, e.g. `net-a-2001-0db8-0000-0000-0000-0000-0000-0001`; `None` for IPv4, which it names
+/// as upstream does. It reads upstream's name only as a fallback, and hereabouts writes upstream's, so each looks
+/// for both ([`reservation_names`]).
+pub fn expanded_reservation_name(network_name: &str, ip: IpAddr) -> Option<String> {
+    let IpAddr::V6(v6) = ip else { return None };
+    let groups: Vec<String> = v6.segments().iter().map(|g| format!("{g:04x}")).collect();
+    Some(with_network(network_name, groups.join("-")))
+}
+
+/// Every name a reservation of `ip` may have: upstream Whereabouts' (what hereabouts writes) first, then the
+/// fork's expanded IPv6 form.
+pub fn reservation_names(network_name: &str, ip: IpAddr) -> Vec<String> {
+    let mut names = vec![reservation_name(network_name, ip)];
+    names.extend(expanded_reservation_name(network_name, ip));
+    names
+}
+
 /// The address a reservation `name` of `network` stands for, if it lies in `range`: the inverse of
-/// [`reservation_name`], checked by computing the name again.
+/// [`reservation_name`] (and of [`expanded_reservation_name`]), checked by computing the name again.
 pub fn reservation_address(name: &str, network: &str, range: &crate::range::IpRange) -> Option<IpAddr> {
     let rest = if network.is_empty() { name } else { name.strip_prefix(network)?.strip_prefix('-')? };
     let ip: IpAddr = if range.cidr().addr().is_ipv4() {
@@ -116,7 +134,7 @@ pub fn reservation_address(name: &str, network: &str, range: &crate::range::IpRa
     } else {
         IpAddr::V6(rest.replace('-', ":").parse().ok()?)
     };
-    (range.cidr().contains(&ip) && reservation_name(network, ip) == name).then_some(ip)
+    (range.cidr().contains(&ip) && reservation_names(network, ip).iter().any(|n| n == name)).then_some(ip)
 }
 
 #[cfg(test)]
@@ -222,5 +240,20 @@ mod tests {
             assert_eq!(reservation_name("", ip(addr)), unnamed, "{addr}");
             assert_eq!(reservation_name("net-a", ip(addr)), named, "{addr}");
         }
+    }
+
+    #[test]
+    fn the_forks_expanded_ipv6_names_are_read_too() {
+        let one = ip("2001:db8::1");
+        assert_eq!(
+            reservation_names("net-a", one),
+            ["net-a-2001-db8--1", "net-a-2001-0db8-0000-0000-0000-0000-0000-0001"]
+        );
+        assert_eq!(reservation_names("", ip("10.0.0.1")), ["10.0.0.1"], "IPv4 has one name");
+        let range = crate::range::IpRange::parse("2001:db8::/64", None, None, &[]).unwrap();
+        for name in reservation_names("net-a", one) {
+            assert_eq!(reservation_address(&name, "net-a", &range), Some(one), "{name}");
+        }
+        assert_eq!(reservation_address("net-a-2001-db8-0-0-0-0-0-1", "net-a", &range), None, "a form nobody writes");
     }
 }

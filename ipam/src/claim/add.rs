@@ -281,7 +281,8 @@ where
                 container: self.who.me.container.to_string(),
             });
             if let Reserved::Other(holder) =
-                reservation::claim(self.store, name, &self.who.me, self.who.node, self.budget).await?
+                reservation::claim(self.store, &self.reservation_names(ip), &self.who.me, self.who.node, self.budget)
+                    .await?
             {
                 journal.forget_reservation(name);
                 if self.target.requested.is_some() {
@@ -311,6 +312,11 @@ where
 
     fn reservation_name(&self, ip: IpAddr) -> String {
         names::reservation_name(&self.who.cfg.network_name, ip)
+    }
+
+    /// Every name the reservation of `ip` may have, ours first.
+    fn reservation_names(&self, ip: IpAddr) -> Vec<String> {
+        names::reservation_names(&self.who.cfg.network_name, ip)
     }
 
     /// The pool as it is now, created first when it is missing and the policy makes it.
@@ -387,9 +393,9 @@ where
     async fn keep(&self, offset: u128, held: &IpAllocation) -> Result<Kept, IpamError> {
         let ip = self.target.range.addr_at(offset);
         if self.who.kube.overlapping_ranges {
-            let name = self.reservation_name(ip);
+            let names = self.reservation_names(ip);
             if let Reserved::Other(holder) =
-                reservation::claim(self.store, &name, &self.who.me, self.who.node, self.budget).await?
+                reservation::claim(self.store, &names, &self.who.me, self.who.node, self.budget).await?
             {
                 tracing::error!(pool = %self.pool(), %ip, %holder,
                     "this attachment's entry is held cluster-wide by another: giving the entry back");
@@ -431,7 +437,7 @@ where
         journal.record(Written::Allocation {
             pool: pool_name.to_string(),
             offset,
-            entry: self.entry.clone(),
+            entry: Box::new(self.entry.clone()),
             reservation,
         });
         let outcome = self

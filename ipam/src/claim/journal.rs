@@ -21,7 +21,7 @@ const ROLLBACK_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub(crate) enum Written {
-    Allocation { pool: String, offset: u128, entry: IpAllocation, reservation: Option<String> },
+    Allocation { pool: String, offset: u128, entry: Box<IpAllocation>, reservation: Option<String> },
     Reservation { name: String, podref: String, container: String },
 }
 

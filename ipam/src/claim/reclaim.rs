@@ -36,8 +36,14 @@ pub fn pool_scope(pool: &IpPool) -> Option<(IpRange, String)> {
 
 /// The name of the reservation that guards the entry at `offset` of `pool`, if the pool's name and range say.
 pub fn reservation_of(pool: &IpPool, offset: u128) -> Option<String> {
-    let (range, network) = pool_scope(pool)?;
-    Some(names::reservation_name(&network, range.checked_addr_at(offset)?))
+    reservations_of(pool, offset).into_iter().next()
+}
+
+/// Every name the reservation guarding the entry at `offset` of `pool` may have ([`names::reservation_names`]),
+/// hereabouts' first; empty when the pool's name and range do not say.
+pub fn reservations_of(pool: &IpPool, offset: u128) -> Vec<String> {
+    let Some((range, network)) = pool_scope(pool) else { return Vec::new() };
+    range.checked_addr_at(offset).map(|ip| names::reservation_names(&network, ip)).unwrap_or_default()
 }
 
 /// Removes the entry `held` at `offset` of `pool` (only if it is still exactly that holder) and then its
@@ -53,7 +59,7 @@ pub async fn reclaim(
     if remove_entry(store, &name, offset, held, Some(pool), budget).await? == Removed::NotThere {
         return Ok(Reclaimed::Changed);
     }
-    if let Some(reservation) = reservation_of(pool, offset) {
+    for reservation in reservations_of(pool, offset) {
         release_if_ours(store, &reservation, &held.podref, &held.id, budget).await?;
     }
     Ok(Reclaimed::Released)

@@ -80,8 +80,10 @@ async fn release_entry(
     // an offset outside the CIDR (written by another tool) has no address, hence no reservation
     let ip = range.checked_addr_at(offset);
     if let Some(ip) = ip.filter(|_| scope.overlapping_ranges || held.reserved) {
-        let name = names::reservation_name(scope.network_name, ip);
-        release_if_ours(store, &name, &held.podref, &held.id, budget).await?;
+        // under each name another tool may have given it (an entry the fork wrote has the fork's reservation)
+        for name in names::reservation_names(scope.network_name, ip) {
+            release_if_ours(store, &name, &held.podref, &held.id, budget).await?;
+        }
     }
     tracing::info!(pool, ip = ?ip, podref = %held.podref, "released");
     Ok(())

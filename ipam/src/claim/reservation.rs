@@ -30,10 +30,36 @@ async fn read(
         .map_err(|e| IpamError::from_retry(&format!("reservation {name}: get"), e))
 }
 
-/// Makes the reservation `name` this sandbox's: creates it, or takes over the claim of an earlier sandbox of the
-/// same attachment. Returns who holds it when that is another attachment; the caller must then not use the
-/// address.
+/// Makes the reservation of an address this sandbox's: creates the first of `names` (upstream Whereabouts' name,
+/// the one hereabouts writes), or takes over the claim of an earlier sandbox of the same attachment; then makes
+/// sure no other attachment holds the address under another of its `names` (the maintained fork's IPv6 form),
+/// giving the claim back if one does. Returns who holds it when that is another attachment; the caller must then
+/// not use the address.
 pub(super) async fn claim(
+    store: &impl ReservationStore,
+    names: &[String],
+    me: &Me<'_>,
+    node: &str,
+    budget: &Budget,
+) -> Result<Claimed, IpamError> {
+    let Some((name, others)) = names.split_first() else { return Ok(Claimed::Ours) };
+    if let Claimed::Other(holder) = claim_one(store, name, me, node, budget).await? {
+        return Ok(Claimed::Other(holder));
+    }
+    // Another tool's name is checked after ours is made: of two claims made at once, at worst both give way.
+    for other in others {
+        let Some(current) = read(store, other, budget).await? else { continue };
+        if let Holder::Other(who) = holder(&current.spec, me) {
+            tracing::info!(reservation = %other, holder = %who, "address held under another tool's name");
+            release_if_ours(store, name, me.podref, me.container, budget).await?;
+            return Ok(Claimed::Other(who));
+        }
+    }
+    Ok(Claimed::Ours)
+}
+
+/// [`claim`] of the one reservation `name`.
+async fn claim_one(
     store: &impl ReservationStore,
     name: &str,
     me: &Me<'_>,

@@ -238,9 +238,15 @@ impl Index {
         index
     }
 
-    /// The entries that account for the reservation `name`.
+    /// The entries that account for the reservation `name` (under any name a reservation of the address may have).
     pub fn holders(&self, name: &str) -> &[Holder] {
-        self.holders.get(name).map_or(&[], Vec::as_slice)
+        if let Some(found) = self.holders.get(name) {
+            return found;
+        }
+        let canonical = self.scopes.iter().find_map(|(_, network, range)| {
+            reservation_address(name, network, range).map(|ip| names::reservation_name(network, ip))
+        });
+        canonical.and_then(|c| self.holders.get(&c)).map_or(&[], Vec::as_slice)
     }
 
     /// The pools whose entries would account for the reservation `name`: those of its network whose range holds

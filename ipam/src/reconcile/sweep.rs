@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::cluster::Cluster;
 use super::releaser::{Considered, Releaser, ReservationOutcome, Tally, Views, entries};
 use super::rules::{EntryClaim, Index, Keep, entry_claim};
-use crate::claim::reservation_of;
+use crate::claim::reservations_of;
 use crate::store::{PoolStore, ReservationStore, StoreError};
 
 /// What one run did.
@@ -42,8 +42,10 @@ where
             // a sticky entry keeps its reservation too: the address stays claimed for the pod's next incarnation
             Considered::Kept(Keep::Live | Keep::Sticky) => {
                 summary.kept += 1;
-                let name = reservation_of(pool, offset);
-                let claim = entry_claim(held, name.as_deref().and_then(|n| listed.get(n).copied()));
+                // under any of its names: an entry the fork wrote has the fork's reservation
+                let listed_claim =
+                    reservations_of(pool, offset).into_iter().find_map(|n| listed.get(n.as_str()).copied());
+                let claim = entry_claim(held, listed_claim);
                 match claim {
                     EntryClaim::Fine => {}
                     EntryClaim::Missing | EntryClaim::Conflict(_) => {
