@@ -380,3 +380,7 @@ async fn announced<H: Host>(
     }
     Err(e.into())
 }
+
+#[cfg(test)]
+#[path = "verbs_tests.rs"]
+mod tests;

@@ -1,0 +1,94 @@
+//! The verbs over the in-memory store, in the cases a fleet mixed with Whereabouts or its maintained fork makes:
+//! objects those tools wrote, as they write them.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::crd::{IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservationSpec};
+use crate::store::{Claim, MemoryStore, ReservationStore};
+
+/// One machine: the shared in-memory store, no routing table, no host lock.
+struct TestHost(MemoryStore);
+
+impl Host for TestHost {
+    type Store = MemoryStore;
+    type Table = KernelTable;
+
+    async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
+        Ok(self.0.clone())
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        Err(TableError::Netlink { op: "open a netlink socket", detail: "not in these tests".into() })
+    }
+
+    fn lock_dir(&self) -> Option<PathBuf> {
+        None
+    }
+}
+
+const NS: &str = "kube-system";
+
+fn config(ipam: serde_json::Value, pod: &str) -> IpamConfig {
+    let mut ipam = ipam;
+    ipam["type"] = "hereabouts".into();
+    ipam["kubernetes"] = serde_json::json!({"kubeconfig": "/k"});
+    let stdin = serde_json::json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": ipam}).to_string();
+    let args = format!("K8S_POD_NAMESPACE=ns;K8S_POD_NAME={pod};K8S_POD_UID={pod}-uid");
+    crate::config::load_with_paths(&crate::config::Input { stdin: stdin.as_bytes(), cni_args: &args }, &[]).unwrap()
+}
+
+fn request(container: &str, node: &str) -> Request {
+    Request { container_id: container.into(), ifname: "net1".into(), node: node.into() }
+}
+
+#[tokio::test]
+async fn an_address_the_fork_reserved_under_its_ipv6_name_is_not_handed_out() {
+    let store = MemoryStore::new(NS);
+    let fork = Claim {
+        spec: OverlappingRangeIpReservationSpec {
+            podref: "ns/forks-pod".into(),
+            ifname: "net1".into(),
+            containerid: String::new(),
+        },
+        node: "node-b".into(),
+        at: crate::clock::now(),
+    };
+    let held = crate::names::expanded_reservation_name("", "2001:db8::1".parse().unwrap()).unwrap();
+    store.create_reservation(&held, &fork).await.unwrap();
+    let cfg = config(serde_json::json!({"range": "2001:db8::/125"}), "web-0");
+    let assigned = add(&TestHost(store.clone()), &cfg, &request("c1", "node-a")).await.unwrap();
+    assert_eq!(assigned[0].ip.to_string(), "2001:db8::2", "::1 is the fork's");
+    let names: Vec<String> = store.reservations().into_iter().filter_map(|r| r.metadata.name).collect();
+    assert!(!names.contains(&"2001-db8--1".to_string()), "no claim of ours left on ::1: {names:?}");
+}
+
+#[tokio::test]
+async fn gc_leaves_an_entry_whereabouts_took_over_for_a_new_sandbox() {
+    let store = MemoryStore::new(NS);
+    // written by hereabouts' ADD of web-0's first sandbox on node-a, long ago; then web-0 was recreated and
+    // Whereabouts' ADD of its new sandbox (on node-b) reused the entry by rewriting only `id`
+    let entry = IpAllocation {
+        id: "whereabouts-sandbox".into(),
+        podref: "ns/web-0".into(),
+        ifname: "net1".into(),
+        poduid: Some("uid-of-the-old-pod".into()),
+        allocated: Some("2026-01-01T00:00:00Z".into()),
+        node: Some("node-a".into()),
+        network: Some("net".into()),
+        reserved: true,
+        statefulset: None,
+        recorded_for: Some("hereabouts-sandbox".into()),
+    };
+    let spec = IpPoolSpec {
+        range: "198.18.0.0/29".into(),
+        allocations: [("1".to_string(), entry)].into(),
+        ..IpPoolSpec::default()
+    };
+    store.put_pool(IpPool::new("198.18.0.0-29", spec));
+    let cfg = ReleaseConfig::from(config(serde_json::json!({"range": "198.18.0.0/29"}), "gc"));
+    // node-a's runtime no longer has the first sandbox
+    let released = gc(&TestHost(store.clone()), &cfg, &request("", "node-a"), &[]).await.unwrap();
+    assert_eq!(released, 0, "the entry is the new sandbox's now: its node and UID are the old one's");
+    assert_eq!(store.pools()[0].spec.allocations.len(), 1);
+}
