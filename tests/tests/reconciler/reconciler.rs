@@ -218,3 +218,37 @@ async fn only_the_leader_exports_pool_gauges_and_they_follow_adds() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", follower.logs()));
 }
+
+/// A fleet mixed with upstream Whereabouts: its ADD gives a pod recreated under the same name the entry the pod's
+/// predecessor left, rewriting only `id`; the `poduid` hereabouts wrote (kept under hereabouts' CRDs) is then the
+/// old pod's. Judged by it, the reconciler released the running pod's address as "replaced" a second after it
+/// started; now it judges such an entry by the pod's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_whereabouts_gave_a_recreated_pod_stays_with_it() {
+    let fx = Fx::new("rec-mixed", "198.18.90.0/24").await;
+    let node = format!("node-{}", fx.ns);
+    let first = fx.pod("web-0", &node).await;
+    let ip = fx.add(&first, &node, "c-hereabouts").await;
+    fx.delete("web-0").await;
+    let again = fx.pod("web-0", &node).await;
+    assert_ne!(again.metadata.uid, first.metadata.uid, "a new pod of the same name");
+    let wb = hereabouts_tests::plugin::whereabouts(fx.cluster, &fx.ns, "ADD", &fx.config, "web-0", "c-whereabouts")
+        .with_env("NODENAME", &node)
+        .run()
+        .await;
+    assert!(wb.success, "Whereabouts' ADD: {} {}", wb.stdout, wb.stderr);
+    assert_eq!(wb.ips(), vec![ip], "Whereabouts gives the new pod its predecessor's entry");
+    let pool = "198.18.90.0-24";
+    let entry = fx.pool(pool).await.spec.allocations.into_values().next().expect("the entry");
+    assert_eq!((entry.id.as_str(), entry.poduid.as_deref()), ("c-whereabouts", first.metadata.uid.as_deref()));
+
+    let reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new(&node, &fx.ns)).await;
+    reconciler.wait_for_more("hereabouts_node_resyncs_total", 2.0).await;
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await;
+    assert_eq!(
+        fx.holders(pool).await,
+        BTreeSet::from([fx.podref("web-0")]),
+        "the running pod keeps its address:\n{}",
+        reconciler.logs()
+    );
+}
