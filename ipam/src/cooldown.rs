@@ -28,9 +28,11 @@ pub fn of_pool(pool: &IpPool) -> Option<Duration> {
 }
 
 /// Whether a record written at `text` is still cooling at `now` under `cooldown`. An unreadable time cools nothing
-/// (and is pruned).
+/// (and is pruned). A time later than `now` was written by a releaser whose clock is fast: it is read as `now`
+/// (and an ADD that meets it rewrites it so: [`ahead`]), so the address cools for the cooldown, not for the
+/// cooldown and the skew (hours, for a clock set wrong).
 fn cools(text: &str, cooldown: Duration, now: Timestamp) -> Option<Timestamp> {
-    let at: Timestamp = text.parse().ok()?;
+    let at: Timestamp = text.parse::<Timestamp>().ok()?.min(now);
     let until = at.checked_add(SignedDuration::try_from(cooldown).ok()?).ok()?;
     (until > now).then_some(until)
 }
@@ -39,6 +41,22 @@ fn cools(text: &str, cooldown: Duration, now: Timestamp) -> Option<Timestamp> {
 pub fn cooling(pool: &IpPool, now: Timestamp) -> BTreeMap<u128, Timestamp> {
     let (Some(cooldown), Some(released)) = (of_pool(pool), &pool.spec.released) else { return BTreeMap::new() };
     released.iter().filter_map(|(k, at)| Some((k.parse().ok()?, cools(at, cooldown, now)?))).collect()
+}
+
+/// How far ahead of the reader's clock a release time may be before it counts as written by a fast clock: the
+/// clocks of two machines kept by NTP agree far better.
+pub const CLOCK_TOLERANCE: SignedDuration = SignedDuration::from_secs(2);
+
+/// The release records of `pool` whose time lies ahead of `now` by more than [`CLOCK_TOLERANCE`], offset and the
+/// value read: a reader that takes them as `now` must also write them so, or they stay ahead (and cool) until the
+/// real time passes them.
+pub fn ahead(pool: &IpPool, now: Timestamp) -> Vec<(u128, String)> {
+    let Some(released) = &pool.spec.released else { return Vec::new() };
+    released
+        .iter()
+        .filter(|(_, at)| at.parse::<Timestamp>().is_ok_and(|t| t.duration_since(now) > CLOCK_TOLERANCE))
+        .filter_map(|(k, at)| Some((k.parse().ok()?, at.clone())))
+        .collect()
 }
 
 /// What a release of the address at one offset writes besides removing its entry.
@@ -106,6 +124,16 @@ mod tests {
         assert!(cooling(&pool(Some("0"), Some(&released)), now).is_empty(), "0: off");
         assert!(cooling(&pool(Some("x"), Some(&released)), now).is_empty(), "unreadable: off");
         assert_eq!(of_pool(&pool(Some("999999"), None)), Some(Duration::from_secs(MAX_COOLDOWN_SECONDS)));
+    }
+
+    #[test]
+    fn a_release_time_in_the_future_cools_for_the_cooldown_only() {
+        let now = at("2026-12-04T12:00:10Z");
+        let p = pool(Some("8"), Some(&[("1", "2026-12-04T15:00:00Z")]));
+        assert_eq!(cooling(&p, now), BTreeMap::from([(1, at("2026-12-04T12:00:18Z"))]), "a fast releaser's clock");
+        assert_eq!(ahead(&p, now), [(1, "2026-12-04T15:00:00Z".to_string())], "to be rewritten as now");
+        let near = pool(Some("8"), Some(&[("1", "2026-12-04T12:00:11Z")]));
+        assert!(ahead(&near, now).is_empty(), "a second ahead is two clocks agreeing as well as they do");
     }
 
     #[test]

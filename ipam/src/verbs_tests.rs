@@ -92,3 +92,29 @@ async fn gc_leaves_an_entry_whereabouts_took_over_for_a_new_sandbox() {
     assert_eq!(released, 0, "the entry is the new sandbox's now: its node and UID are the old one's");
     assert_eq!(store.pools()[0].spec.allocations.len(), 1);
 }
+
+#[tokio::test]
+async fn a_release_time_a_fast_clock_wrote_cools_for_the_cooldown_only() {
+    let store = MemoryStore::new(NS);
+    let other = IpAllocation { id: "c0".into(), podref: "ns/other".into(), ..IpAllocation::default() };
+    let hours_ahead = (crate::clock::now() + k8s_openapi::jiff::SignedDuration::from_hours(3)).to_string();
+    let spec = IpPoolSpec {
+        range: "198.18.0.0/30".into(),
+        allocations: [("2".to_string(), other)].into(),
+        released: Some([("1".to_string(), hours_ahead.clone())].into()),
+        ..IpPoolSpec::default()
+    };
+    let mut pool = IpPool::new("198.18.0.0-30", spec);
+    pool.metadata.annotations = Some([(crate::cooldown::COOLDOWN_ANNOTATION.to_string(), "1".to_string())].into());
+    store.put_pool(pool);
+    let cfg = config(serde_json::json!({"range": "198.18.0.0/30", "reuse_cooldown_seconds": 1}), "web-0");
+    let host = TestHost(store.clone());
+    let cooling = add(&host, &cfg, &request("c1", "node-a")).await.unwrap_err();
+    assert_eq!(cooling.code, Code::TryAgainLater, "{}", cooling.details);
+    let record = store.pools()[0].spec.released.clone().unwrap()["1"].clone();
+    assert_ne!(record, hours_ahead, "rewritten as the reader's now");
+    // the cooldown must pass, from when the record was first read
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let assigned = add(&host, &cfg, &request("c1", "node-a")).await.unwrap();
+    assert_eq!(assigned[0].ip.to_string(), "198.18.0.1", "free a cooldown after it was read, not hours later");
+}

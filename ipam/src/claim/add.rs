@@ -187,6 +187,7 @@ where
             None => self.read_pool().await?,
         };
         self.set_cooldown(&mut pool).await?;
+        self.retime_ahead(&mut pool).await;
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool())));
@@ -349,6 +350,27 @@ where
                 return Ok(pool);
             }
             // someone else just made it: read it
+        }
+    }
+
+    /// Rewrites as now the release records of `pool` that lie ahead of this clock (a releaser's clock was fast), in
+    /// the pool and in the copy as read, so that they cool for the cooldown from now rather than until the real time
+    /// passes them. Best effort: a record another releaser rewrote meanwhile stays as that one wrote it.
+    async fn retime_ahead(&self, pool: &mut IpPool) {
+        let now = clock::now();
+        for (offset, read) in cooldown::ahead(pool, now) {
+            let stamp = now.to_string();
+            match self.store.retime_release(self.pool(), offset, &read, &stamp).await {
+                Ok(Patched::Applied) => {
+                    tracing::warn!(pool = %self.pool(), offset, released = %read, %now,
+                        "a release time ahead of this clock (a releaser's clock is fast): read as now");
+                    if let Some(records) = pool.spec.released.as_mut() {
+                        records.insert(offset.to_string(), stamp);
+                    }
+                }
+                Ok(other) => tracing::debug!(pool = %self.pool(), offset, ?other, "release record changed meanwhile"),
+                Err(e) => tracing::debug!(pool = %self.pool(), offset, error = %e, "release record not rewritten"),
+            }
         }
     }
 

@@ -34,17 +34,20 @@ pub enum Guard {
     MoveSlice,
     /// A sub-interface record removed while it still names the node.
     RemoveSubInterface,
+    /// A release record ahead of the clock rewritten while it still has the time read.
+    RetimeRelease,
 }
 
 impl Guard {
     /// Every guarded write.
-    pub const ALL: [Guard; 6] = [
+    pub const ALL: [Guard; 7] = [
         Guard::AddEntry,
         Guard::ReplaceEntry,
         Guard::RemoveEntry,
         Guard::TakeOver,
         Guard::MoveSlice,
         Guard::RemoveSubInterface,
+        Guard::RetimeRelease,
     ];
 }
 
@@ -134,6 +137,13 @@ pub fn remove_entry(offset: u128, held: &IpAllocation, record: Option<&ReleaseRe
         ops.push(add(&format!("/spec/released/{offset}"), json!(record.at)));
     }
     guarded(Guard::RemoveEntry, ops)
+}
+
+/// Rewrites the release record at `offset` from `read` (a time ahead of the writer's clock) to `now`, if it still
+/// has that value: a release since then wrote a record of its own, which stays.
+pub fn retime_release(offset: u128, read: &str, now: &str) -> Patch {
+    let path = format!("/spec/released/{offset}");
+    guarded(Guard::RetimeRelease, vec![test(&path, json!(read)), replace(&path, json!(now))])
 }
 
 /// Rewrites the reservation `current` (as read) to `claim`, keeping labels and annotations of others: a

@@ -200,6 +200,11 @@ impl PoolStore for KubeStore {
         self.merge_pool(name, "set reuse cooldown", &guard::set_cooldown(seconds)).await
     }
 
+    async fn retime_release(&self, name: &str, offset: u128, read: &str, now: &str) -> Result<Patched, StoreError> {
+        let patch = guard::retime_release(offset, read, now);
+        Self::guarded(&self.pools, POOL, name, format!("retime release {offset}"), patch).await
+    }
+
     async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
         match self.pools.delete(name, &at_version(version)).await {
             Ok(_) => Ok(Deleted::Deleted),

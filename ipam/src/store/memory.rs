@@ -89,6 +89,7 @@ pub enum Op {
     WarnPod,
     CoreMetadata,
     SetPoolCooldown,
+    RetimeRelease,
 }
 
 impl Op {
@@ -536,6 +537,11 @@ impl PoolStore for MemoryStore {
 
     async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
         self.pool_call(Op::SetPoolCooldown, name, Change::Merge(&guard::set_cooldown(seconds))).await
+    }
+
+    async fn retime_release(&self, name: &str, offset: u128, read: &str, now: &str) -> Result<Patched, StoreError> {
+        let patch = guard::retime_release(offset, read, now);
+        self.pool_call(Op::RetimeRelease, name, Change::Guarded(&patch)).await
     }
 
     async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {

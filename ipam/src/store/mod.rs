@@ -295,6 +295,16 @@ pub trait PoolStore: Send + Sync {
 
     /// Deletes the pool `name` if it is still at `version` (the leader, before it frees an empty slice).
     fn delete_pool(&self, name: &str, version: &Version) -> impl Future<Output = Result<Deleted, StoreError>> + Send;
+
+    /// Rewrites the release record at `offset` of pool `name` from `read` to `now` if it still has the value read
+    /// ([`guard::retime_release`]).
+    fn retime_release(
+        &self,
+        name: &str,
+        offset: u128,
+        read: &str,
+        now: &str,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 }
 
 /// The OverlappingRangeIPReservations of the namespace: the cluster-wide claim on each address.
