@@ -39,6 +39,10 @@ pub struct CheckArgs {
     /// `table` or `json`.
     #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
     output: String,
+    /// Allow --grace or --orphan-age below the settle time (an ADD may still be writing that long): a repair may
+    /// then take the claim of an ADD under way.
+    #[arg(long)]
+    unsafe_ages: bool,
 }
 
 /// One inconsistency.
@@ -84,8 +88,27 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// Refuses ages below the settle time without `--unsafe-ages`: an entry or a reservation younger than that may
+/// belong to an ADD still under way, and taking it makes the ADD's entry land unreserved.
+fn safe_ages(args: &CheckArgs) -> anyhow::Result<()> {
+    let settle = hereabouts_ipam::SETTLE_TIME;
+    for (flag, age) in [("--grace", args.grace), ("--orphan-age", args.orphan_age)] {
+        if age < settle && !args.unsafe_ages {
+            anyhow::bail!(
+                "{flag} {} s is below the settle time ({} s): an ADD may still be writing what is that young; \
+                 --unsafe-ages allows it",
+                age.as_secs(),
+                settle.as_secs()
+            );
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
+    safe_ages(args)?;
     let (client, namespace) = crate::client::connect(flags).await?;
+    crate::client::on_server_clock(&client).await?;
     let found = check(&client, &namespace, args).await?;
     if !args.repair {
         print(&found, &args.output)?;

@@ -63,3 +63,66 @@ pub async fn sticky(client: &Client, entry: &hereabouts_ipam::crd::IpAllocation)
     let set = read_statefulset(client, namespace, name).await.map_err(anyhow::Error::msg)?;
     Ok(sticky_wanted(entry, set.as_ref()))
 }
+
+/// How far this machine's clock may be from the API server's before the ages `kubectl hereabouts` judges (how old an
+/// entry or a reservation is) are refused as untrustworthy: NTP keeps machines far closer.
+pub const MAX_SKEW: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(5);
+
+/// The API server's time less this machine's, from the `Date` of an answer (one-second resolution), measured at the
+/// middle of the request.
+pub async fn server_skew(client: &Client) -> anyhow::Result<k8s_openapi::jiff::SignedDuration> {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    let request = http::Request::get("/version").body(Vec::new().into()).context("build GET /version")?;
+    let sent = Timestamp::now();
+    let answer = client.send(request).await.context("GET /version (for the API server's time)")?;
+    let received = Timestamp::now();
+    let date = answer
+        .headers()
+        .get(http::header::DATE)
+        .and_then(|d| d.to_str().ok())
+        .context("the API server's answer has no Date header: its time cannot be told")?;
+    let server = k8s_openapi::jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(date)
+        .with_context(|| format!("the API server's Date {date:?}"))?;
+    let middle = sent + SignedDuration::from_nanos(received.duration_since(sent).as_nanos() as i64 / 2);
+    // the Date is the second the answer was made in: its middle is the best guess
+    Ok((server + SignedDuration::from_millis(500)).duration_since(middle))
+}
+
+/// Judges ages on the API server's clock from now on: refuses when this machine's is more than [`MAX_SKEW`] away
+/// (a laptop set five minutes fast would take an ADD under way for an abandoned one), else moves
+/// `hereabouts_ipam::clock::now` by the difference.
+pub async fn on_server_clock(client: &Client) -> anyhow::Result<()> {
+    let skew = server_skew(client).await?;
+    trusted_skew(skew)?;
+    hereabouts_ipam::clock::set_offset(skew);
+    Ok(())
+}
+
+/// `skew` (the API server's time less this machine's), if small enough to judge ages by the server's clock.
+fn trusted_skew(skew: k8s_openapi::jiff::SignedDuration) -> anyhow::Result<()> {
+    if skew.abs() > MAX_SKEW {
+        anyhow::bail!(
+            "this machine's clock is {:.1} s {} the API server's: ages of entries and reservations would be misjudged; \
+             set the clock right (NTP) and run again",
+            skew.abs().as_secs_f64(),
+            if skew.is_negative() { "ahead of" } else { "behind" }
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::SignedDuration;
+
+    use super::*;
+
+    #[test]
+    fn a_clock_minutes_off_the_servers_is_refused() {
+        let fast = trusted_skew(SignedDuration::from_mins(-5)).unwrap_err().to_string();
+        assert!(fast.starts_with("this machine's clock is 300.0 s ahead of the API server's"), "{fast}");
+        assert!(trusted_skew(SignedDuration::from_secs(90)).unwrap_err().to_string().contains("s behind"));
+        assert!(trusted_skew(SignedDuration::from_millis(1500)).is_ok(), "NTP-close clocks are judged by the server's");
+    }
+}

@@ -31,6 +31,7 @@ pub struct ReleaseArgs {
 
 pub async fn run(flags: &KubeFlags, args: &ReleaseArgs) -> anyhow::Result<bool> {
     let (client, namespace) = crate::client::connect(flags).await?;
+    crate::client::on_server_clock(&client).await?;
     let pools: Api<IpPool> = Api::namespaced(client.clone(), &namespace);
     let all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
     let store = KubeStore::new(client.clone(), &namespace);

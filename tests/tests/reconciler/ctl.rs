@@ -200,9 +200,21 @@ async fn ipam_check_finds_each_planted_inconsistency_and_repair_fixes_exactly_th
     .unwrap();
     Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &ns).create(&PostParams::default(), &slices).await.unwrap();
 
-    let ages = ["--grace", "0s", "--orphan-age", "0s"];
+    // ages below the settle time would take the claims of ADDs under way: refused unless said to be meant
+    let refused = ctl(&admin, &ns, &["ipam", "check", "--repair", "--orphan-age", "0s"]).await;
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("--orphan-age 0 s is below the settle time (300 s)")
+            && refused.stderr.contains("--unsafe-ages"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!refused.stdout.contains("repaired"), "nothing repaired: {}", refused.stdout);
+    let names: BTreeSet<String> = fx.reservations().await.into_iter().filter_map(|r| r.metadata.name).collect();
+    assert!(names.contains("198.18.101.4"), "the orphan candidate is still there: {names:?}");
+    let ages = ["--grace", "0s", "--orphan-age", "0s", "--unsafe-ages"];
     let check = ctl(&admin, &ns, &[&["ipam", "check"][..], &ages].concat()).await;
-    eprintln!("$ kubectl hereabouts -n {ns} ipam check --grace 0s --orphan-age 0s\n{}", check.stdout);
+    eprintln!("$ kubectl hereabouts -n {ns} ipam check --grace 0s --orphan-age 0s --unsafe-ages\n{}", check.stdout);
     assert!(!check.success, "findings make the exit status 1");
     let expected = [
         format!(
@@ -224,7 +236,10 @@ async fn ipam_check_finds_each_planted_inconsistency_and_repair_fixes_exactly_th
     assert_eq!(fx.pool("198.18.101.0-24").await.spec.allocations.len(), 3, "check alone changes nothing");
 
     let repair = ctl(&admin, &ns, &[&["ipam", "check", "--repair"][..], &ages].concat()).await;
-    eprintln!("$ kubectl hereabouts -n {ns} ipam check --repair --grace 0s --orphan-age 0s\n{}", repair.stdout);
+    eprintln!(
+        "$ kubectl hereabouts -n {ns} ipam check --repair --grace 0s --orphan-age 0s --unsafe-ages\n{}",
+        repair.stdout
+    );
     assert!(!repair.success, "what needs a person is left: {}", repair.stdout);
     assert!(
         repair.stdout.contains("repaired: 1 entries released, 1 reservations released, 1 reservations restored"),
