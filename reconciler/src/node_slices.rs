@@ -9,6 +9,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use hereabouts_ipam::cooldown;
 use hereabouts_ipam::crd::NodeSlicePool;
 use hereabouts_ipam::names;
 use hereabouts_ipam::slices::{self, Slice};
@@ -109,14 +110,20 @@ impl<S: Store> SliceKeeper<S> {
 
     /// The pools a gone node's `slice` may have (named for a named network, and for an unnamed one: the
     /// NodeSlicePool's name is one or the other), with the version each was read at, if every one that exists is
-    /// empty; `None` when one holds entries or cannot be read.
+    /// empty; `None` when one holds entries, keeps an address cooling, or cannot be read. A pool's release
+    /// records go with it: freed while an address cools, the slice's next owner would hand that address out at once.
     async fn empty_pools(&self, node_slices: &str, slice: &Slice) -> Option<Vec<(String, Version)>> {
         let mut empty = Vec::new();
         for network in [node_slices, ""] {
             let pool_name = names::slice_pool_name(network, &slice.node, slice.cidr);
             match self.store.get_pool(&pool_name).await {
                 Ok(None) => {}
-                Ok(Some(p)) if p.spec.allocations.is_empty() => empty.push((pool_name, Version::of_meta(&p.metadata))),
+                Ok(Some(p))
+                    if p.spec.allocations.is_empty()
+                        && cooldown::cooling(&p, hereabouts_ipam::clock::now()).is_empty() =>
+                {
+                    empty.push((pool_name, Version::of_meta(&p.metadata)))
+                }
                 Ok(Some(_)) => return None,
                 Err(e) => {
                     tracing::warn!(pool = %pool_name, error = %e, "cannot read a gone node's slice pool");

@@ -252,3 +252,56 @@ async fn an_entry_whereabouts_gave_a_recreated_pod_stays_with_it() {
         reconciler.logs()
     );
 }
+
+/// A gone node's slice whose pool holds no entry is freed (its pool deleted) after the grace period; but while an
+/// address of the slice still cools (reuse cooldown), its pool holds the release record, and deleting it would let
+/// the slice's next owner hand that address out at once. Such a slice waits for its records to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_nodes_slice_with_a_cooling_address_is_not_freed() {
+    use hereabouts_ipam::crd::{IpPool, NodeSlicePool};
+    let fx = Fx::new("rec-cooling", "198.18.52.0/24").await;
+    let (cooling_node, idle_node) = (format!("gone-a-{}", fx.ns), format!("gone-b-{}", fx.ns));
+    let slices: NodeSlicePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "NodeSlicePool", "metadata": {"name": "coolnet"},
+        "spec": {"range": "198.18.103.0/24", "sliceSize": "/26"},
+        "status": {"allocations": [{"nodeName": cooling_node, "sliceRange": "198.18.103.0/26"},
+                                   {"nodeName": idle_node, "sliceRange": "198.18.103.64/26"}]}}))
+    .unwrap();
+    Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &slices).await.unwrap();
+    let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+    let released_now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let cooling_pool = format!("coolnet-{cooling_node}-198.18.103.0-26");
+    let idle_pool = format!("coolnet-{idle_node}-198.18.103.64-26");
+    for (name, range, released) in
+        [(&cooling_pool, "198.18.103.0/26", Some(released_now.as_str())), (&idle_pool, "198.18.103.64/26", None)]
+    {
+        let mut pool: IpPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name, "annotations": {"hereabouts.cni.cncf.io/reuse-cooldown-seconds": "600"}},
+            "spec": {"range": range, "allocations": {}}}))
+        .unwrap();
+        pool.spec.released = released.map(|at| [("5".to_string(), at.to_string())].into());
+        pools.create(&PostParams::default(), &pool).await.unwrap();
+    }
+    let node = format!("node-{}", fx.ns);
+    let _reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new(&node, &fx.ns)).await;
+    // the idle slice is freed (the leader works), and by then the cooling one has met the same passes
+    wait::until(Duration::from_secs(15), "the idle gone node's slice to be freed", || async {
+        pools.get_opt(&idle_pool).await.unwrap().is_none().then_some(())
+    })
+    .await
+    .unwrap();
+    let owners: Vec<String> = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns)
+        .get("coolnet")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .allocations
+        .into_iter()
+        .map(|a| a.node_name)
+        .collect();
+    assert_eq!(owners[0], cooling_node, "the cooling slice keeps its owner");
+    let kept = pools.get_opt(&cooling_pool).await.unwrap().expect("its pool, with the release record, stays");
+    assert_eq!(kept.spec.released.unwrap().get("5"), Some(&released_now));
+}
