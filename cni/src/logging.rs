@@ -41,10 +41,12 @@ pub fn init(log_file: Option<&Path>, level: LogLevel) {
     // the layers below decide what passes
     let builder = tracing_subscriber::fmt().with_ansi(false).with_target(false).with_max_level(LevelFilter::TRACE);
     let file = log_file.and_then(|path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
+        // never through a symlink: someone able to plant one in a log directory must not steer root's writes
+        std::os::unix::fs::OpenOptionsExt::custom_flags(
+            std::fs::OpenOptions::new().create(true).append(true),
+            libc::O_NOFOLLOW,
+        )
+        .open(path)
             .map_err(|e| {
                 eprintln!("hereabouts: cannot open log_file {}: {e}; logging to stderr", path.display());
             })

@@ -39,7 +39,8 @@ pub struct CniRuntime {
 impl CniRuntime {
     /// A fresh runtime directory with `CNI_PATH` filled in.
     pub fn new() -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("hereabouts-e2e-").tempdir().context("a temp dir")?;
+        // below /tmp: a NAD may log only below /var/log or /tmp, and the networks log into this directory
+        let dir = tempfile::Builder::new().prefix("hereabouts-e2e-").tempdir_in("/tmp").context("a temp dir")?;
         let me = Self { dir };
         for sub in ["net.d", "bin", "cache", "log"] {
             std::fs::create_dir_all(me.dir.path().join(sub))?;

@@ -8,7 +8,7 @@
 //! ([`super::release`]) passes over the key with a warning ([`Problems`]).
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -251,7 +251,7 @@ fn parse_key<'p>(
         "enable_overlapping_ranges" => raw.overlapping_ranges = sourced(origin, boolean(v, key)?),
         "kubernetes" => parse_kubernetes(v, origin, raw, problems)?,
         "configuration_path" => raw.configuration_path = sourced(origin, absolute(v, key)?),
-        "log_file" => raw.log_file = sourced(origin, absolute(v, key)?),
+        "log_file" => raw.log_file = sourced(origin, log_file(v, key, origin)?),
         "log_level" => raw.log_level = sourced(origin, string(v, key)?.map(|s| log_level(&s, key)).transpose()?),
         "node_slice_size" => {
             raw.node_slice_size = sourced(origin, string(v, key)?.map(|s| slice_size(s, key)).transpose()?);
@@ -447,6 +447,29 @@ fn absolute(v: &Value, key: &str) -> Result<Option<PathBuf>, ConfigError> {
             format!("{s:?} is not an absolute path (a CNI plugin's working directory is not defined)"),
         ))
     }
+}
+
+/// Where a NetworkAttachmentDefinition may put the plugin's log: the plugin runs as root on the host, so a path of
+/// a NAD author's choosing anywhere else would let them create or append to any file there. The flat file, which
+/// the node's administrator writes, may name any path.
+pub const LOG_DIRS: [&str; 2] = ["/var/log/", "/tmp/"];
+
+/// `log_file`: an absolute path; from the netconf, one below [`LOG_DIRS`] with no `..`.
+fn log_file(v: &Value, key: &str, origin: Origin<'_>) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(path) = absolute(v, key)? else { return Ok(None) };
+    let contained = path.components().all(|c| !matches!(c, std::path::Component::ParentDir))
+        && LOG_DIRS.iter().any(|dir| path.starts_with(dir) && path != Path::new(dir));
+    if origin == Origin::Inline && !contained {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "{:?}: a NetworkAttachmentDefinition may log only below {} (the node's flat file may name any path)",
+                path.display(),
+                LOG_DIRS.join(" or ")
+            ),
+        ));
+    }
+    Ok(Some(path))
 }
 
 /// Pools are named `<network_name>-<range>`, so the name must be usable in a Kubernetes object name.

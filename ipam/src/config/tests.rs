@@ -287,6 +287,21 @@ fn refusals() -> Vec<Case> {
             "ipam.configuration_path: /nonexistent/hereabouts.conf does not exist",
         ),
         (
+            "inline log_file outside the log directories",
+            netconf(ranged(json!({"log_file": "/etc/cron.d/x"}))),
+            "",
+            7,
+            "ipam.log_file: \"/etc/cron.d/x\": a NetworkAttachmentDefinition may log only below /var/log/ or /tmp/",
+        ),
+        (
+            "inline log_file climbing out of /var/log",
+            netconf(ranged(json!({"log_file": "/var/log/../../etc/passwd"}))),
+            "",
+            7,
+            "ipam.log_file",
+        ),
+        ("inline log_file the directory itself", netconf(ranged(json!({"log_file": "/tmp"}))), "", 7, "ipam.log_file"),
+        (
             "runtimeConfig not an object",
             netconf_with(json!({"runtimeConfig": []}), ranged(json!({}))),
             "",
@@ -583,6 +598,16 @@ fn flat_file_fills_the_kubeconfig_only_when_inline_lacks_it() {
     assert_eq!(kube(&c).kubeconfig.as_deref(), Some(Path::new(KUBECONFIG)), "inline wins");
     assert_eq!(c.log_level, LogLevel::Error, "inline wins");
     assert_eq!(c.log_file.as_deref(), Some(Path::new("/tmp/whereabouts.log")), "the rest comes from the file");
+}
+
+#[test]
+fn the_flat_file_may_log_anywhere_the_netconf_may_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = write(dir.path(), "f.conf", r#"{"log_file": "/srv/cni/hereabouts.log"}"#);
+    let c = load_at(&netconf(static_only(json!({}))), "", &[flat]).unwrap();
+    assert_eq!(c.log_file.as_deref(), Some(Path::new("/srv/cni/hereabouts.log")));
+    let e = load_at(&netconf(static_only(json!({"log_file": "/srv/cni/hereabouts.log"}))), "", &[]).unwrap_err();
+    assert_eq!(e.code(), 7, "{e}");
 }
 
 #[test]

@@ -48,7 +48,8 @@ pub async fn main(step: &mut Step) -> anyhow::Result<()> {
     if !netns::is_root() {
         bail!("the demo makes network namespaces and needs root: run `sudo make demo`");
     }
-    let logs = tempfile::Builder::new().prefix("hereabouts-demo-logs-").tempdir()?.keep();
+    // below /tmp: a NAD may log only below /var/log or /tmp
+    let logs = tempfile::Builder::new().prefix("hereabouts-demo-logs-").tempdir_in("/tmp")?.keep();
     let result = run(step, &logs).await;
     match &result {
         Ok(()) => println!("\nhereabouts' log: {}", logs.join("hereabouts.log").display()),
