@@ -29,6 +29,16 @@ fn from_environment() -> Option<EnvFilter> {
         .ok()
 }
 
+/// Appends to `path`, created if missing, never through a symlink: someone able to plant one in a log directory
+/// must not steer root's writes.
+fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        std::fs::OpenOptions::new().create(true).append(true),
+        libc::O_NOFOLLOW,
+    )
+    .open(path)
+}
+
 pub fn init(log_file: Option<&Path>, level: LogLevel) {
     let ours = filter(level);
     // the client's own debug lines (connections, every request) would bury ours
@@ -41,12 +51,7 @@ pub fn init(log_file: Option<&Path>, level: LogLevel) {
     // the layers below decide what passes
     let builder = tracing_subscriber::fmt().with_ansi(false).with_target(false).with_max_level(LevelFilter::TRACE);
     let file = log_file.and_then(|path| {
-        // never through a symlink: someone able to plant one in a log directory must not steer root's writes
-        std::os::unix::fs::OpenOptionsExt::custom_flags(
-            std::fs::OpenOptions::new().create(true).append(true),
-            libc::O_NOFOLLOW,
-        )
-        .open(path)
+        open_log(path)
             .map_err(|e| {
                 eprintln!("hereabouts: cannot open log_file {}: {e}; logging to stderr", path.display());
             })
@@ -57,4 +62,25 @@ pub fn init(log_file: Option<&Path>, level: LogLevel) {
         Some(file) => builder.with_writer(Mutex::new(file)).finish().with(env).with(targets).try_init(),
         None => builder.with_writer(std::io::stderr).finish().with(env).with(targets).try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_is_not_opened_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "untouched").unwrap();
+        let link = dir.path().join("hereabouts.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open_log(&link).is_err(), "opened through the symlink");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+
+        let plain = dir.path().join("plain.log");
+        std::io::Write::write_all(&mut open_log(&plain).unwrap(), b"line\n").unwrap();
+        std::io::Write::write_all(&mut open_log(&plain).unwrap(), b"line\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), "line\nline\n", "appends");
+    }
 }
