@@ -118,3 +118,45 @@ async fn a_release_time_a_fast_clock_wrote_cools_for_the_cooldown_only() {
     let assigned = add(&host, &cfg, &request("c1", "node-a")).await.unwrap();
     assert_eq!(assigned[0].ip.to_string(), "198.18.0.1", "free a cooldown after it was read, not hours later");
 }
+
+/// Re-assigns the slices of the NodeSlicePool: `owner` maps each slice and its owner to the new owner.
+fn reassign(store: &MemoryStore, owner: impl Fn(&ipnet::IpNet, &str) -> String) {
+    let mut slices = store.node_slices().pop().expect("the NodeSlicePool");
+    for slice in &mut slices.status.as_mut().expect("its slices").allocations {
+        slice.node_name = owner(&slice.slice_range.parse().unwrap(), &slice.node_name);
+    }
+    store.put_node_slices(slices);
+}
+
+#[tokio::test]
+async fn a_retried_add_finds_its_borrowed_entry_after_a_slice_is_freed() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
+    let owner_of = |ip: std::net::IpAddr| {
+        let slices = store.node_slices()[0].status.clone().unwrap().allocations;
+        slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
+    };
+    // four nodes claim a slice each; node-a's ADDs then fill its own and borrow
+    for node in ["node-a", "node-b", "node-c", "node-d"] {
+        add(&host, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
+    }
+    let mut attachments = 4;
+    let (cfg, borrowed) = loop {
+        let cfg = config(ipam.clone(), &format!("p{attachments}"));
+        let ip = add(&host, &cfg, &request(&format!("c{attachments}"), "node-a")).await.unwrap()[0].ip;
+        attachments += 1;
+        if owner_of(ip) != "node-a" {
+            break (cfg, ip);
+        }
+        assert!(attachments < 8, "a /30 holds at most four");
+    };
+    // a node other than the lender left: its slice is free again; then the runtime retries the same ADD
+    let lender = owner_of(borrowed);
+    reassign(&store, |_, node| if node == "node-a" || node == lender { node.to_string() } else { String::new() });
+    let retried = request(&format!("c{}", attachments - 1), "node-a");
+    let again = add(&host, &cfg, &retried).await.unwrap()[0].ip;
+    assert_eq!(again, borrowed, "the retried ADD keeps its borrowed address");
+    let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();
+    assert_eq!(entries, attachments, "one entry per attachment: {:?}", store.pools());
+}

@@ -143,9 +143,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     }
 
     /// The other node's slice, and its pool, that holds an entry this attachment borrowed, if any. Only a
-    /// network with reservations borrows, and only when no slice is free; while one is, there is nothing to find.
+    /// network with reservations borrows; it borrowed when no slice was free, but slices may have been freed since
+    /// (a node left), so the search does not depend on the slices' state now.
     async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Option<IpNet>, Option<IpPool>)>, IpamError> {
-        if !(self.who.kube.overlapping_ranges && slices.iter().all(|s| !s.node.is_empty())) {
+        if !self.who.kube.overlapping_ranges {
             return Ok(None);
         }
         let Some(label) = crate::store::node_label_value(self.node()) else { return Ok(None) };
