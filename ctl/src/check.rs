@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hereabouts_ipam::allocator::MAX_OFFSET;
-use hereabouts_ipam::claim::{address_of, reservation_of};
+use hereabouts_ipam::claim::{address_of, reservation_of, understand};
 use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
 use hereabouts_ipam::reconcile::rules::{
     EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, StatefulSetView, Verdict, entry_claim, judge,
@@ -164,7 +164,8 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
         .await
         .context("list reservations")?
         .items;
-    let pools = Api::<IpPool>::namespaced(client.clone(), namespace).list(&lp).await.context("list pools")?.items;
+    let mut pools = Api::<IpPool>::namespaced(client.clone(), namespace).list(&lp).await.context("list pools")?.items;
+    understand(&mut pools, &node_slices(client, namespace).await?);
     let listed: HashMap<&str, _> =
         reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
     let now = hereabouts_ipam::clock::now();
@@ -230,6 +231,13 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
     }
     found.extend(gone_node_slices(client, namespace).await?);
     Ok(found.into_iter().collect())
+}
+
+/// The NodeSlicePools of `namespace`: what a slice pool Whereabouts made (no network annotation) is read with.
+pub async fn node_slices(client: &Client, namespace: &str) -> anyhow::Result<Vec<NodeSlicePool>> {
+    let lp = ListParams::default();
+    let listed = Api::<NodeSlicePool>::namespaced(client.clone(), namespace).list(&lp).await;
+    Ok(listed.context("list NodeSlicePools")?.items)
 }
 
 /// Slices of NodeSlicePools whose node is not a Node any more.

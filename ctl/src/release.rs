@@ -33,7 +33,8 @@ pub async fn run(flags: &KubeFlags, args: &ReleaseArgs) -> anyhow::Result<bool> 
     let (client, namespace) = crate::client::connect(flags).await?;
     crate::client::on_server_clock(&client).await?;
     let pools: Api<IpPool> = Api::namespaced(client.clone(), &namespace);
-    let all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
+    let mut all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
+    hereabouts_ipam::claim::understand(&mut all, &crate::check::node_slices(&client, &namespace).await?);
     let store = KubeStore::new(client.clone(), &namespace);
     let mut held = 0;
     let mut refused = 0;

@@ -60,6 +60,7 @@ pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
     let (client, namespace) = crate::client::connect(flags).await?;
     let pools: Api<IpPool> = Api::namespaced(client.clone(), &namespace);
     let mut all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
+    hereabouts_ipam::claim::understand(&mut all, &crate::check::node_slices(&client, &namespace).await?);
     all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let json = args.output == "json";
     let Some(ip) = args.ip else {

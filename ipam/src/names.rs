@@ -79,6 +79,15 @@ pub fn slice_pool_name(network_name: &str, node: &str, cidr: IpNet) -> String {
     with_network(network_name, format!("{node}-{}", normalize_range(&range_string(cidr))))
 }
 
+/// The node a slice pool named `pool_name` of the network `network_name` for the slice `cidr` belongs to: the inverse
+/// of [`slice_pool_name`], or `None` when the name is not of that form.
+pub fn node_of_slice_pool<'a>(pool_name: &'a str, network_name: &str, cidr: IpNet) -> Option<&'a str> {
+    let suffix = format!("-{}", normalize_range(&range_string(cidr)));
+    let rest = pool_name.strip_suffix(&suffix)?;
+    let node = if network_name.is_empty() { rest } else { rest.strip_prefix(network_name)?.strip_prefix('-')? };
+    (!node.is_empty()).then_some(node)
+}
+
 /// The name of the NodeSlicePool of a network: its `network_name`, or, for an unnamed network, the `name` of the
 /// CNI network configuration (the NAD's config). Not derived from the range: NADs of one network share it.
 pub fn node_slice_pool_name(network_name: &str, config_name: &str) -> String {
@@ -150,6 +159,19 @@ mod network_of_pool_tests {
         let cidr: IpNet = "10.0.0.0/8".parse().unwrap();
         assert_eq!(network_of_pool("something-else", cidr), None);
         assert_eq!(network_of_pool("-10.0.0.0-8", cidr), None);
+    }
+
+    #[test]
+    fn node_of_slice_pool_inverts_slice_pool_name() {
+        for (net, node, cidr) in
+            [("", "node-a", "10.0.0.0/26"), ("net", "node-1", "10.0.0.64/26"), ("n", "w", "fd00::/72")]
+        {
+            let cidr: IpNet = cidr.parse().unwrap();
+            assert_eq!(node_of_slice_pool(&slice_pool_name(net, node, cidr), net, cidr), Some(node));
+        }
+        let cidr: IpNet = "10.0.0.0/26".parse().unwrap();
+        assert_eq!(node_of_slice_pool("net-10.0.0.0-26", "net", cidr), None, "no node");
+        assert_eq!(node_of_slice_pool("other-a-10.0.0.0-26", "net", cidr), None, "another network");
     }
 }
 

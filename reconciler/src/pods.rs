@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use hereabouts_ipam::claim::understand;
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
-use hereabouts_ipam::store::Store;
+use hereabouts_ipam::store::{NETWORK_ANNOTATION, Store};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::WatchStreamExt as _;
@@ -172,10 +173,14 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
     /// Gives back every entry naming the pod of `retry`, told that the pod with its UID is gone or finished;
     /// what fails or is too fresh to judge is scheduled again.
     async fn release_pod(&self, retry: Retry, retries: &mut Retries) {
-        let state = self.pools.state();
+        let Some(pools) = self.understood(|p| p.spec.allocations.values().any(|a| a.podref == retry.podref)).await
+        else {
+            retries.schedule(Retry { attempt: retry.attempt + 1, ..retry.clone() }, backoff(retry.attempt + 1));
+            return;
+        };
         let mut views = Views::new();
         let mut again = None;
-        for (pool, offset, held) in entries(state.iter().map(AsRef::as_ref), |a| a.podref == retry.podref) {
+        for (pool, offset, held) in entries(&pools, |a| a.podref == retry.podref) {
             match self.releaser.consider(pool, offset, held, Some(&retry.uid), &mut views).await {
                 Considered::Failed => again = Some(backoff(retry.attempt + 1)),
                 Considered::Kept(Keep::Fresh) => again = again.or(Some(self.releaser.grace)),
@@ -189,18 +194,42 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
         }
     }
 
+    /// The watched pools that `wanted` selects, each read with its network: a slice pool Whereabouts made (no
+    /// network annotation) is understood through the NodeSlicePools, listed after the pools were read. `None` when
+    /// they cannot be listed: a release is then tried again later rather than judged on a misread name.
+    async fn understood(&self, wanted: impl Fn(&IpPool) -> bool) -> Option<Vec<IpPool>> {
+        let mut pools: Vec<IpPool> = self.pools.state().iter().filter(|p| wanted(p)).map(|p| (**p).clone()).collect();
+        let annotated =
+            |p: &IpPool| p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(NETWORK_ANNOTATION));
+        if pools.iter().all(annotated) {
+            return Some(pools);
+        }
+        match self.releaser.store.list_node_slices().await {
+            Ok(listed) => {
+                understand(&mut pools, &listed);
+                Some(pools)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the NodeSlicePools to read Whereabouts' slice pools; later");
+                None
+            }
+        }
+    }
+
     /// Judges every entry recorded on this node whose pod is not, or no longer, a live pod of this node, and
     /// this node's reservations. Returns when to look again.
     async fn resync(&self, on_node: &HashMap<String, KnownPod>) -> Instant {
         self.releaser.tally.metrics.node_resyncs.inc();
-        let state = self.pools.state();
+        let Some(pools) = self.understood(|_| true).await else {
+            return Instant::now() + self.releaser.grace.max(Duration::from_secs(1));
+        };
         let mut views = Views::new();
         let mut soon = false;
-        for (pool, offset, held) in entries(state.iter().map(AsRef::as_ref), |a| suspicious(a, &self.node, on_node)) {
+        for (pool, offset, held) in entries(&pools, |a| suspicious(a, &self.node, on_node)) {
             let outcome = self.releaser.consider(pool, offset, held, None, &mut views).await;
             soon |= matches!(outcome, Considered::Kept(Keep::Fresh) | Considered::Failed);
         }
-        let index = Index::new(state.iter().map(AsRef::as_ref));
+        let index = Index::new(&pools);
         for reservation in self.reservations.state() {
             let outcome = self.releaser.consider_reservation(&reservation, &index).await;
             soon |= outcome == ReservationOutcome::Failed;

@@ -21,7 +21,7 @@ pub use choose::{RANGES_CLUSTER_ROLE, statefulset_ordinal};
 pub(crate) use journal::Journal;
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, reservations_of,
-    restore_reservation,
+    restore_reservation, understand,
 };
 pub(crate) use release::{Layout, Place, check, gc, read_pool, release};
 pub use reservation::release_if_ours;

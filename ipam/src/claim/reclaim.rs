@@ -6,7 +6,9 @@
 use super::journal::{Removed, remove_entry};
 use super::reservation::release_if_ours;
 use crate::budget::Budget;
-use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+use crate::crd::{
+    IpAllocation, IpPool, NodeSlicePool, OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec,
+};
 use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
@@ -32,6 +34,38 @@ pub fn pool_scope(pool: &IpPool) -> Option<(IpRange, String)> {
     }
     let network = names::network_of_pool(name, range.cidr())?;
     Some((range, network))
+}
+
+/// Fills in, on the copies read, the network of each slice pool that does not carry hereabouts' network annotation
+/// (Whereabouts' CNI made it), as the NodeSlicePools `node_slices` say. By its name alone, the slice pool
+/// `<network>-<node>-<slice>` reads as the whole-range pool of a network `<network>-<node>`: its entries' releases
+/// would look for reservations that do not exist, and leave the real ones for good.
+///
+/// A NodeSlicePool is named after the network (or, for an unnamed network, after its config), and lists the slice:
+/// a pool of that slice named `<that name>-<node>-<slice>` is the named network's; one named `<owner>-<slice>`,
+/// for the slice's owner, the unnamed network's.
+pub fn understand(pools: &mut [IpPool], node_slices: &[NodeSlicePool]) {
+    for pool in pools {
+        let annotations = pool.metadata.annotations.get_or_insert_with(Default::default);
+        if annotations.contains_key(crate::store::NETWORK_ANNOTATION) {
+            continue;
+        }
+        let (Some(name), Ok(cidr)) = (pool.metadata.name.as_deref(), pool.spec.range.parse::<ipnet::IpNet>()) else {
+            continue;
+        };
+        let cidr = cidr.trunc();
+        let network = node_slices.iter().find_map(|listing| {
+            let slice = crate::slices::slices_of(listing).into_iter().find(|s| s.cidr == cidr)?;
+            let listing_name = listing.metadata.name.as_deref()?;
+            if names::node_of_slice_pool(name, listing_name, cidr).is_some() {
+                return Some(listing_name.to_string());
+            }
+            (names::node_of_slice_pool(name, "", cidr) == Some(slice.node.as_str())).then(String::new)
+        });
+        if let Some(network) = network {
+            annotations.insert(crate::store::NETWORK_ANNOTATION.to_string(), network);
+        }
+    }
 }
 
 /// The name of the reservation that guards the entry at `offset` of `pool`, if the pool's name and range say.
@@ -138,4 +172,47 @@ pub async fn release_orphan(
         .await
         .map_err(|e| IpamError::from_retry(&format!("reservation {name}: delete"), e))?;
     Ok(deleted == Deleted::Deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{IpPoolSpec, NodeSliceAllocation, NodeSlicePoolSpec};
+
+    fn whereabouts_pool(name: &str, range: &str) -> IpPool {
+        IpPool::new(name, IpPoolSpec { range: range.into(), ..IpPoolSpec::default() })
+    }
+
+    fn listing(name: &str, range: &str, slices: &[(&str, &str)]) -> NodeSlicePool {
+        let spec = NodeSlicePoolSpec { range: range.into(), slice_size: "27".into() };
+        let slices: Vec<NodeSliceAllocation> = slices
+            .iter()
+            .map(|(node, slice)| NodeSliceAllocation { node_name: node.to_string(), slice_range: slice.to_string() })
+            .collect();
+        crate::store::node_slices_object(name, &spec, &slices)
+    }
+
+    #[test]
+    fn a_slice_pool_whereabouts_made_is_read_as_its_node_slice_pools_network() {
+        let listings = [
+            listing("slnet", "198.18.32.0/23", &[("node-5", "198.18.32.64/27"), ("node-6", "198.18.32.96/27")]),
+            listing("unnamed-conf", "198.18.40.0/24", &[("node-1", "198.18.40.0/27")]),
+        ];
+        let mut pools = [
+            whereabouts_pool("slnet-node-6-198.18.32.96-27", "198.18.32.96/27"),
+            whereabouts_pool("node-1-198.18.40.0-27", "198.18.40.0/27"),
+            // a whole-range pool of another network: no NodeSlicePool lists its range as a slice
+            whereabouts_pool("other-198.18.50.0-27", "198.18.50.0/27"),
+        ];
+        assert_eq!(reservation_of(&pools[0], 1).as_deref(), Some("slnet-node-6-198.18.32.97"), "misread by name");
+        understand(&mut pools, &listings);
+        assert_eq!(reservation_of(&pools[0], 1).as_deref(), Some("slnet-198.18.32.97"));
+        assert_eq!(reservation_of(&pools[1], 1).as_deref(), Some("198.18.40.1"), "the unnamed network's");
+        assert_eq!(reservation_of(&pools[2], 1).as_deref(), Some("other-198.18.50.1"));
+        // hereabouts' annotation is never overridden
+        let mut ours = whereabouts_pool("slnet-node-6-198.18.32.96-27", "198.18.32.96/27");
+        ours.metadata.annotations = Some([(crate::store::NETWORK_ANNOTATION.to_string(), "slnet".into())].into());
+        understand(std::slice::from_mut(&mut ours), &[]);
+        assert_eq!(reservation_of(&ours, 1).as_deref(), Some("slnet-198.18.32.97"));
+    }
 }

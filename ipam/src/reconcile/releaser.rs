@@ -12,9 +12,11 @@ use super::rules::{
     podref_parts, sticky_wanted,
 };
 use crate::budget::Budget;
-use crate::claim::{Reclaimed, Restored, address_of, reclaim, release_orphan, reservation_of, restore_reservation};
+use crate::claim::{
+    Reclaimed, Restored, address_of, reclaim, release_orphan, reservation_of, restore_reservation, understand,
+};
 use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservation};
-use crate::store::{PoolStore, ReservationStore, StoreError, claimed_at};
+use crate::store::{PoolStore, ReservationStore, SliceStore, StoreError, claimed_at};
 
 /// Time one release or repair may take, retries included.
 const STEP_BUDGET: Duration = Duration::from_secs(30);
@@ -101,7 +103,7 @@ pub enum ReservationOutcome {
 /// Pod reads made within one pass, so that a pod with many entries is read once.
 pub type Views = HashMap<String, PodView>;
 
-impl<S: PoolStore + ReservationStore, C: Cluster, T: Tally> Releaser<S, C, T> {
+impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Releaser<S, C, T> {
     async fn view(&self, podref: &str, views: &mut Views) -> Option<PodView> {
         if let Some(view) = views.get(podref) {
             return Some(view.clone());
@@ -301,6 +303,9 @@ impl<S: PoolStore + ReservationStore, C: Cluster, T: Tally> Releaser<S, C, T> {
             if let Some(pool) = self.store.get_pool(pool).await? {
                 fresh.push(pool);
             }
+        }
+        if !fresh.is_empty() {
+            understand(&mut fresh, &self.store.list_node_slices().await?);
         }
         Ok(Some((reservation, Index::new(&fresh))))
     }

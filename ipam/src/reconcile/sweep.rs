@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use super::cluster::Cluster;
 use super::releaser::{Considered, Releaser, ReservationOutcome, Tally, Views, entries};
 use super::rules::{EntryClaim, Index, Keep, entry_claim};
-use crate::claim::reservations_of;
-use crate::store::{PoolStore, ReservationStore, StoreError};
+use crate::claim::{reservations_of, understand};
+use crate::store::{PoolStore, ReservationStore, SliceStore, StoreError};
 
 /// What one run did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -24,14 +24,16 @@ pub struct Summary {
 /// One full pass over every pool and reservation of the namespace.
 pub async fn reconcile_once<S, C, T>(releaser: &Releaser<S, C, T>) -> Result<Summary, StoreError>
 where
-    S: PoolStore + ReservationStore,
+    S: PoolStore + ReservationStore + SliceStore,
     C: Cluster,
     T: Tally,
 {
     // Reservations first, pools after: an orphan candidate is then one that no entry written up to the pool read
     // accounts for (and it is read again before it goes).
     let reservations = releaser.store.list_reservations(None).await?;
-    let pools = releaser.store.list_pools().await?;
+    let mut pools = releaser.store.list_pools().await?;
+    // after the pools: a slice pool Whereabouts made is read with the NodeSlicePool that lists its slice
+    understand(&mut pools, &releaser.store.list_node_slices().await?);
     let listed: HashMap<&str, _> =
         reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
     let mut views = Views::new();
