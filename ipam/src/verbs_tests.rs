@@ -160,3 +160,73 @@ async fn a_retried_add_finds_its_borrowed_entry_after_a_slice_is_freed() {
     let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();
     assert_eq!(entries, attachments, "one entry per attachment: {:?}", store.pools());
 }
+
+#[tokio::test]
+async fn the_node_slice_pool_spells_the_slice_size_as_the_config_does() {
+    for spelled in ["26", "/26"] {
+        let store = MemoryStore::new(NS);
+        let cfg = config(serde_json::json!({"range": "198.18.0.0/24", "node_slice_size": spelled}), "p");
+        add(&TestHost(store.clone()), &cfg, &request("c", "node-a")).await.unwrap();
+        assert_eq!(store.node_slices()[0].spec.slice_size, spelled);
+    }
+}
+
+/// The address each pod holds, by pod, over every pool.
+fn held(store: &MemoryStore) -> Vec<(String, std::net::IpAddr)> {
+    let mut found = Vec::new();
+    for pool in store.pools() {
+        let network = pool.spec.range.parse::<ipnet::IpNet>().unwrap().network();
+        for (offset, entry) in &pool.spec.allocations {
+            let offset: u128 = offset.parse().unwrap();
+            let ip = match network {
+                std::net::IpAddr::V4(n) => std::net::IpAddr::V4((u32::from(n) + offset as u32).into()),
+                std::net::IpAddr::V6(n) => std::net::IpAddr::V6((u128::from(n) + offset).into()),
+            };
+            found.push((entry.podref.clone(), ip));
+        }
+    }
+    found
+}
+
+fn assert_no_address_twice(store: &MemoryStore) {
+    let held = held(store);
+    let distinct: std::collections::BTreeSet<_> = held.iter().map(|(_, ip)| ip).collect();
+    assert_eq!(distinct.len(), held.len(), "an address held twice: {held:?}");
+}
+
+#[tokio::test]
+async fn a_lost_node_slice_pool_comes_back_with_the_slices_in_use() {
+    // the finding: a /30 in /31 slices, overlap off; node-b's pod holds an address; the NodeSlicePool is deleted
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.200.0/30", "node_slice_size": "/31",
+        "enable_overlapping_ranges": false});
+    let b = add(&host, &config(ipam.clone(), "on-b"), &request("cb", "node-b")).await.unwrap()[0].ip;
+    assert!(store.force_delete_node_slices("net"));
+    for i in 0..2 {
+        match add(&host, &config(ipam.clone(), &format!("on-a-{i}")), &request(&format!("ca{i}"), "node-a")).await {
+            Ok(assigned) => assert_ne!(assigned[0].ip, b, "node-b's pod holds {b}"),
+            Err(e) => assert_eq!(e.code, Code::RangeExhausted, "{}", e.details),
+        }
+    }
+    assert_no_address_twice(&store);
+    let listing = store.node_slices().pop().unwrap().status.unwrap().allocations;
+    let b_slice = listing.iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&b)).unwrap();
+    assert_eq!(b_slice.node_name, "node-b", "rebuilt with node-b's slice: {listing:?}");
+}
+
+#[tokio::test]
+async fn a_slice_freed_under_its_entries_is_not_claimed() {
+    // Whereabouts' controller frees a gone node's slice whatever its pool holds
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.200.0/30", "node_slice_size": "/31",
+        "enable_overlapping_ranges": false});
+    let b = add(&host, &config(ipam.clone(), "on-b"), &request("cb", "node-b")).await.unwrap()[0].ip;
+    reassign(&store, |_, _| String::new());
+    for i in 0..3 {
+        let _ = add(&host, &config(ipam.clone(), &format!("on-a-{i}")), &request(&format!("ca{i}"), "node-a")).await;
+    }
+    assert_no_address_twice(&store);
+    assert!(held(&store).contains(&("ns/on-b".to_string(), b)));
+}

@@ -61,6 +61,12 @@ pub(crate) trait Policy<S>: Sync {
     /// freed, and writing into it again would hide the entry from the slice's next owner).
     fn create(&self) -> Option<Option<&str>>;
 
+    /// Read again, right before a missing pool is created, whether it still may be: `false`, the claim finds the
+    /// pool full.
+    fn may_create(&self, _store: &S, _budget: &Budget) -> impl Future<Output = Result<bool, IpamError>> + Send {
+        async { Ok(true) }
+    }
+
     /// Checks the pool as read: `Err` when it cannot be used as this mode wants.
     fn check(&self, pool: IpPool, _name: &str) -> Result<IpPool, IpamError> {
         Ok(pool)
@@ -336,6 +342,12 @@ where
                     range: self.target.range.cidr().to_string(),
                 });
             };
+            if !self.policy.may_create(self.store, self.budget).await? {
+                return Err(IpamError::Exhausted {
+                    pool: self.pool().to_string(),
+                    range: self.target.range.cidr().to_string(),
+                });
+            }
             let range = names::range_string(self.target.range.cidr());
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;

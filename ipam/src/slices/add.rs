@@ -10,7 +10,10 @@ use ipnet::IpNet;
 
 use super::plan::{self as slices, Next, Slice};
 use crate::budget::Budget;
-use crate::claim::{Claim, Claimant, Journal, Plain, Target};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::claim::{Claim, Claimant, Journal, Policy, Target};
+use crate::clock;
 use crate::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec};
 use crate::error::IpamError;
 use crate::names;
@@ -74,7 +77,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     target.requested = self.requested;
                     target.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
                     target.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
-                    let policy = Plain { creates: slice.node == self.node() };
+                    let policy =
+                        InSlice { add: self, node_slices: &name, slice: &slice, created: AtomicBool::new(false) };
                     match Claim::new(self.store, self.who, target, &policy, self.budget).run(journal).await {
                         Ok(ip) => return Ok(ip),
                         Err(e @ (IpamError::Exhausted { .. } | IpamError::CoolingDown { .. }))
@@ -101,6 +105,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         .await
                         .map_err(|_| IpamError::Expired(format!("node slices {name}: claim a slice")))?;
                     claims += 1;
+                    if let Some(holder) = self.held_elsewhere(slice.cidr).await? {
+                        tracing::warn!(node_slices = name, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
+                            "a free slice whose pool of another node holds entries: not claimed");
+                        full.insert(slice.cidr);
+                        continue;
+                    }
                     self.claim(&name, &slice).await?;
                     slices = self.read_slices(&name).await?;
                 }
@@ -180,17 +190,21 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                 return self.check(&pool);
             }
             let cidr = self.range.cidr();
+            // as the config spells it: Whereabouts' controller compares the strings, and re-slices on a difference
             let spec =
-                NodeSlicePoolSpec { range: names::range_string(cidr), slice_size: format!("/{}", self.size.prefix()) };
-            let free = slices::all_free(cidr, self.size.prefix())
+                NodeSlicePoolSpec { range: names::range_string(cidr), slice_size: self.size.as_str().to_string() };
+            // a NodeSlicePool may be lost while its slice pools hold entries: their owners keep their slices
+            let pools = self.list_pools().await?;
+            let slices = slices::rebuilt(cidr, self.size.prefix(), self.network_name(), &pools, clock::now())
                 .map_err(|e| IpamError::SliceMismatch { name: name.to_string(), message: e.to_string() })?;
             let created = self
                 .budget
-                .retry(StoreError::is_transient, || self.store.create_node_slices(name, &spec, &free))
+                .retry(StoreError::is_transient, || self.store.create_node_slices(name, &spec, &slices))
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("node slices {name}: create"), e))?;
             if let Created::Created(pool) = created {
-                tracing::info!(node_slices = name, range = %cidr, slice = %self.size, "node slices created");
+                let owned = slices.iter().filter(|s| !s.node_name.is_empty()).count();
+                tracing::info!(node_slices = name, range = %cidr, slice = %self.size, owned, "node slices created");
                 return self.check(&pool);
             }
             // another node just made it: read it
@@ -241,6 +255,27 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         Ok(())
     }
 
+    /// Another node's slice pool of `cidr` that holds entries (or addresses cooling), if any: a slice in use,
+    /// whatever the NodeSlicePool says (lost and rebuilt, or freed by Whereabouts' controller under its pods).
+    async fn held_elsewhere(&self, cidr: IpNet) -> Result<Option<slices::Holder>, IpamError> {
+        let pools = self.list_pools().await?;
+        let holders = slices::holders(&pools, self.network_name(), cidr, clock::now());
+        Ok(holders.into_iter().find(|h| h.node != self.node()))
+    }
+
+    async fn list_pools(&self) -> Result<Vec<IpPool>, IpamError> {
+        self.budget
+            .retry(StoreError::is_transient, || self.store.list_pools())
+            .await
+            .map_err(|e| IpamError::from_retry("pools: list", e))
+    }
+
+    /// The slice at `slice`'s place as the NodeSlicePool `name` lists it now.
+    async fn slice_now(&self, name: &str, slice: &Slice) -> Result<Option<Slice>, IpamError> {
+        let listing = self.get(name, || self.store.get_node_slices(name)).await?;
+        Ok(listing.and_then(|l| slices::slices_of(&l).into_iter().find(|s| s.cidr == slice.cidr)))
+    }
+
     async fn get<T, F>(&self, name: &str, op: impl Fn() -> F) -> Result<Option<T>, IpamError>
     where
         F: Future<Output = Result<Option<T>, StoreError>>,
@@ -249,5 +284,70 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             .retry(StoreError::is_transient, op)
             .await
             .map_err(|e| IpamError::from_retry(&format!("{name}: get"), e))
+    }
+}
+
+/// The claim in one slice's pool. A borrower never creates another node's slice pool (one that is gone was
+/// deleted with its slice freed). The owner creates its missing pool only after reading again that the slice is
+/// still its own and that no other node's pool of it holds entries, and, having written its entry into the pool it
+/// created, reads once more that the slice is still its own: the leader deletes a gone node's empty pool before it
+/// moves the slice, so an ADD of that node that re-creates the pool in between either sees the move and gives its
+/// entry back, or wrote it before the move, where the slice's next owner finds it.
+struct InSlice<'a, 'b, S> {
+    add: &'a SlicedAdd<'b, S>,
+    node_slices: &'a str,
+    slice: &'a Slice,
+    created: AtomicBool,
+}
+
+impl<S: PoolStore + ReservationStore + SliceStore> InSlice<'_, '_, S> {
+    fn moved(&self, now: Option<&Slice>) -> bool {
+        now.is_none_or(|s| s.node != self.add.node())
+    }
+
+    fn full(&self) -> IpamError {
+        IpamError::Exhausted { pool: self.slice.pool_name(self.add.network_name()), range: self.slice.cidr.to_string() }
+    }
+}
+
+impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_, S> {
+    fn create(&self) -> Option<Option<&str>> {
+        (self.slice.node == self.add.node()).then_some(None)
+    }
+
+    async fn may_create(&self, _store: &S, _budget: &Budget) -> Result<bool, IpamError> {
+        let now = self.add.slice_now(self.node_slices, self.slice).await?;
+        if self.moved(now.as_ref()) {
+            tracing::info!(node_slices = self.node_slices, slice = %self.slice.cidr,
+                owner = now.map(|s| s.node).unwrap_or_default(), "slice no longer this node's: its pool not re-created");
+            return Ok(false);
+        }
+        if let Some(holder) = self.add.held_elsewhere(self.slice.cidr).await? {
+            tracing::warn!(node_slices = self.node_slices, slice = %self.slice.cidr, node = %holder.node,
+                pool = %holder.pool, "another node's pool of this slice holds entries: this node's not created");
+            return Ok(false);
+        }
+        self.created.store(true, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    async fn claimed(
+        &self,
+        _store: &S,
+        _pool: &IpPool,
+        _range: &IpRange,
+        _offset: u128,
+        _budget: &Budget,
+    ) -> Result<(), IpamError> {
+        if !self.created.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let now = self.add.slice_now(self.node_slices, self.slice).await?;
+        if self.moved(now.as_ref()) {
+            tracing::warn!(node_slices = self.node_slices, slice = %self.slice.cidr,
+                "the slice moved while this node re-created its pool: the entry is given back");
+            return Err(self.full());
+        }
+        Ok(())
     }
 }

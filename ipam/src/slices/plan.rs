@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 
 use ipnet::IpNet;
 
-use crate::crd::{NodeSliceAllocation, NodeSlicePool};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{IpPool, NodeSliceAllocation, NodeSlicePool};
 use crate::names;
 
 pub use crate::cut::{MAX_SLICES, SliceError, SliceSize, divide, parse_slice_size};
@@ -61,6 +63,56 @@ pub fn all_free(range: IpNet, prefix: u8) -> Result<Vec<NodeSliceAllocation>, Sl
         .collect())
 }
 
+/// A slice pool that holds entries, or addresses still cooling: whoever its name says owns the slice does, whatever
+/// a NodeSlicePool now says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The node the pool's name gives.
+    pub node: String,
+    /// The pool.
+    pub pool: String,
+}
+
+/// The slice pools of `cidr` in the network `network_name` that hold something, by pool name. A pool hereabouts
+/// made says its network in an annotation, which must agree; one Whereabouts made says it by name only.
+pub fn holders(pools: &[IpPool], network_name: &str, cidr: IpNet, now: Timestamp) -> Vec<Holder> {
+    let mut found: Vec<Holder> = pools
+        .iter()
+        .filter(|p| p.spec.range.parse::<IpNet>().is_ok_and(|r| r.trunc() == cidr))
+        .filter(|p| {
+            let annotated = p.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));
+            annotated.is_none_or(|n| n == network_name)
+        })
+        .filter(|p| !p.spec.allocations.is_empty() || !crate::cooldown::cooling(p, now).is_empty())
+        .filter_map(|p| {
+            let pool = p.metadata.name.as_deref()?;
+            let node = names::node_of_slice_pool(pool, network_name, cidr)?;
+            Some(Holder { node: node.to_string(), pool: pool.to_string() })
+        })
+        .collect();
+    found.sort_by(|a, b| a.pool.cmp(&b.pool));
+    found
+}
+
+/// The slices of a lost NodeSlicePool, rebuilt from the slice pools of its network: a slice whose pool holds
+/// something belongs to that pool's node (the first by pool name, if two do), the rest are free. Created all free
+/// instead, the next node to claim a slice would hand out addresses live pods hold.
+pub fn rebuilt(
+    range: IpNet,
+    prefix: u8,
+    network_name: &str,
+    pools: &[IpPool],
+    now: Timestamp,
+) -> Result<Vec<NodeSliceAllocation>, SliceError> {
+    Ok(divide(range, prefix)?
+        .into_iter()
+        .map(|cidr| NodeSliceAllocation {
+            node_name: holders(pools, network_name, cidr, now).into_iter().next().map(|h| h.node).unwrap_or_default(),
+            slice_range: names::range_string(cidr),
+        })
+        .collect())
+}
+
 /// What an ADD does next in slice mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
@@ -97,7 +149,8 @@ pub fn next(
     if let Some(s) = own.first() {
         return Next::Own((*s).clone());
     }
-    let free: Vec<&Slice> = slices.iter().filter(|s| s.node.is_empty()).collect();
+    // a free slice found in use (another node's pool of it holds entries) is passed over like a full one
+    let free: Vec<&Slice> = slices.iter().filter(|s| s.node.is_empty()).filter(open).collect();
     if let Some(s) = pick(&free, seed) {
         return Next::Claim(s.clone());
     }

@@ -294,6 +294,17 @@ impl MemoryStore {
         state.node_slices.insert(object.metadata.name.clone().unwrap_or_default(), object);
     }
 
+    /// Deletes the NodeSlicePool `name` unconditionally, as a manual delete or the garbage collector does (test
+    /// set-up).
+    pub fn force_delete_node_slices(&self, name: &str) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let found = state.node_slices.remove(name).is_some();
+        if found {
+            state.bump();
+        }
+        found
+    }
+
     /// How many writes were applied so far, by every handle.
     pub fn writes(&self) -> u64 {
         self.state.lock().unwrap().writes
