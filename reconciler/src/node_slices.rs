@@ -1,22 +1,22 @@
-//! The leader as the node-slice controller: every Node gets a slice of each NodeSlicePool (so that
-//! Whereabouts' CNI in fast-IPAM mode, which never claims one, finds its slice without Whereabouts' controller),
-//! and the slices of Nodes that are gone are freed once their pools have stayed empty for a grace period.
-//!
-//! A gone node's slice pool is deleted (only if it is still the empty object that was read) before its slice is
-//! freed: a borrower that read the pool earlier then fails its guarded patch, and the CNI never re-creates another
-//! node's slice pool, so no entry can land where the slice's next owner would not see it.
+//! The leader as the node-slice controller ([`Keeper`]): which Nodes exist, and which of them get a slice without
+//! asking, come from the API server here. By default no node is given one: a node running hereabouts claims its
+//! own on its first ADD, so slices go only to nodes that run the network. A mixed fleet, whose Whereabouts CNI in
+//! fast IPAM never claims one, names its nodes with `--assign-slices-to` (a label selector); those are watched, and
+//! a Node that joins gets its slice when it appears, not at the next pass.
 
-use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
-use hereabouts_ipam::cooldown;
-use hereabouts_ipam::crd::NodeSlicePool;
-use hereabouts_ipam::names;
-use hereabouts_ipam::slices::{self, Slice};
-use hereabouts_ipam::store::{Deleted, Patched, Store, StoreError, Version};
+use futures::StreamExt as _;
+use hereabouts_ipam::slices::keep::{Keeper, Kept};
+use hereabouts_ipam::store::{Store, StoreError};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, PartialObjectMeta};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::leader::Leadership;
@@ -27,148 +27,67 @@ pub enum KeepError {
     #[error("node list failed")]
     Nodes(#[source] kube::Error),
     #[error("node slice pool list failed")]
-    List(#[source] StoreError),
+    Store(#[source] StoreError),
 }
 
-/// What one pass changed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Kept {
-    /// Slices given to a node that had none.
-    pub assigned: usize,
-    /// Slices of gone nodes freed.
-    pub freed: usize,
-}
-
-/// The controller's state: when each gone node's slice was first seen empty.
+/// The keeper and where its Nodes come from.
 #[derive(Debug)]
 pub struct SliceKeeper<S> {
-    pub store: S,
+    pub keeper: Keeper<S>,
     pub nodes: Api<Node>,
-    /// How long a gone node's slice pool must stay empty before the slice is freed.
-    pub grace: Duration,
-    empty_since: HashMap<(String, String, String), Instant>,
+    /// The label selector of the Nodes given a slice without asking; `None`: none is.
+    pub assign_to: Option<String>,
 }
 
 impl<S: Store> SliceKeeper<S> {
-    pub fn new(store: S, nodes: Api<Node>, grace: Duration) -> Self {
-        Self { store, nodes, grace, empty_since: HashMap::new() }
+    pub fn new(store: S, nodes: Api<Node>, grace: Duration, assign_to: Option<String>) -> Self {
+        Self { keeper: Keeper::new(store, grace), nodes, assign_to }
     }
 
-    /// One pass over every NodeSlicePool of the namespace. A failure on one slice is logged and left to the next
-    /// pass.
+    /// One pass over every NodeSlicePool of the namespace.
     pub async fn pass(&mut self) -> Result<Kept, KeepError> {
-        let listed = self.nodes.list_metadata(&ListParams::default()).await.map_err(KeepError::Nodes)?;
-        let nodes: BTreeSet<String> = listed.items.into_iter().filter_map(|n| n.metadata.name).collect();
-        let pools = self.store.list_node_slices().await.map_err(KeepError::List)?;
-        let mut kept = Kept::default();
-        let mut seen = BTreeSet::new();
-        for pool in &pools {
-            self.keep(pool, &nodes, &mut kept, &mut seen).await;
-        }
-        self.empty_since.retain(|key, _| seen.contains(key));
-        Ok(kept)
+        let live = self.names(&ListParams::default()).await?;
+        let assign = match &self.assign_to {
+            Some(selector) => self.names(&ListParams::default().labels(selector)).await?,
+            None => BTreeSet::new(),
+        };
+        self.keeper.pass(&live, &assign).await.map_err(KeepError::Store)
     }
 
-    async fn keep(
-        &mut self,
-        pool: &NodeSlicePool,
-        nodes: &BTreeSet<String>,
-        kept: &mut Kept,
-        seen: &mut BTreeSet<(String, String, String)>,
-    ) {
-        let name = pool.metadata.name.clone().unwrap_or_default();
-        let slices = slices::slices_of(pool);
-        let mut freeable: HashMap<usize, Vec<(String, Version)>> = HashMap::new();
-        for slice in slices.iter().filter(|s| !s.node.is_empty() && !nodes.contains(&s.node)) {
-            let Some(empty) = self.empty_pools(&name, slice).await else { continue };
-            let key = (name.clone(), slice.cidr.to_string(), slice.node.clone());
-            seen.insert(key.clone());
-            let since = *self.empty_since.entry(key).or_insert_with(Instant::now);
-            if since.elapsed() >= self.grace {
-                freeable.insert(slice.index, empty);
-            }
-        }
-        for (slice, to) in slices::leader_moves(&slices, nodes, |s| freeable.contains_key(&s.index)) {
-            if let Some(empty) = freeable.get(&slice.index)
-                && !self.delete_empty(&name, &slice, empty).await
-            {
-                continue;
-            }
-            match self.store.move_slice(&name, slice.index, &slice.stored(), &to).await {
-                Ok(Patched::Applied) => {
-                    tracing::info!(node_slices = %name, slice = %slice.cidr, from = %slice.node, to = %to, "slice moved");
-                    kept.assigned += usize::from(!to.is_empty());
-                    kept.freed += usize::from(!slice.node.is_empty());
-                }
-                Ok(other) => tracing::debug!(node_slices = %name, slice = %slice.cidr, ?other, "changed meanwhile"),
-                Err(e) => {
-                    tracing::warn!(node_slices = %name, slice = %slice.cidr, error = %e, "moving the slice failed")
-                }
-            }
-        }
-    }
-
-    /// The pools a gone node's `slice` may have (named for a named network, and for an unnamed one: the
-    /// NodeSlicePool's name is one or the other), with the version each was read at, if every one that exists is
-    /// empty; `None` when one holds entries, keeps an address cooling, or cannot be read. A pool's release
-    /// records go with it: freed while an address cools, the slice's next owner would hand that address out at once.
-    async fn empty_pools(&self, node_slices: &str, slice: &Slice) -> Option<Vec<(String, Version)>> {
-        let mut empty = Vec::new();
-        for network in [node_slices, ""] {
-            let pool_name = names::slice_pool_name(network, &slice.node, slice.cidr);
-            match self.store.get_pool(&pool_name).await {
-                Ok(None) => {}
-                Ok(Some(p))
-                    if p.spec.allocations.is_empty()
-                        && cooldown::cooling(&p, hereabouts_ipam::clock::now()).is_empty() =>
-                {
-                    empty.push((pool_name, Version::of_meta(&p.metadata)))
-                }
-                Ok(Some(_)) => return None,
-                Err(e) => {
-                    tracing::warn!(pool = %pool_name, error = %e, "cannot read a gone node's slice pool");
-                    return None;
-                }
-            }
-        }
-        Some(empty)
-    }
-
-    /// Deletes the empty pools of a slice about to be freed, each only if unchanged since it was read.
-    async fn delete_empty(&self, node_slices: &str, slice: &Slice, pools: &[(String, Version)]) -> bool {
-        for (pool, version) in pools {
-            match self.store.delete_pool(pool, version).await {
-                Ok(Deleted::Deleted | Deleted::Missing) => {}
-                Ok(Deleted::Changed) => {
-                    tracing::info!(node_slices, slice = %slice.cidr, pool = %pool, "an entry arrived: slice kept");
-                    return false;
-                }
-                Err(e) => {
-                    tracing::warn!(node_slices, slice = %slice.cidr, pool = %pool, error = %e,
-                        "deleting the empty slice pool failed");
-                    return false;
-                }
-            }
-        }
-        true
+    async fn names(&self, params: &ListParams) -> Result<BTreeSet<String>, KeepError> {
+        let listed = self.nodes.list_metadata(params).await.map_err(KeepError::Nodes)?;
+        Ok(listed.items.into_iter().filter_map(|n| n.metadata.name).collect())
     }
 }
 
-/// Makes a pass every `every` while this instance leads, until `shutdown`. A failing pass is logged when it first
-/// fails (or fails differently), not on every try.
+/// Makes a pass every `every` while this instance leads, and at once when a Node to assign slices to appears,
+/// until `shutdown`. A failing pass is logged when it first fails (or fails differently), not on every try.
 pub async fn run<S: Store>(
     mut keeper: SliceKeeper<S>,
     leadership: Leadership,
     every: Duration,
     shutdown: CancellationToken,
 ) {
+    let joined = Arc::new(Notify::new());
+    if let Some(selector) = keeper.assign_to.clone() {
+        tokio::spawn(watch_joins(keeper.nodes.clone(), selector, joined.clone(), shutdown.clone()));
+    }
     let mut failing: Option<String> = None;
-    while leadership.next_turn(every, &shutdown).await {
+    loop {
+        tokio::select! {
+            turn = leadership.next_turn(every, &shutdown) => if !turn { return },
+            () = joined.notified() => if !leadership.is_leader() { continue },
+        }
         match keeper.pass().await {
             Ok(kept) => {
                 failing = None;
                 if kept != Kept::default() {
-                    tracing::info!(assigned = kept.assigned, freed = kept.freed, "node slices kept");
+                    tracing::info!(
+                        assigned = kept.assigned,
+                        freed = kept.freed,
+                        unowned = kept.unowned,
+                        "node slices kept"
+                    );
                 }
             }
             Err(e) => {
@@ -176,6 +95,48 @@ pub async fn run<S: Store>(
                 if failing.as_deref() != Some(message.as_str()) {
                     tracing::warn!(error = %message, "node slice pass failed; retrying");
                     failing = Some(message);
+                }
+            }
+        }
+    }
+}
+
+/// Wakes the keeper when a Node matching `selector` appears that was not there before.
+async fn watch_joins(nodes: Api<Node>, selector: String, joined: Arc<Notify>, shutdown: CancellationToken) {
+    let config = watcher::Config::default().labels(&selector);
+    let nodes: Api<PartialObjectMeta<Node>> = Api::all(nodes.into_client());
+    let mut events = watcher::watcher(nodes, config).default_backoff().boxed();
+    let mut known: BTreeSet<String> = BTreeSet::new();
+    let mut listing: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = events.next() => event,
+        };
+        match event {
+            None => return,
+            Some(Err(e)) => tracing::debug!(error = %e, "node watch failed; retrying"),
+            Some(Ok(watcher::Event::Init)) => listing.clear(),
+            Some(Ok(watcher::Event::InitApply(node))) => {
+                listing.extend(node.metadata.name);
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                let new = listing.iter().any(|n| !known.contains(n));
+                known = std::mem::take(&mut listing);
+                if new {
+                    joined.notify_one();
+                }
+            }
+            Some(Ok(watcher::Event::Apply(node))) => {
+                if let Some(name) = node.metadata.name
+                    && known.insert(name)
+                {
+                    joined.notify_one();
+                }
+            }
+            Some(Ok(watcher::Event::Delete(node))) => {
+                if let Some(name) = node.metadata.name {
+                    known.remove(&name);
                 }
             }
         }

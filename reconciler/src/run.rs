@@ -85,6 +85,12 @@ pub struct Args {
     /// still be borrowing from it.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     slice_grace: Duration,
+    /// Slice mode, mixed fleets: the label selector of the Nodes the leader gives a slice of each NodeSlicePool
+    /// without their asking, as soon as they appear (Whereabouts' CNI in fast IPAM never claims one). Unset, no
+    /// node is given one: a node running hereabouts claims its own on its first ADD. An empty selector selects
+    /// every Node.
+    #[arg(long)]
+    assign_slices_to: Option<String>,
     /// IaaS provider mode: a JSON file with the networks' `iaas_provider` section (url, ca_file, …). With it, the
     /// leader has the provider release the sub-interfaces cached on Nodes that are gone (every `slice_interval`).
     #[arg(long)]
@@ -228,8 +234,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lease_failures,
         shutdown.clone(),
     ));
-    let keeper =
-        SliceKeeper::new(KubeStore::new(client.clone(), &args.namespace), Api::all(client.clone()), args.slice_grace);
+    let keeper = SliceKeeper::new(
+        KubeStore::new(client.clone(), &args.namespace),
+        Api::all(client.clone()),
+        args.slice_grace,
+        args.assign_slices_to.clone(),
+    );
     tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
     if let Some((provider, call_budget)) = provider {
         let keeper =

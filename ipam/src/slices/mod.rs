@@ -4,6 +4,7 @@
 //! DEL, CHECK and GC look.
 
 mod add;
+pub mod keep;
 pub mod plan;
 
 pub use plan::*;

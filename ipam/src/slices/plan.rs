@@ -171,22 +171,24 @@ pub fn slice_of(slices: &[Slice], ip: std::net::IpAddr) -> Option<&Slice> {
     slices.iter().find(|s| s.cidr.contains(&ip))
 }
 
-/// What the leader changes in a NodeSlicePool: each node in `nodes` that owns no slice gets a free one (lowest
+/// What the leader changes in a NodeSlicePool: each node in `assign` that owns no slice gets a free one (lowest
 /// first, nodes in name order, as Whereabouts' controller does), so Whereabouts' CNI, which never claims, finds
-/// its slice; and a slice of a node that is gone is freed when `empty` says its pool holds nothing. A slice
-/// with entries stays with its gone owner until its pods are gone: freeing it would rename its pool (the owner
-/// is in the name) and lose track of them.
+/// its slice; and a slice `gone` says is a gone node's, its pools empty for long enough, is freed (or given straight
+/// to a node in `assign`). A slice with entries stays with its gone owner until its pods are gone: freeing it would
+/// rename its pool (the owner is in the name) and lose track of them. A free slice `in_use` says a pool of still
+/// uses is given to nobody.
 pub fn leader_moves(
     slices: &[Slice],
-    nodes: &BTreeSet<String>,
-    empty: impl Fn(&Slice) -> bool,
+    assign: &BTreeSet<String>,
+    gone: impl Fn(&Slice) -> bool,
+    in_use: impl Fn(&Slice) -> bool,
 ) -> Vec<(Slice, String)> {
-    let gone = |s: &Slice| !s.node.is_empty() && !nodes.contains(&s.node) && empty(s);
+    let gone = |s: &Slice| !s.node.is_empty() && gone(s);
     let owners: BTreeSet<&str> =
         slices.iter().filter(|s| !s.node.is_empty() && !gone(s)).map(|s| s.node.as_str()).collect();
-    let mut available = slices.iter().filter(|s| s.node.is_empty() || gone(s));
+    let mut available = slices.iter().filter(|s| (s.node.is_empty() && !in_use(s)) || gone(s));
     let mut moves: Vec<(Slice, String)> = Vec::new();
-    for node in nodes.iter().filter(|n| !owners.contains(n.as_str())) {
+    for node in assign.iter().filter(|n| !owners.contains(n.as_str())) {
         let Some(s) = available.next() else { break };
         moves.push((s.clone(), node.clone()));
     }
@@ -251,12 +253,19 @@ mod tests {
             ("10.0.0.192/26", ""),
         ]);
         let nodes: BTreeSet<String> = ["a", "b", "c", "d"].map(String::from).into();
-        let moves = leader_moves(&s, &nodes, |s| s.node == "gone-empty");
+        let moves = leader_moves(&s, &nodes, |s| s.node == "gone-empty", |_| false);
         // the gone node's empty slice goes straight to b, the free one to c; d waits; gone-busy keeps its slice
         assert_eq!(moves, [(s[0].clone(), "b".to_string()), (s[3].clone(), "c".to_string())]);
-        let moves = leader_moves(&s, &["a".to_string()].into(), |s| s.node == "gone-empty");
+        let moves = leader_moves(&s, &["a".to_string()].into(), |s| s.node == "gone-empty", |_| false);
         assert_eq!(moves, [(s[0].clone(), String::new())], "no node needs it: freed");
-        assert!(leader_moves(&mk(&[("10.0.0.0/26", "a")]), &["a".to_string()].into(), |_| true).is_empty());
+        assert!(
+            leader_moves(&mk(&[("10.0.0.0/26", "a")]), &["a".to_string()].into(), |s| s.node != "a", |_| false)
+                .is_empty()
+        );
+        let moves = leader_moves(&s, &BTreeSet::new(), |s| s.node == "gone-empty", |_| false);
+        assert_eq!(moves, [(s[0].clone(), String::new())], "no node to assign to: only the gone node's slice moves");
+        let moves = leader_moves(&s, &nodes, |s| s.node == "gone-empty", |s| s.index == 3);
+        assert_eq!(moves, [(s[0].clone(), "b".to_string())], "the free slice in use goes to nobody");
     }
 
     /// A model of slice mode without I/O: nodes ADD in a random order, each following [`next`] and taking the

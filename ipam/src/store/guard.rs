@@ -16,6 +16,8 @@ use json_patch::{
 };
 use serde_json::{Value, json};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
 use super::{AsRead, Claim, ReleaseRecord};
 use crate::crd::{IpAllocation, NodeSliceAllocation, OverlappingRangeIpReservation, SubInterfaceRecord};
 
@@ -36,11 +38,13 @@ pub enum Guard {
     RemoveSubInterface,
     /// A release record ahead of the clock rewritten while it still has the time read.
     RetimeRelease,
+    /// A NodeSlicePool's owner references rewritten while the object is still at the version read.
+    KeepOwners,
 }
 
 impl Guard {
     /// Every guarded write.
-    pub const ALL: [Guard; 7] = [
+    pub const ALL: [Guard; 8] = [
         Guard::AddEntry,
         Guard::ReplaceEntry,
         Guard::RemoveEntry,
@@ -48,6 +52,7 @@ impl Guard {
         Guard::MoveSlice,
         Guard::RemoveSubInterface,
         Guard::RetimeRelease,
+        Guard::KeepOwners,
     ];
 }
 
@@ -187,6 +192,15 @@ pub fn move_slice(index: usize, slice: &NodeSliceAllocation, to: &str) -> Patch 
             test(&format!("{path}/nodeName"), json!(slice.node_name)),
             replace(&format!("{path}/nodeName"), json!(to)),
         ],
+    )
+}
+
+/// Sets the owner references of an object to `kept` if it is still at `version`: whatever was added since (by
+/// another controller) is not dropped unseen.
+pub fn keep_owners(version: &str, kept: &[OwnerReference]) -> Patch {
+    guarded(
+        Guard::KeepOwners,
+        vec![test("/metadata/resourceVersion", json!(version)), add("/metadata/ownerReferences", json!(kept))],
     )
 }
 

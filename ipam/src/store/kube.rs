@@ -314,6 +314,16 @@ impl SliceStore for KubeStore {
         let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
         Ok(list.items)
     }
+
+    async fn keep_node_slices_owners(
+        &self,
+        name: &str,
+        version: &str,
+        kept: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::keep_owners(version, kept);
+        Self::guarded(&self.slices, NODE_SLICES, name, "rewrite owner references".into(), patch).await
+    }
 }
 
 impl CoreStore for KubeStore {

@@ -90,6 +90,7 @@ pub enum Op {
     CoreMetadata,
     SetPoolCooldown,
     RetimeRelease,
+    KeepNodeSlicesOwners,
 }
 
 impl Op {
@@ -730,5 +731,27 @@ impl SliceStore for MemoryStore {
 
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         self.call(Op::ListNodeSlices, "nodeslicepool", "*", |s| Ok(s.node_slices.values().cloned().collect())).await
+    }
+
+    async fn keep_node_slices_owners(
+        &self,
+        name: &str,
+        version: &str,
+        kept: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::keep_owners(version, kept);
+        refused_as_patched(
+            self.call(Op::KeepNodeSlicesOwners, "nodeslicepool", name, |s| {
+                let Some(stored) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
+                let mut object = stored.clone();
+                if let Err(refusal) = patch_object(&mut object, &Change::Guarded(&patch)) {
+                    return Ok(Patched::Refused(refusal));
+                }
+                object.metadata.resource_version = Some(s.bump());
+                s.node_slices.insert(name.to_string(), object);
+                Ok(Patched::Applied)
+            })
+            .await,
+        )
     }
 }

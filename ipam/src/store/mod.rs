@@ -372,6 +372,15 @@ pub trait SliceStore: Send + Sync {
 
     /// Every NodeSlicePool of the namespace.
     fn list_node_slices(&self) -> impl Future<Output = Result<Vec<NodeSlicePool>, StoreError>> + Send;
+
+    /// Sets the owner references of the NodeSlicePool `name` to `kept` if it is still at `version`
+    /// ([`guard::keep_owners`]).
+    fn keep_node_slices_owners(
+        &self,
+        name: &str,
+        version: &str,
+        kept: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 }
 
 /// The cloud sub-interface records of provider-backed pools (IaaS provider mode).

@@ -192,7 +192,7 @@ fn each_identity_is_granted_exactly_its_list() {
     assert_same("reconciler, pool namespace", &deploy::namespaced_rights(Identity::Restricted), &reconciler);
     let cluster = grants(&[
         ("", "pods", &["get", "list", "watch"], None),
-        ("", "nodes", &["list"], None),
+        ("", "nodes", &["list", "watch"], None),
         ("apps", "statefulsets", &["get"], None),
         // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
         ("events.k8s.io", "events", &["create", "patch"], None),

@@ -1,0 +1,264 @@
+//! The leader as the node-slice controller, over the store: frees the slices of Nodes that are gone once their
+//! pools have stayed empty for a grace period, gives a slice to each node it is told to (the nodes of a mixed fleet
+//! that run Whereabouts' CNI in fast IPAM, which never claims one), and drops owner references to
+//! NetworkAttachmentDefinitions from NodeSlicePools (Whereabouts' controller adds them; one naming a NAD of another
+//! namespace, or a NAD deleted while others of the network remain, lets the garbage collector delete the
+//! NodeSlicePool under live entries). Which Nodes exist is the caller's to say.
+//!
+//! A gone node's slice pool is deleted (only if it is still the empty object that was read) before its slice is
+//! freed: a borrower that read the pool earlier then fails its guarded patch, and an ADD of that node that
+//! re-creates the pool reads the slice again after writing its entry ([`super::add`]), so no entry can land where
+//! the slice's next owner would not see it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use super::plan::{self, Slice};
+use crate::cooldown;
+use crate::crd::NodeSlicePool;
+use crate::names;
+use crate::store::{Deleted, Patched, PoolStore, SliceStore, StoreError, Version};
+
+/// The kind whose owner references are dropped.
+const NAD_KIND: &str = "NetworkAttachmentDefinition";
+
+/// What one pass changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    /// Slices given to a node that had none.
+    pub assigned: usize,
+    /// Slices of gone nodes freed.
+    pub freed: usize,
+    /// NodeSlicePools whose NetworkAttachmentDefinition owner references were dropped.
+    pub unowned: usize,
+}
+
+/// The keeper's state: when each gone node's slice was first seen empty.
+#[derive(Debug)]
+pub struct Keeper<S> {
+    pub store: S,
+    /// How long a gone node's slice pool must stay empty before the slice is freed.
+    pub grace: Duration,
+    empty_since: HashMap<(String, String, String), Instant>,
+}
+
+impl<S: PoolStore + SliceStore> Keeper<S> {
+    pub fn new(store: S, grace: Duration) -> Self {
+        Self { store, grace, empty_since: HashMap::new() }
+    }
+
+    /// One pass over every NodeSlicePool of the namespace. `live`: the Nodes that exist; `assign`: those of them
+    /// to give a slice of each NodeSlicePool when they own none. A failure on one slice is logged and left to the
+    /// next pass.
+    pub async fn pass(&mut self, live: &BTreeSet<String>, assign: &BTreeSet<String>) -> Result<Kept, StoreError> {
+        let listed = self.store.list_node_slices().await?;
+        let mut kept = Kept::default();
+        let mut seen = BTreeSet::new();
+        for listing in &listed {
+            self.unown(listing, &mut kept).await;
+            self.keep(listing, live, assign, &mut kept, &mut seen).await;
+        }
+        self.empty_since.retain(|key, _| seen.contains(key));
+        Ok(kept)
+    }
+
+    async fn unown(&self, listing: &NodeSlicePool, kept: &mut Kept) {
+        let Some(owners) = &listing.metadata.owner_references else { return };
+        if !owners.iter().any(|o| o.kind == NAD_KIND) {
+            return;
+        }
+        let name = listing.metadata.name.clone().unwrap_or_default();
+        let version = listing.metadata.resource_version.clone().unwrap_or_default();
+        let others: Vec<_> = owners.iter().filter(|o| o.kind != NAD_KIND).cloned().collect();
+        match self.store.keep_node_slices_owners(&name, &version, &others).await {
+            Ok(Patched::Applied) => {
+                tracing::warn!(node_slices = %name,
+                    "dropped owner references to NetworkAttachmentDefinitions (Whereabouts' node-slice controller \
+                     adds them; it must not run beside hereabouts)");
+                kept.unowned += 1;
+            }
+            Ok(other) => tracing::debug!(node_slices = %name, ?other, "changed meanwhile; next pass"),
+            Err(e) => tracing::warn!(node_slices = %name, error = %e, "dropping owner references failed"),
+        }
+    }
+
+    async fn keep(
+        &mut self,
+        listing: &NodeSlicePool,
+        live: &BTreeSet<String>,
+        assign: &BTreeSet<String>,
+        kept: &mut Kept,
+        seen: &mut BTreeSet<(String, String, String)>,
+    ) {
+        let name = listing.metadata.name.clone().unwrap_or_default();
+        let slices = plan::slices_of(listing);
+        let mut freeable: HashMap<usize, Vec<(String, Version)>> = HashMap::new();
+        for slice in slices.iter().filter(|s| !s.node.is_empty() && !live.contains(&s.node)) {
+            let Some(empty) = self.empty_pools(&name, slice).await else { continue };
+            let key = (name.clone(), slice.cidr.to_string(), slice.node.clone());
+            seen.insert(key.clone());
+            let since = *self.empty_since.entry(key).or_insert_with(Instant::now);
+            if since.elapsed() >= self.grace {
+                freeable.insert(slice.index, empty);
+            }
+        }
+        let gone = |s: &Slice| freeable.contains_key(&s.index);
+        let needs_slice = assign.iter().any(|n| !slices.iter().any(|s| &s.node == n));
+        let in_use = if needs_slice { self.in_use(&name, &slices).await } else { None };
+        // the pools cannot be read: give nothing away this pass
+        let in_use = |s: &Slice| in_use.as_ref().is_none_or(|used| used.contains(&s.index));
+        for (slice, to) in plan::leader_moves(&slices, assign, gone, in_use) {
+            if let Some(empty) = freeable.get(&slice.index)
+                && !self.delete_empty(&name, &slice, empty).await
+            {
+                continue;
+            }
+            match self.store.move_slice(&name, slice.index, &slice.stored(), &to).await {
+                Ok(Patched::Applied) => {
+                    tracing::info!(node_slices = %name, slice = %slice.cidr, from = %slice.node, to = %to, "slice moved");
+                    kept.assigned += usize::from(!to.is_empty());
+                    kept.freed += usize::from(!slice.node.is_empty());
+                }
+                Ok(other) => tracing::debug!(node_slices = %name, slice = %slice.cidr, ?other, "changed meanwhile"),
+                Err(e) => {
+                    tracing::warn!(node_slices = %name, slice = %slice.cidr, error = %e, "moving the slice failed")
+                }
+            }
+        }
+    }
+
+    /// The free slices of `slices` that a pool still uses (a slice freed under its entries by another controller,
+    /// or listed free in a rebuilt NodeSlicePool), by index; `None` when the pools cannot be read.
+    async fn in_use(&self, node_slices: &str, slices: &[Slice]) -> Option<BTreeSet<usize>> {
+        let pools = match self.store.list_pools().await {
+            Ok(pools) => pools,
+            Err(e) => {
+                tracing::warn!(node_slices, error = %e, "cannot list the pools; no slice given this pass");
+                return None;
+            }
+        };
+        let now = crate::clock::now();
+        let mut used = BTreeSet::new();
+        for slice in slices.iter().filter(|s| s.node.is_empty()) {
+            let holders: Vec<_> =
+                [node_slices, ""].into_iter().flat_map(|n| plan::holders(&pools, n, slice.cidr, now)).collect();
+            if let Some(holder) = holders.first() {
+                tracing::warn!(node_slices, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
+                    "a free slice whose pool holds entries: given to nobody");
+                used.insert(slice.index);
+            }
+        }
+        Some(used)
+    }
+
+    /// The pools a gone node's `slice` may have (named for a named network, and for an unnamed one: the
+    /// NodeSlicePool's name is one or the other), with the version each was read at, if every one that exists is
+    /// empty; `None` when one holds entries, keeps an address cooling, or cannot be read. A pool's release
+    /// records go with it: freed while an address cools, the slice's next owner would hand that address out at once.
+    async fn empty_pools(&self, node_slices: &str, slice: &Slice) -> Option<Vec<(String, Version)>> {
+        let mut empty = Vec::new();
+        for network in [node_slices, ""] {
+            let pool_name = names::slice_pool_name(network, &slice.node, slice.cidr);
+            match self.store.get_pool(&pool_name).await {
+                Ok(None) => {}
+                Ok(Some(p))
+                    if p.spec.allocations.is_empty() && cooldown::cooling(&p, crate::clock::now()).is_empty() =>
+                {
+                    empty.push((pool_name, Version::of_meta(&p.metadata)))
+                }
+                Ok(Some(_)) => return None,
+                Err(e) => {
+                    tracing::warn!(pool = %pool_name, error = %e, "cannot read a gone node's slice pool");
+                    return None;
+                }
+            }
+        }
+        Some(empty)
+    }
+
+    /// Deletes the empty pools of a slice about to be freed, each only if unchanged since it was read.
+    async fn delete_empty(&self, node_slices: &str, slice: &Slice, pools: &[(String, Version)]) -> bool {
+        for (pool, version) in pools {
+            match self.store.delete_pool(pool, version).await {
+                Ok(Deleted::Deleted | Deleted::Missing) => {}
+                Ok(Deleted::Changed) => {
+                    tracing::info!(node_slices, slice = %slice.cidr, pool = %pool, "an entry arrived: slice kept");
+                    return false;
+                }
+                Err(e) => {
+                    tracing::warn!(node_slices, slice = %slice.cidr, pool = %pool, error = %e,
+                        "deleting the empty slice pool failed");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{IpAllocation, IpPool, IpPoolSpec, NodeSliceAllocation, NodeSlicePoolSpec};
+    use crate::store::MemoryStore;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn listing(owners: &[&str]) -> NodeSlicePool {
+        let spec = NodeSlicePoolSpec { range: "198.18.0.0/24".into(), slice_size: "26".into() };
+        let slices: Vec<NodeSliceAllocation> = ["0", "64", "128", "192"]
+            .iter()
+            .zip(owners)
+            .map(|(o, n)| NodeSliceAllocation { node_name: n.to_string(), slice_range: format!("198.18.0.{o}/26") })
+            .collect();
+        crate::store::node_slices_object("net", &spec, &slices)
+    }
+
+    fn owners(store: &MemoryStore) -> Vec<String> {
+        store.node_slices()[0].status.clone().unwrap().allocations.into_iter().map(|a| a.node_name).collect()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn slices_go_only_to_the_nodes_named_and_never_over_a_pool_in_use() {
+        let store = MemoryStore::new("ns");
+        store.put_node_slices(listing(&["a", "", "", ""]));
+        // a Whereabouts pool of the free second slice holds an entry (its slice was freed under it)
+        let entry = IpAllocation { id: "c".into(), podref: "ns/p".into(), ..IpAllocation::default() };
+        let spec = IpPoolSpec {
+            range: "198.18.0.64/26".into(),
+            allocations: [("1".into(), entry)].into(),
+            ..Default::default()
+        };
+        store.put_pool(IpPool::new("net-x-198.18.0.64-26", spec));
+        let mut keeper = Keeper::new(store.clone(), Duration::ZERO);
+        let live = set(&["a", "b", "c"]);
+        keeper.pass(&live, &BTreeSet::new()).await.unwrap();
+        assert_eq!(owners(&store), ["a", "", "", ""], "nobody asked");
+        let kept = keeper.pass(&live, &set(&["b", "c"])).await.unwrap();
+        assert_eq!(owners(&store), ["a", "", "b", "c"], "the slice in use is passed over");
+        assert_eq!(kept.assigned, 2);
+    }
+
+    #[tokio::test]
+    async fn owner_references_to_network_attachment_definitions_are_dropped() {
+        let store = MemoryStore::new("ns");
+        let mut owned = listing(&["a", "", "", ""]);
+        let reference = |kind: &str, name: &str| OwnerReference {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            ..OwnerReference::default()
+        };
+        owned.metadata.owner_references =
+            Some(vec![reference("NetworkAttachmentDefinition", "net-in-other-ns"), reference("ConfigMap", "keep")]);
+        store.put_node_slices(owned);
+        let kept = Keeper::new(store.clone(), Duration::ZERO).pass(&set(&["a"]), &BTreeSet::new()).await.unwrap();
+        assert_eq!(kept.unowned, 1);
+        let left = store.node_slices()[0].metadata.owner_references.clone().unwrap();
+        assert_eq!(left.iter().map(|o| o.kind.as_str()).collect::<Vec<_>>(), ["ConfigMap"]);
+    }
+}
