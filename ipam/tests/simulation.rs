@@ -18,7 +18,7 @@
 //! [`a_guard_less_one_test_is_caught`] proves that the simulation would see a wrong guard: with one `test` of a
 //! guarded patch taken away, it must find a counterexample.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +28,7 @@ use hereabouts_ipam::crd::IpPool;
 use hereabouts_ipam::reconcile::rules::PodView;
 use hereabouts_ipam::reconcile::{Cluster, Considered, Notice, Releaser, entries, reconcile_once};
 use hereabouts_ipam::routetable::{KernelTable, TableError};
+use hereabouts_ipam::slices::keep::Keeper;
 use hereabouts_ipam::store::guard::{Guard, mutants};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, MemoryStore, Rng};
 use hereabouts_ipam::store::{ConnectError, PoolStore};
@@ -497,6 +498,45 @@ async fn reconciler(
     }
 }
 
+/// The leader's node-slice controller, as a process that dies and restarts like any: every second or so a pass
+/// over the NodeSlicePools. node-2's Node object comes and goes while its kubelet keeps running (deleted by an
+/// operator, or a node name that differs from the Node's), so the keeper frees its empty slices under its ADDs:
+/// a stale owner re-creating its slice pool. In half the cases it also gives every live Node a slice (a mixed
+/// fleet's `--assign-slices-to`). Now and then a NodeSlicePool is lost (a manual delete, the garbage collector)
+/// and the next ADD rebuilds it.
+async fn slice_keeper(world: Arc<World>, stop: tokio::sync::watch::Receiver<bool>) {
+    let assign_all = world.rng.lock().unwrap().chance(0.5);
+    let mut node_2_exists = true;
+    let mut incarnation = 0;
+    while !*stop.borrow() {
+        incarnation += 1;
+        let store = world.process(&format!("keeper-{incarnation}"));
+        let mut keeper = Keeper::new(store.clone(), Duration::from_secs(2));
+        let passes = 1 + world.rng.lock().unwrap().below(20);
+        let run = async {
+            for _ in 0..passes {
+                let pause = 200 + world.rng.lock().unwrap().below(1_500);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                if world.rng.lock().unwrap().chance(0.15) {
+                    node_2_exists = !node_2_exists;
+                }
+                let live: BTreeSet<String> =
+                    (0..3).filter(|n| *n != 2 || node_2_exists).map(|n| format!("node-{n}")).collect();
+                let assign = if assign_all { live.clone() } else { BTreeSet::new() };
+                let _ = keeper.pass(&live, &assign).await;
+                if world.rng.lock().unwrap().chance(0.03) {
+                    let lost = if world.rng.lock().unwrap().chance(0.5) { "net-d" } else { "net-g" };
+                    world.base.force_delete_node_slices(lost);
+                }
+                if store.is_dead() {
+                    return;
+                }
+            }
+        };
+        let _ = as_process(run).await;
+    }
+}
+
 /// What the node loop does on pod deletions: judge each entry naming the pod, told its UID is gone. Returns the
 /// deletions to try again.
 async fn node_loop(releaser: &Releaser<MemoryStore, SimCluster>, gone: Vec<(String, String)>) -> Vec<(String, String)> {
@@ -637,6 +677,7 @@ fn run_case_counted(seed: u64, rate: f64, scripts: Vec<PodScript>, counted: bool
         });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let reconciler = tokio::spawn(reconciler(world.clone(), gone_rx, stop_rx.clone()));
+        let keeper = tokio::spawn(slice_keeper(world.clone(), stop_rx.clone()));
         let checker = tokio::spawn(checker(world.clone(), stop_rx));
         let mut pods = tokio::task::JoinSet::new();
         for (i, script) in scripts.into_iter().enumerate() {
@@ -645,6 +686,7 @@ fn run_case_counted(seed: u64, rate: f64, scripts: Vec<PodScript>, counted: bool
         while pods.join_next().await.is_some() {}
         stop_tx.send(true).unwrap();
         reconciler.await.map_err(|e| e.to_string())?;
+        keeper.await.map_err(|e| e.to_string())?;
         checker.await.map_err(|e| e.to_string())?;
         // late teardowns of failed sandboxes end within their own budgets
         tokio::time::sleep(KILL_AFTER * 4).await;

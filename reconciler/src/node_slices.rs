@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use hereabouts_ipam::crd::NodeSlicePool;
 use hereabouts_ipam::slices::keep::{Keeper, Kept};
 use hereabouts_ipam::store::{Store, StoreError};
 use k8s_openapi::api::core::v1::Node;
@@ -70,14 +71,34 @@ pub async fn run<S: Store>(
 ) {
     let joined = Arc::new(Notify::new());
     if let Some(selector) = keeper.assign_to.clone() {
-        tokio::spawn(watch_joins(keeper.nodes.clone(), selector, joined.clone(), shutdown.clone()));
+        let nodes: Api<PartialObjectMeta<Node>> = Api::all(keeper.nodes.clone().into_client());
+        let config = watcher::Config::default().labels(&selector);
+        tokio::spawn(watch_new(nodes, config, joined.clone(), shutdown.clone()));
+        // a NodeSlicePool a node's first ADD just created has slices to give too
+        let listings: Api<PartialObjectMeta<NodeSlicePool>> =
+            Api::namespaced(keeper.nodes.clone().into_client(), keeper.keeper.store.namespace());
+        tokio::spawn(watch_new(listings, watcher::Config::default(), joined.clone(), shutdown.clone()));
     }
     let mut failing: Option<String> = None;
+    // something appeared that this instance could not act on yet (not the leader yet): look again shortly
+    let mut pending = false;
     loop {
+        let retry = async {
+            if pending {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             turn = leadership.next_turn(every, &shutdown) => if !turn { return },
-            () = joined.notified() => if !leadership.is_leader() { continue },
+            () = joined.notified() => pending = true,
+            () = retry => {}
         }
+        if !leadership.is_leader() {
+            continue;
+        }
+        pending = false;
         match keeper.pass().await {
             Ok(kept) => {
                 failing = None;
@@ -101,11 +122,13 @@ pub async fn run<S: Store>(
     }
 }
 
-/// Wakes the keeper when a Node matching `selector` appears that was not there before.
-async fn watch_joins(nodes: Api<Node>, selector: String, joined: Arc<Notify>, shutdown: CancellationToken) {
-    let config = watcher::Config::default().labels(&selector);
-    let nodes: Api<PartialObjectMeta<Node>> = Api::all(nodes.into_client());
-    let mut events = watcher::watcher(nodes, config).default_backoff().boxed();
+/// Wakes the keeper when an object `api` and `config` select appears that was not there before (a Node that
+/// joins, a NodeSlicePool just created).
+async fn watch_new<K>(api: Api<K>, config: watcher::Config, joined: Arc<Notify>, shutdown: CancellationToken)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
     let mut known: BTreeSet<String> = BTreeSet::new();
     let mut listing: BTreeSet<String> = BTreeSet::new();
     loop {
@@ -115,10 +138,10 @@ async fn watch_joins(nodes: Api<Node>, selector: String, joined: Arc<Notify>, sh
         };
         match event {
             None => return,
-            Some(Err(e)) => tracing::debug!(error = %e, "node watch failed; retrying"),
+            Some(Err(e)) => tracing::debug!(error = %e, "watch failed; retrying"),
             Some(Ok(watcher::Event::Init)) => listing.clear(),
-            Some(Ok(watcher::Event::InitApply(node))) => {
-                listing.extend(node.metadata.name);
+            Some(Ok(watcher::Event::InitApply(object))) => {
+                listing.extend(object.meta().name.clone());
             }
             Some(Ok(watcher::Event::InitDone)) => {
                 let new = listing.iter().any(|n| !known.contains(n));
@@ -127,16 +150,16 @@ async fn watch_joins(nodes: Api<Node>, selector: String, joined: Arc<Notify>, sh
                     joined.notify_one();
                 }
             }
-            Some(Ok(watcher::Event::Apply(node))) => {
-                if let Some(name) = node.metadata.name
+            Some(Ok(watcher::Event::Apply(object))) => {
+                if let Some(name) = object.meta().name.clone()
                     && known.insert(name)
                 {
                     joined.notify_one();
                 }
             }
-            Some(Ok(watcher::Event::Delete(node))) => {
-                if let Some(name) = node.metadata.name {
-                    known.remove(&name);
+            Some(Ok(watcher::Event::Delete(object))) => {
+                if let Some(name) = &object.meta().name {
+                    known.remove(name);
                 }
             }
         }

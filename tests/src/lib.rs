@@ -23,6 +23,7 @@ pub mod reconciler;
 pub mod runtime;
 pub mod testenv;
 pub mod wait;
+pub mod whereabouts_controller;
 
 pub use cluster::{Identity, TestCluster};
 /// The CRD manifests rendered from the types and the daemon-less image writer, from the release tooling

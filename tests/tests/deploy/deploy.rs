@@ -185,7 +185,7 @@ fn each_identity_is_granted_exactly_its_list() {
     let reconciler = grants(&[
         (W, "ippools", &["get", "list", "watch", "patch", "delete"], None),
         (W, "overlappingrangeipreservations", &["get", "list", "watch", "create", "delete"], None),
-        (W, "nodeslicepools", &["list", "patch"], None),
+        (W, "nodeslicepools", &["list", "watch", "patch"], None),
         ("coordination.k8s.io", "leases", &["get", "update"], Some(deploy::LEASE_NAME)),
         ("", "serviceaccounts/token", &["create"], Some(deploy::CNI_NAME)),
     ]);

@@ -9,5 +9,6 @@
 //! `cargo test -p hereabouts-tests --test slices`; one module: `... --test slices -- whereabouts_compat::`.
 //! `tests/README.md` lists every test binary.
 
+mod ownership;
 mod slices;
 mod whereabouts_compat;
