@@ -48,6 +48,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let mut slices = self.read_slices(&name).await?;
         let (preferred, mut read) = self.find_mine(&slices).await?;
         let mut full: BTreeSet<IpNet> = BTreeSet::new();
+        let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
         let mut claims = 0;
         let mut cooling = None;
@@ -60,7 +61,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                 Some(ip) => self.requested_next(&slices, ip)?,
                 None => {
                     let may_borrow = self.who.kube.overlapping_ranges;
-                    slices::next(&slices, self.node(), &full, preferred, may_borrow, seed >> 16)
+                    slices::next(&slices, self.node(), &full, &unclaimable, preferred, may_borrow, seed >> 16)
                 }
             };
             match next {
@@ -106,9 +107,11 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         .map_err(|_| IpamError::Expired(format!("node slices {name}: claim a slice")))?;
                     claims += 1;
                     if let Some(holder) = self.held_elsewhere(slice.cidr).await? {
-                        tracing::warn!(node_slices = name, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
-                            "a free slice whose pool of another node holds entries: not claimed");
-                        full.insert(slice.cidr);
+                        // most often another node claimed it since the slices were read: read them again
+                        tracing::info!(node_slices = name, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
+                            "a slice listed free whose pool of another node holds entries: not claimed");
+                        unclaimable.insert(slice.cidr);
+                        slices = self.read_slices(&name).await?;
                         continue;
                     }
                     self.claim(&name, &slice).await?;
@@ -193,10 +196,11 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             // as the config spells it: Whereabouts' controller compares the strings, and re-slices on a difference
             let spec =
                 NodeSlicePoolSpec { range: names::range_string(cidr), slice_size: self.size.as_str().to_string() };
-            // a NodeSlicePool may be lost while its slice pools hold entries: their owners keep their slices
+            // a NodeSlicePool may be lost while its slice pools hold entries: this node's stay its own
             let pools = self.list_pools().await?;
-            let slices = slices::rebuilt(cidr, self.size.prefix(), self.network_name(), &pools, clock::now())
-                .map_err(|e| IpamError::SliceMismatch { name: name.to_string(), message: e.to_string() })?;
+            let slices =
+                slices::rebuilt(cidr, self.size.prefix(), self.network_name(), self.node(), &pools, clock::now())
+                    .map_err(|e| IpamError::SliceMismatch { name: name.to_string(), message: e.to_string() })?;
             let created = self
                 .budget
                 .retry(StoreError::is_transient, || self.store.create_node_slices(name, &spec, &slices))

@@ -1,5 +1,6 @@
 //! The leader as the node-slice controller, over the store: frees the slices of Nodes that are gone once their
-//! pools have stayed empty for a grace period, gives a slice to each node it is told to (the nodes of a mixed fleet
+//! pools have stayed empty for a grace period, gives a free slice whose pools hold entries back to their node (a
+//! NodeSlicePool lost and re-created lists only the creating node's slices), gives a slice to each node it is told to (the nodes of a mixed fleet
 //! that run Whereabouts' CNI in fast IPAM, which never claims one), and drops owner references to
 //! NetworkAttachmentDefinitions from NodeSlicePools (Whereabouts' controller adds them; one naming a NAD of another
 //! namespace, or a NAD deleted while others of the network remain, lets the garbage collector delete the
@@ -10,7 +11,7 @@
 //! re-creates the pool reads the slice again after writing its entry ([`super::add`]), so no entry can land where
 //! the slice's next owner would not see it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::plan::{self, Slice};
@@ -29,6 +30,8 @@ pub struct Kept {
     pub assigned: usize,
     /// Slices of gone nodes freed.
     pub freed: usize,
+    /// Free slices given back to the node whose pool of them holds entries.
+    pub returned: usize,
     /// NodeSlicePools whose NetworkAttachmentDefinition owner references were dropped.
     pub unowned: usize,
 }
@@ -103,11 +106,22 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
             }
         }
         let gone = |s: &Slice| freeable.contains_key(&s.index);
-        let needs_slice = assign.iter().any(|n| !slices.iter().any(|s| &s.node == n));
-        let in_use = if needs_slice { self.in_use(&name, &slices).await } else { None };
+        let used = if slices.iter().any(|s| s.node.is_empty()) { self.in_use(&name, &slices).await } else { None };
+        // a free slice whose pools are all one node's goes back to that node (a NodeSlicePool lost and re-created
+        // by a node's ADD lists only that node's slices; another controller may have freed it under its entries)
+        let returned: Vec<(Slice, String)> = used
+            .iter()
+            .flatten()
+            .filter_map(|(index, holders)| {
+                let node = &holders.first()?.node;
+                let slice = slices.iter().find(|s| s.index == *index)?;
+                holders.iter().all(|h| &h.node == node).then(|| (slice.clone(), node.clone()))
+            })
+            .collect();
         // the pools cannot be read: give nothing away this pass
-        let in_use = |s: &Slice| in_use.as_ref().is_none_or(|used| used.contains(&s.index));
-        for (slice, to) in plan::leader_moves(&slices, assign, gone, in_use) {
+        let in_use = |s: &Slice| used.as_ref().is_none_or(|used| used.contains_key(&s.index));
+        let moves = plan::leader_moves(&slices, assign, gone, in_use);
+        for (slice, to) in returned.into_iter().chain(moves) {
             if let Some(empty) = freeable.get(&slice.index)
                 && !self.delete_empty(&name, &slice, empty).await
             {
@@ -116,7 +130,9 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
             match self.store.move_slice(&name, slice.index, &slice.stored(), &to).await {
                 Ok(Patched::Applied) => {
                     tracing::info!(node_slices = %name, slice = %slice.cidr, from = %slice.node, to = %to, "slice moved");
-                    kept.assigned += usize::from(!to.is_empty());
+                    let returned = used.as_ref().is_some_and(|u| u.contains_key(&slice.index));
+                    kept.returned += usize::from(returned);
+                    kept.assigned += usize::from(!to.is_empty() && !returned);
                     kept.freed += usize::from(!slice.node.is_empty());
                 }
                 Ok(other) => tracing::debug!(node_slices = %name, slice = %slice.cidr, ?other, "changed meanwhile"),
@@ -127,9 +143,10 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
         }
     }
 
-    /// The free slices of `slices` that a pool still uses (a slice freed under its entries by another controller,
-    /// or listed free in a rebuilt NodeSlicePool), by index; `None` when the pools cannot be read.
-    async fn in_use(&self, node_slices: &str, slices: &[Slice]) -> Option<BTreeSet<usize>> {
+    /// The free slices of `slices` that a pool still uses (listed free in a NodeSlicePool re-created after it was
+    /// lost, or freed under its entries by another controller), by index, with the pools that use each; `None` when
+    /// the pools cannot be read.
+    async fn in_use(&self, node_slices: &str, slices: &[Slice]) -> Option<BTreeMap<usize, Vec<plan::Holder>>> {
         let pools = match self.store.list_pools().await {
             Ok(pools) => pools,
             Err(e) => {
@@ -138,14 +155,18 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
             }
         };
         let now = crate::clock::now();
-        let mut used = BTreeSet::new();
+        let mut used = BTreeMap::new();
         for slice in slices.iter().filter(|s| s.node.is_empty()) {
-            let holders: Vec<_> =
-                [node_slices, ""].into_iter().flat_map(|n| plan::holders(&pools, n, slice.cidr, now)).collect();
-            if let Some(holder) = holders.first() {
-                tracing::warn!(node_slices, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
-                    "a free slice whose pool holds entries: given to nobody");
-                used.insert(slice.index);
+            // a pool named for the network, else one of an unnamed network (its NodeSlicePool named after its
+            // config): each pool read one way
+            let mut holders = plan::holders(&pools, node_slices, slice.cidr, now);
+            let unnamed = plan::holders(&pools, "", slice.cidr, now);
+            holders
+                .extend(unnamed.into_iter().filter(|u| !holders.iter().any(|h| h.pool == u.pool)).collect::<Vec<_>>());
+            if !holders.is_empty() {
+                let nodes: BTreeSet<&str> = holders.iter().map(|h| h.node.as_str()).collect();
+                tracing::warn!(node_slices, slice = %slice.cidr, nodes = ?nodes, "a free slice whose pools hold entries");
+                used.insert(slice.index, holders);
             }
         }
         Some(used)
@@ -222,7 +243,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn slices_go_only_to_the_nodes_named_and_never_over_a_pool_in_use() {
+    async fn slices_go_only_to_the_nodes_named_and_a_slice_in_use_back_to_its_pools_node() {
         let store = MemoryStore::new("ns");
         store.put_node_slices(listing(&["a", "", "", ""]));
         // a Whereabouts pool of the free second slice holds an entry (its slice was freed under it)
@@ -234,11 +255,12 @@ mod tests {
         };
         store.put_pool(IpPool::new("net-x-198.18.0.64-26", spec));
         let mut keeper = Keeper::new(store.clone(), Duration::ZERO);
-        let live = set(&["a", "b", "c"]);
-        keeper.pass(&live, &BTreeSet::new()).await.unwrap();
-        assert_eq!(owners(&store), ["a", "", "", ""], "nobody asked");
+        let live = set(&["a", "b", "c", "x"]);
+        let kept = keeper.pass(&live, &BTreeSet::new()).await.unwrap();
+        assert_eq!(owners(&store), ["a", "x", "", ""], "nobody asked; the slice in use goes back to x");
+        assert_eq!((kept.returned, kept.assigned), (1, 0));
         let kept = keeper.pass(&live, &set(&["b", "c"])).await.unwrap();
-        assert_eq!(owners(&store), ["a", "", "b", "c"], "the slice in use is passed over");
+        assert_eq!(owners(&store), ["a", "x", "b", "c"]);
         assert_eq!(kept.assigned, 2);
     }
 

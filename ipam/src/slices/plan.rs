@@ -94,21 +94,26 @@ pub fn holders(pools: &[IpPool], network_name: &str, cidr: IpNet, now: Timestamp
     found
 }
 
-/// The slices of a lost NodeSlicePool, rebuilt from the slice pools of its network: a slice whose pool holds
-/// something belongs to that pool's node (the first by pool name, if two do), the rest are free. Created all free
-/// instead, the next node to claim a slice would hand out addresses live pods hold.
+/// The slices of a lost NodeSlicePool as `node` re-creates it from the slice pools of its network: a slice whose
+/// pool of `node` holds something is its own again, the rest are listed free. A node may write only its own
+/// slices (the admission policy holds its token to that); the other nodes' slices in use stay theirs through the
+/// checks on every claim ([`holders`]) until the leader gives them back.
 pub fn rebuilt(
     range: IpNet,
     prefix: u8,
     network_name: &str,
+    node: &str,
     pools: &[IpPool],
     now: Timestamp,
 ) -> Result<Vec<NodeSliceAllocation>, SliceError> {
     Ok(divide(range, prefix)?
         .into_iter()
-        .map(|cidr| NodeSliceAllocation {
-            node_name: holders(pools, network_name, cidr, now).into_iter().next().map(|h| h.node).unwrap_or_default(),
-            slice_range: names::range_string(cidr),
+        .map(|cidr| {
+            let own = holders(pools, network_name, cidr, now).iter().any(|h| h.node == node);
+            NodeSliceAllocation {
+                node_name: if own { node.to_string() } else { String::new() },
+                slice_range: names::range_string(cidr),
+            }
         })
         .collect())
 }
@@ -126,7 +131,8 @@ pub enum Next {
     Full,
 }
 
-/// The next slice to try for `node`, given the slices known to be full in this invocation. `seed` spreads
+/// The next slice to try for `node`, given the slices known to be full in this invocation and the free ones found
+/// in use by another node's pool (`unclaimable`). `seed` spreads
 /// concurrent nodes over the free slices they claim and the slices they borrow from, so they do not all race for
 /// the lowest one. The slice holding `preferred` (the attachment's entry, found before; own or borrowed) comes
 /// first, then the node's own slices in list order (the pool of the first stays warm). Borrowing only when
@@ -136,6 +142,7 @@ pub fn next(
     slices: &[Slice],
     node: &str,
     full: &BTreeSet<IpNet>,
+    unclaimable: &BTreeSet<IpNet>,
     preferred: Option<IpNet>,
     may_borrow: bool,
     seed: u64,
@@ -149,8 +156,8 @@ pub fn next(
     if let Some(s) = own.first() {
         return Next::Own((*s).clone());
     }
-    // a free slice found in use (another node's pool of it holds entries) is passed over like a full one
-    let free: Vec<&Slice> = slices.iter().filter(|s| s.node.is_empty()).filter(open).collect();
+    // a free slice found in use (another node's pool of it holds entries) is not claimed
+    let free: Vec<&Slice> = slices.iter().filter(|s| s.node.is_empty() && !unclaimable.contains(&s.cidr)).collect();
     if let Some(s) = pick(&free, seed) {
         return Next::Claim(s.clone());
     }
@@ -207,6 +214,10 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn none_claimed() -> BTreeSet<IpNet> {
+        BTreeSet::new()
+    }
+
     fn mk(list: &[(&str, &str)]) -> Vec<Slice> {
         list.iter().enumerate().map(|(index, (c, n))| Slice { index, cidr: net(c), node: n.to_string() }).collect()
     }
@@ -227,21 +238,28 @@ mod tests {
     fn own_slices_first_then_a_free_one_then_borrow() {
         let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "a")]);
         let none = BTreeSet::new();
-        assert_eq!(next(&s, "a", &none, None, true, 7), Next::Own(s[0].clone()));
-        assert_eq!(next(&s, "a", &none, Some(net("10.0.0.192/26")), true, 7), Next::Own(s[3].clone()));
+        assert_eq!(next(&s, "a", &none, &none_claimed(), None, true, 7), Next::Own(s[0].clone()));
+        assert_eq!(next(&s, "a", &none, &none_claimed(), Some(net("10.0.0.192/26")), true, 7), Next::Own(s[3].clone()));
         let full: BTreeSet<IpNet> = [net("10.0.0.0/26"), net("10.0.0.192/26")].into();
-        assert_eq!(next(&s, "a", &full, None, true, 7), Next::Claim(s[1].clone()));
-        assert_eq!(next(&s, "c", &none, None, true, 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "a", &full, &none_claimed(), None, true, 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "c", &none, &none_claimed(), None, true, 7), Next::Claim(s[1].clone()));
         let mut taken = s.clone();
         taken[1].node = "b".into();
-        match next(&taken, "a", &full, None, true, 7) {
+        match next(&taken, "a", &full, &none_claimed(), None, true, 7) {
             Next::Borrow(s) => assert_eq!(s.node, "b", "{s:?}"),
             other => panic!("no free slice and a's are full: borrow, not {other:?}"),
         }
-        assert_eq!(next(&taken, "a", &full, None, false, 7), Next::Full, "no reservations, no borrowing");
-        assert_eq!(next(&taken, "a", &none, Some(net("10.0.0.128/26")), true, 7), Next::Borrow(taken[2].clone()));
+        assert_eq!(
+            next(&taken, "a", &full, &none_claimed(), None, false, 7),
+            Next::Full,
+            "no reservations, no borrowing"
+        );
+        assert_eq!(
+            next(&taken, "a", &none, &none_claimed(), Some(net("10.0.0.128/26")), true, 7),
+            Next::Borrow(taken[2].clone())
+        );
         let all: BTreeSet<IpNet> = s.iter().map(|s| s.cidr).collect();
-        assert_eq!(next(&taken, "a", &all, None, true, 7), Next::Full);
+        assert_eq!(next(&taken, "a", &all, &none_claimed(), None, true, 7), Next::Full);
     }
 
     #[test]
@@ -288,7 +306,7 @@ mod tests {
             let mut full = BTreeSet::new();
             let got = loop {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                match next(&slices, &node, &full, None, true, seed >> 33) {
+                match next(&slices, &node, &full, &BTreeSet::new(), None, true, seed >> 33) {
                     Next::Own(s) | Next::Borrow(s) => {
                         let sub = parent.slice(s.cidr);
                         let free = sub.as_ref().and_then(|sub| {
