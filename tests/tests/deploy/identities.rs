@@ -586,11 +586,14 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             assert!(pools.get_opt(&held).await.unwrap().is_some());
         }
         Job::MintCniToken => {
+            // the token is bound to the node's Node
+            mk_node(&fx.node).create(&fx.admin).await;
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("token"), fx.cluster.token(Identity::Restricted)).unwrap();
             std::fs::write(dir.path().join("ca.crt"), fx.cluster.ca_pem()).unwrap();
             let out = Command::new(workspace_bin("hereabouts-reconciler"))
                 .env_clear()
+                .env("NODE_NAME", &fx.node)
                 .args(["install-cni", "--once", "--server", fx.cluster.server(), "--namespace", &fx.ns])
                 .arg("--source-binary")
                 .arg(workspace_bin("hereabouts"))
