@@ -178,6 +178,11 @@ impl TestCluster {
         client_for(&self.server, &self.ca_pem, id, self.token(id)).await.expect("build a kube client")
     }
 
+    /// A client that authenticates with `token` (a ServiceAccount's, from the TokenRequest API), kube's retries off.
+    pub async fn client_with_token(&self, token: &str) -> Client {
+        client_for(&self.server, &self.ca_pem, Identity::Nobody, token).await.expect("build a kube client")
+    }
+
     /// A client for [`Identity::Admin`].
     pub async fn admin(&self) -> Client {
         self.client(Identity::Admin).await
