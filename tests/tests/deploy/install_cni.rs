@@ -748,26 +748,18 @@ async fn the_host_token_is_bound_to_the_node_and_dies_with_it() {
     assert_eq!(fs::read(host.kubeconfig()).unwrap(), bytes, "the kubeconfig is left as it was");
 }
 
-/// Without the node's name there is no Node to bind the token to: install-cni refuses to start, says which
-/// variable to set, and writes nothing.
-#[test]
-fn without_a_node_name_install_cni_refuses_to_start_and_writes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let host = Host {
-        dir,
-        layout: Layout::Plain,
-        generation: 0,
-        namespace: "pools".into(),
-        server: "https://192.0.2.10:6443".into(),
-        node: String::new(),
-    };
-    fs::create_dir(host.path("sa")).unwrap();
-    fs::write(host.sa("token"), "a-token").unwrap();
-    fs::write(host.sa("ca.crt"), other_ca_pem("ca")).unwrap();
-    fs::write(host.sa("namespace"), "pools").unwrap();
-    let out = host.run_once(&["--server", "https://192.0.2.10:6443"], &[]);
+/// Without the node's name there is no Node to bind the token to: install-cni refuses to start, though it could
+/// mint a token bound to nothing, says which variable to set, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_node_name_install_cni_refuses_to_start_and_writes_nothing() {
+    let (_cl, mut host, server) = once_host("install-nonode").await;
+    host.node = String::new();
+    let out = host.run_once(&["--server", &server], &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "install-cni started without a node name:\n{stderr}");
-    assert!(stderr.contains("--node-name (NODE_NAME"), "the message names the setting:\n{stderr}");
+    assert!(
+        stderr.contains("--node-name (NODE_NAME") && stderr.contains("bound to this node's Node"),
+        "the message names the setting and why:\n{stderr}"
+    );
     assert!(!host.kubeconfig().exists() && !host.flat_file().exists() && !host.binary().exists(), "nothing written");
 }
