@@ -250,7 +250,8 @@ async fn a_token_bound_to_no_node_writes_nothing_and_no_token_reads_a_pod() {
 /// Nodes A and B allocate in one pool (with a reuse cooldown, so releases write records). B can neither release
 /// A's address — not with a DEL naming A's container, nor with the plugin's guarded removal — nor rewrite A's entry
 /// for another pod, nor add an entry in A's name, nor write a release record of an entry it does not remove, nor
-/// change the pool; it cannot delete A's reservation or create one in A's name. A and B each release their own.
+/// change the pool; it cannot delete A's reservation or create one in A's name. A and B each release their own
+/// (B's GC, then A's DEL).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_writes_only_its_own_entries_and_reservations() {
     let (admin, _guard) = shipped().await;
@@ -299,6 +300,19 @@ async fn a_node_writes_only_its_own_entries_and_reservations() {
     let claim = Claim { spec: of_a.spec.clone(), node: "entries-a".into(), at: k8s_openapi::jiff::Timestamp::now() };
     let what = "B creates a reservation in A's name";
     refused(as_b.create_reservation("entries-198.18.101.77", &claim).await, "entries-b", what);
+
+    // GC on B with no attachment left, once the entries are older than any ADD: B's own entry goes, A's stays
+    let aged = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(600)).to_string();
+    let all: serde_json::Map<String, Value> =
+        [offset_a, 2].iter().map(|o| (o.to_string(), json!({"allocated": aged}))).collect();
+    let age = Patch::Merge(json!({"spec": {"allocations": all}}));
+    Api::<IpPool>::namespaced(admin.clone(), KS).patch(&pool, &PatchParams::default(), &age).await.unwrap();
+    let mut gc = on_b.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = run(&gc, "GC", "", "").await;
+    assert!(out.success, "GC: {}\n{}", out.stdout, out.stderr);
+    let left: Vec<String> = entries(&admin, range).await.into_iter().map(|(_, _, e)| e.podref).collect();
+    assert_eq!(left, [format!("{KS}/pod-a")], "GC on B released B's entry only: {}", out.stderr);
 
     // each releases its own, the release records and all
     assert!(run(&on_a, "DEL", "pod-a", "ca").await.success);
