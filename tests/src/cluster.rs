@@ -178,6 +178,11 @@ impl TestCluster {
         client_for(&self.server, &self.ca_pem, id, self.token(id)).await.expect("build a kube client")
     }
 
+    /// A client that authenticates with `token` (a ServiceAccount's, from the TokenRequest API), kube's retries off.
+    pub async fn client_with_token(&self, token: &str) -> Client {
+        client_for(&self.server, &self.ca_pem, Identity::Nobody, token).await.expect("build a kube client")
+    }
+
     /// A client for [`Identity::Admin`].
     pub async fn admin(&self) -> Client {
         self.client(Identity::Admin).await
@@ -376,6 +381,8 @@ async fn start(service_accounts: bool) -> anyhow::Result<TestCluster> {
         .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
         .arg(format!("--service-account-key-file={}", p("sa.pub")))
         .arg(format!("--service-account-signing-key-file={}", p("sa.key")))
+        // install-cni binds the host's token to a Node: ServiceAccountTokenNodeBinding (and its validation, and the
+        // node claims of pod tokens) are GA and locked on in this kube-apiserver (1.37), so no --feature-gates
         // virtual service IPs only: nothing is ever sent to them
         .arg("--service-cluster-ip-range=10.0.0.0/24")
         // the `kubernetes` Endpoints would carry 127.0.0.1, which validation rejects

@@ -1,6 +1,7 @@
 //! `deploy/daemonset.yaml` as the tests see it: the objects in order, typed accessors for the ones tests look
 //! into, the rights of its two identities, and ways to apply them to the test control plane — as written, or
-//! with one verb taken away.
+//! with one verb taken away. The chart rendered with other values ([`render`]) holds the objects the default
+//! leaves out (the CNI's value-gated ClusterRoles); [`apply_chart`] applies a render as it is, every object.
 //!
 //! The manifest's Roles live in the pool namespace, and tests use a namespace each: [`apply_role`] puts a Role and
 //! its binding into a test namespace with the rules exactly as written, binding the manifest's ServiceAccounts
@@ -9,8 +10,9 @@
 //! is cluster-wide and one control plane serves a whole test binary: hold the guard [`cluster_rbac`] or
 //! [`cluster_rbac_without`] return for as long as the test relies on it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -20,15 +22,16 @@ use k8s_openapi::api::authentication::v1::{
     BoundObjectReference, SelfSubjectReview, TokenRequest, TokenRequestSpec, UserInfo,
 };
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
-    SubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SelfSubjectRulesReview,
+    SelfSubjectRulesReviewSpec, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
-use kube::core::Resource;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::{GroupVersionKind, Resource};
+use kube::discovery::{self, Scope};
 use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -48,10 +51,20 @@ pub const NAME: &str = "hereabouts";
 /// The CNI plugin's ServiceAccount, Role and RoleBinding.
 pub const CNI_NAME: &str = "hereabouts-cni";
 
-/// The CNI plugin's one cluster-wide grant (ClusterRole and ClusterRoleBinding): creating Events on pods.
+/// The CNI plugin's cluster-wide grant (ClusterRole and ClusterRoleBinding) with the chart's `cni.providerEvents`:
+/// creating Events on pods.
 pub const CNI_EVENTS_NAME: &str = "hereabouts-cni-events";
-/// The CNI plugin's ClusterRole (and binding) for ranges chosen per pod or node: get pods, namespaces, nodes.
+/// The CNI plugin's ClusterRole (and binding) with the chart's `cni.rangeChoice`, for ranges chosen per pod or
+/// node: get pods, namespaces, nodes.
 pub const CNI_RANGES_NAME: &str = "hereabouts-cni-ranges";
+/// The chart's values that add the CNI's ClusterRoles.
+pub const CNI_EVENTS_VALUE: &str = "cni.providerEvents=true";
+pub const CNI_RANGES_VALUE: &str = "cni.rangeChoice=true";
+
+/// The ValidatingAdmissionPolicy (and binding) confining each node's CNI token to its node's entries.
+pub const NODE_POLICY_NAME: &str = "hereabouts-cni-node";
+/// The ValidatingAdmissionPolicy (and binding) letting install-cni on a node mint only that node's token.
+pub const TOKEN_POLICY_NAME: &str = "hereabouts-cni-token";
 
 /// The reconcilers' leader-election Lease, created by the manifest.
 pub const LEASE_NAME: &str = "hereabouts-reconciler";
@@ -71,6 +84,43 @@ pub fn manifest() -> Vec<Value> {
     let path = path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     parse(&text).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()))
+}
+
+/// `helm template` of the chart in `deploy/chart` with `set` (`--set-string key=value` each), as objects in order;
+/// with no values that is the manifest. Rendered once per set of values.
+pub fn render(set: &[&str]) -> Vec<Value> {
+    static RENDERS: OnceLock<Mutex<BTreeMap<Vec<String>, Vec<Value>>>> = OnceLock::new();
+    let key: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+    let renders = RENDERS.get_or_init(Default::default);
+    if let Some(objects) = renders.lock().unwrap().get(&key) {
+        return objects.clone();
+    }
+    let chart = testenv::repo_root().join("deploy/chart");
+    let mut cmd = std::process::Command::new(testenv::tool("helm"));
+    cmd.args(["template", "hereabouts"]).arg(&chart);
+    for value in set {
+        cmd.args(["--set-string", value]);
+    }
+    let scratch = std::env::temp_dir();
+    let out = cmd
+        .env("HELM_CACHE_HOME", scratch.join("hereabouts-helm-cache"))
+        .env("HELM_CONFIG_HOME", scratch.join("hereabouts-helm-config"))
+        .env("HELM_DATA_HOME", scratch.join("hereabouts-helm-data"))
+        .output()
+        .expect("run helm template");
+    assert!(out.status.success(), "helm template {set:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let objects =
+        parse(&String::from_utf8_lossy(&out.stdout)).unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"));
+    renders.lock().unwrap().insert(key, objects.clone());
+    objects
+}
+
+/// The object of type `K` named `name` among `objects` (a render); panics when it is not there exactly once.
+pub fn typed_in<K: Resource<DynamicType = ()> + DeserializeOwned>(objects: &[Value], name: &str) -> K {
+    let kind = K::kind(&());
+    let found: Vec<&Value> = objects.iter().filter(|o| o["kind"] == *kind && o["metadata"]["name"] == name).collect();
+    assert_eq!(found.len(), 1, "the render must hold exactly one {kind} {name}");
+    serde_json::from_value(found[0].clone()).unwrap_or_else(|e| panic!("{kind} {name}: {e}"))
 }
 
 /// The objects of a multi-document YAML text, in order (empty documents skipped).
@@ -217,10 +267,24 @@ pub fn namespaced_rights(id: Identity) -> BTreeSet<Right> {
     rights(&rules_of(&role(account_of(id))))
 }
 
-/// What the manifest grants `id` in every namespace (the ClusterRole, bound to the DaemonSet pod only).
+/// What the manifest grants `id` in every namespace: the rules of each ClusterRole a ClusterRoleBinding of the
+/// manifest binds to its ServiceAccount.
 pub fn cluster_rights(id: Identity) -> BTreeSet<Right> {
-    let bound = cluster_role_binding().subjects.unwrap_or_default().iter().any(|s| s.name == account_of(id));
-    if bound { rights(&cluster_role().rules.unwrap_or_default()) } else { BTreeSet::new() }
+    cluster_rights_in(&manifest(), id)
+}
+
+/// What the render `objects` grants `id` in every namespace (see [`cluster_rights`]).
+pub fn cluster_rights_in(objects: &[Value], id: Identity) -> BTreeSet<Right> {
+    let account = account_of(id);
+    let mut out = BTreeSet::new();
+    for binding in objects.iter().filter(|o| o["kind"] == "ClusterRoleBinding") {
+        let binding: ClusterRoleBinding = serde_json::from_value(binding.clone()).expect("a ClusterRoleBinding");
+        if binding.subjects.unwrap_or_default().iter().any(|s| s.kind == "ServiceAccount" && s.name == account) {
+            let role: ClusterRole = typed_in(objects, &binding.role_ref.name);
+            out.extend(rights(&role.rules.unwrap_or_default()));
+        }
+    }
+    out
 }
 
 /// `rules` with `verb` taken out of the one rule naming `resource`; panics when that rule does not grant it,
@@ -457,6 +521,33 @@ pub async fn can(client: &Client, namespace: Option<&str>, right: &Right) -> any
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
+/// Every right the identity of `client` holds in `namespace`, as the authorizer lists them (a
+/// SelfSubjectRulesReview: its RoleBindings there and every ClusterRoleBinding). Resource rules only.
+pub async fn rules_review(client: &Client, namespace: &str) -> anyhow::Result<BTreeSet<Right>> {
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec { namespace: Some(namespace.to_string()) },
+        ..Default::default()
+    };
+    let answer = Api::<SelfSubjectRulesReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .with_context(|| format!("SelfSubjectRulesReview in {namespace}"))?;
+    let status = answer.status.context("the review has a status")?;
+    anyhow::ensure!(!status.incomplete, "the review of {namespace} is incomplete: {:?}", status.evaluation_error);
+    let rules: Vec<PolicyRule> = status
+        .resource_rules
+        .into_iter()
+        .map(|r| PolicyRule {
+            api_groups: r.api_groups,
+            resources: r.resources,
+            resource_names: r.resource_names,
+            verbs: r.verbs,
+            non_resource_urls: None,
+        })
+        .collect();
+    Ok(rights(&rules))
+}
+
 /// Creates the manifest's two ServiceAccounts in `ns`: real ones, whose tokens the TokenRequest API issues.
 pub async fn create_service_accounts(admin: &Client, ns: &str) {
     for name in [NAME, CNI_NAME] {
@@ -504,6 +595,69 @@ pub fn claims(token: &str) -> Value {
     let part = token.split('.').nth(1).expect("a JWT has three parts");
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).expect("base64url");
     serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// Takes the exclusive guard of the cluster-wide RBAC (for a test that grants the CNI cluster-wide rights the
+/// default leaves out) and applies the manifest's ClusterRole as written.
+pub async fn cluster_rbac_exclusive(admin: &Client) -> RwLockWriteGuard<'static, ()> {
+    let guard = CLUSTER_RBAC.write().await;
+    apply_cluster_role(admin, cluster_role()).await;
+    guard
+}
+
+/// Applies every object of `objects` (a render of the chart) to the control plane as it is, with server-side
+/// apply, in the render's order, and deletes the chart's ClusterRoles and ClusterRoleBindings that the render does
+/// not hold (those of values another render turned on). Hold a guard of the cluster-wide RBAC meanwhile: the
+/// shared one ([`cluster_rbac`]) for the default render, the exclusive one for another.
+pub async fn apply_chart(admin: &Client, objects: &[Value]) {
+    let params = PatchParams::apply("hereabouts-tests").force();
+    for object in objects {
+        let (api, name) = dynamic_api(admin, object).await;
+        api.patch(&name, &params, &Patch::Apply(object))
+            .await
+            .unwrap_or_else(|e| panic!("apply {} {name}: {e}", object["kind"]));
+    }
+    let kept: BTreeSet<(String, String)> = objects
+        .iter()
+        .map(|o| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (text(&o["kind"]), text(&o["metadata"]["name"]))
+        })
+        .collect();
+    let ours = ListParams::default().labels(&format!("app.kubernetes.io/name={NAME}"));
+    let roles = Api::<ClusterRole>::all(admin.clone());
+    for role in roles.list(&ours).await.expect("list ClusterRoles").items {
+        let name = role.metadata.name.unwrap_or_default();
+        if !kept.contains(&("ClusterRole".to_string(), name.clone())) {
+            let _ = roles.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+    let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
+    for binding in bindings.list(&ours).await.expect("list ClusterRoleBindings").items {
+        let name = binding.metadata.name.unwrap_or_default();
+        if !kept.contains(&("ClusterRoleBinding".to_string(), name.clone())) {
+            let _ = bindings.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// The API of `object`'s kind (namespaced in its namespace, or cluster-wide) and its name.
+async fn dynamic_api(admin: &Client, object: &Value) -> (Api<DynamicObject>, String) {
+    let api_version = object["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().expect("kind");
+    let name = object["metadata"]["name"].as_str().expect("metadata.name").to_string();
+    let (resource, caps) = discovery::pinned_kind(admin, &GroupVersionKind::gvk(group, version, kind))
+        .await
+        .unwrap_or_else(|e| panic!("the API server does not serve {api_version} {kind}: {e}"));
+    let api = match caps.scope {
+        Scope::Namespaced => {
+            let ns = object["metadata"]["namespace"].as_str().expect("a namespaced object names its namespace");
+            Api::namespaced_with(admin.clone(), ns, &resource)
+        }
+        Scope::Cluster => Api::all_with(admin.clone(), &resource),
+    };
+    (api, name)
 }
 
 /// Creates `object`, or replaces it at the version read when it exists and differs.

@@ -9,6 +9,7 @@ pub mod deploy;
 pub mod elf;
 pub mod faultproxy;
 pub mod fixture;
+pub mod host_token;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod netns;

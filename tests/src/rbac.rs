@@ -12,24 +12,33 @@ pub fn cni_rules() -> Vec<PolicyRule> {
     deploy::role(deploy::CNI_NAME).rules.unwrap_or_default()
 }
 
-/// The one cluster-wide right of the CNI plugin, ClusterRole `hereabouts-cni-events` as written: creating the
-/// Warning Events of IaaS provider mode on pods.
+/// The CNI plugin's cluster-wide right with the chart's `cni.providerEvents`, ClusterRole `hereabouts-cni-events`
+/// as rendered: creating the Warning Events of IaaS provider mode on pods.
 pub fn cni_event_rules() -> Vec<PolicyRule> {
-    deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRole>(deploy::CNI_EVENTS_NAME).rules.unwrap_or_default()
+    let render = deploy::render(&[deploy::CNI_EVENTS_VALUE]);
+    deploy::typed_in::<k8s_openapi::api::rbac::v1::ClusterRole>(&render, deploy::CNI_EVENTS_NAME)
+        .rules
+        .unwrap_or_default()
 }
 
-/// The CNI plugin's read rights for ranges chosen per pod or node, ClusterRole `hereabouts-cni-ranges` as written.
+/// The CNI plugin's read rights for ranges chosen per pod or node with the chart's `cni.rangeChoice`, ClusterRole
+/// `hereabouts-cni-ranges` as rendered.
 pub fn cni_ranges_rules() -> Vec<PolicyRule> {
-    deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRole>(deploy::CNI_RANGES_NAME).rules.unwrap_or_default()
+    let render = deploy::render(&[deploy::CNI_RANGES_VALUE]);
+    deploy::typed_in::<k8s_openapi::api::rbac::v1::ClusterRole>(&render, deploy::CNI_RANGES_NAME)
+        .rules
+        .unwrap_or_default()
 }
 
-/// Applies the manifest's ClusterRole and ClusterRoleBinding `hereabouts-cni-ranges` as written (cluster-wide, to
-/// the CNI's ServiceAccount, which [`Identity::Cni`] authenticates as), and waits until the authorizer grants them.
+/// Applies the chart's ClusterRole and ClusterRoleBinding `hereabouts-cni-ranges` as `cni.rangeChoice` renders them
+/// (cluster-wide, to the CNI's ServiceAccount, which [`Identity::Cni`] authenticates as), and waits until the
+/// authorizer grants them.
 pub async fn grant_cni_ranges(admin: &Client) {
     use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let role = deploy::typed::<ClusterRole>(deploy::CNI_RANGES_NAME);
-    let binding = deploy::typed::<ClusterRoleBinding>(deploy::CNI_RANGES_NAME);
+    let render = deploy::render(&[deploy::CNI_RANGES_VALUE]);
+    let role = deploy::typed_in::<ClusterRole>(&render, deploy::CNI_RANGES_NAME);
+    let binding = deploy::typed_in::<ClusterRoleBinding>(&render, deploy::CNI_RANGES_NAME);
     deploy::create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
     deploy::create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), binding)
         .await

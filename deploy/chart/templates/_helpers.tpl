@@ -1,5 +1,25 @@
-{{/* Where the kubelet probes the reconciler: its listen host, or loopback when it listens on every address. */}}
+{{/* Whether the DaemonSet pod runs in the host's network namespace (a string "true" from --set-string counts). */}}
+{{- define "hereabouts.hostNetwork" -}}
+{{- if eq (toString .Values.hostNetwork) "true" -}}true{{- else -}}false{{- end -}}
+{{- end -}}
+
+{{/* Where the reconciler listens: metrics.host, else loopback in the host's network (what it serves is
+unauthenticated) and every address of its own network namespace otherwise (the kubelet probes the pod's IP). */}}
+{{- define "hereabouts.listenHost" -}}
+{{- if .Values.metrics.host -}}{{ .Values.metrics.host }}
+{{- else if eq (include "hereabouts.hostNetwork" .) "true" -}}127.0.0.1
+{{- else -}}0.0.0.0
+{{- end -}}
+{{- end -}}
+
+{{/* Where the kubelet probes the reconciler in the host's network: its listen host, or loopback when it listens
+on every address. */}}
 {{- define "hereabouts.probeHost" -}}
-{{- $host := trimAll "[]" .Values.metrics.host -}}
+{{- $host := trimAll "[]" (include "hereabouts.listenHost" .) -}}
 {{- if or (eq $host "0.0.0.0") (eq $host "::") -}}127.0.0.1{{- else -}}{{ $host }}{{- end -}}
+{{- end -}}
+
+{{/* A boolean value, also when given as the string "true" or "false" (--set-string). */}}
+{{- define "hereabouts.on" -}}
+{{- if eq (toString .) "true" -}}true{{- end -}}
 {{- end -}}

@@ -9,6 +9,8 @@ use crate::store::{CoreObject, CoreStore, ObjectMeta, StoreError};
 
 /// The ClusterRole that grants the CNI plugin what a range choice reads (deploy/, the chart).
 pub const RANGES_CLUSTER_ROLE: &str = "hereabouts-cni-ranges";
+/// The chart's value that adds [`RANGES_CLUSTER_ROLE`]; off by default, since it lets every host read every pod.
+pub const RANGES_VALUE: &str = "cni.rangeChoice=true";
 
 /// What this ADD (or CHECK) of pod `cfg.pod` on `node` chose: the indices of the ranges of `cfg` it uses, and the
 /// StatefulSet that controls the pod (sticky ranges). `None` when `selection` chooses nothing, so every range is
@@ -92,7 +94,7 @@ async fn read(
                 what,
                 message: format!(
                     "{}; choosing ranges per pod or node reads pods, namespaces and nodes: bind the CNI's \
-                     ServiceAccount to the ClusterRole {RANGES_CLUSTER_ROLE}",
+                     ServiceAccount to the ClusterRole {RANGES_CLUSTER_ROLE} (the chart's value {RANGES_VALUE})",
                     e.message
                 ),
             },

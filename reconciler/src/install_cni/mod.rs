@@ -3,16 +3,18 @@
 //! It writes, each file atomically (see [`files`]):
 //! - `<cni-bin-dir>/hereabouts`, mode 0755: a copy of `--source-binary`, skipped when the bytes are the same;
 //! - `<cni-conf-dir>/hereabouts.d/hereabouts.kubeconfig`, mode 0600: the API server, the CA embedded, a token of
-//!   ServiceAccount `--cni-service-account` minted with the TokenRequest API (see [`token`]), and a context whose
-//!   namespace is where the pools live;
+//!   ServiceAccount `--cni-service-account` minted with the TokenRequest API and bound to this node's Node (see
+//!   [`token`]), and a context whose namespace is where the pools live;
 //! - `<cni-conf-dir>/hereabouts.d/nodename`, mode 0644, with `--node-name` (the downward API's `spec.nodeName`):
-//!   the plugin keys slices, locks and reservations by the node's name, which is the host name only by default;
+//!   the plugin keys slices, locks and reservations by the node's name, which is the host name only by default,
+//!   and the admission policy of the chart lets the token write only what records that name;
 //! - `<cni-conf-dir>/hereabouts.d/hereabouts.conf`, mode 0644: the flat file (Whereabouts' format), naming the
 //!   kubeconfig by its path on the host (`--host-cni-conf-dir`), since the plugin runs on the host.
 //!
 //! This pod's own token (`--token-file`) only authenticates the TokenRequest; it is never written to the host:
 //! it is bound to this pod and stops working seconds after the pod is deleted, and its ServiceAccount has rights
-//! the plugin must not have. The minted token is bound to nothing and carries only the plugin's rights.
+//! the plugin must not have. The minted token carries only the plugin's rights and is bound to the Node, not to
+//! this pod: it outlives a replaced DaemonSet pod, dies with the Node, and names the node to the API server.
 //!
 //! Then, unless `--once`, it polls the token and CA files every `--watch-interval` (see [`watch`]) and mints a new
 //! token when `--cni-token-refresh-fraction` of the last one's lifetime has passed, when the CA changed, or when
@@ -49,8 +51,8 @@ const FLAT_FILE_NAME: &str = "hereabouts.conf";
 /// `install-cni` flags. Each can also be set by the environment variable shown.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// This node's name (the pod's `spec.nodeName` through the downward API), written to `hereabouts.d/nodename`
-    /// for the plugin, which otherwise takes the host name.
+    /// This node's name (the pod's `spec.nodeName` through the downward API): the Node the CNI token is bound to,
+    /// written to `hereabouts.d/nodename` for the plugin, which otherwise takes the host name. Required.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
 
@@ -172,8 +174,9 @@ pub struct Args {
 
     /// The validity each CNI token is asked for (`expirationSeconds`), from 10m (the API server's minimum) to
     /// 168h. The API server may grant less (`--service-account-max-token-expiration`); its answer counts. 24h
-    /// bounds what a token taken from a host is worth to a day, and at the default refresh fraction leaves the
-    /// node 12h of working ADD and DEL when no install-cni can renew it (a stuck rollout, an uninstall).
+    /// bounds what a token taken from a host is worth to a day (less when its Node is deleted first), and at the
+    /// default refresh fraction leaves the node 12h of working ADD and DEL when no install-cni can renew it (a
+    /// stuck rollout, an uninstall).
     #[arg(
         long,
         env = "HEREABOUTS_CNI_TOKEN_LIFETIME",
@@ -224,7 +227,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     info!(interval = ?interval, token = %installer.token_file.display(), ca = %installer.ca_file.display(),
-        "watching the token and CA files");
+        node = %installer.minter.node, "watching the token and CA files; the CNI token is bound to the node's Node");
     watch::watch(installer, pod, first, interval, stop).await
 }
 
@@ -275,8 +278,8 @@ struct Installer {
     server: String,
     namespace: String,
     flat_file_contents: Vec<u8>,
-    /// `nodename` as this container sees it, and the node's name, when given.
-    node_file: Option<(PathBuf, String)>,
+    /// `nodename` as this container sees it, and the node's name.
+    node_file: (PathBuf, String),
     minter: token::Minter,
 }
 
@@ -333,18 +336,27 @@ impl Installer {
             log_file: args.log_file.as_deref(),
             reconciler_cron_expression: args.reconciler_cron_expression.as_deref(),
         });
+        // Without the node's name there is no Node to bind the token to, and a token bound to nothing is one the
+        // chart's admission policy lets write nothing: refuse to start rather than install a useless kubeconfig.
+        let node = match args.node_name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+            Some(n) => {
+                render::check_node_name(n).map_err(|e| anyhow::anyhow!("--node-name: {e}"))?;
+                n.to_string()
+            }
+            None => bail!(
+                "no node name: set --node-name (NODE_NAME, the pod's spec.nodeName through the downward API); the \
+                 CNI plugin's token is bound to this node's Node"
+            ),
+        };
         let minter = token::Minter {
             server: server.clone(),
             namespace: namespace.clone(),
             service_account: args.cni_service_account,
+            node: node.clone(),
             lifetime: args.cni_token_lifetime,
             refresh_fraction: args.cni_token_refresh_fraction,
         };
-        let node_name = args.node_name.as_deref().map(str::trim).filter(|n| !n.is_empty());
-        if node_name.is_none() {
-            warn!("no --node-name (NODE_NAME): the CNI plugin will take the host name for the node's name");
-        }
-        let node_file = node_name.map(|n| (conf_dir.join(hereabouts_ipam::config::NODE_NAME_FILE), n.to_string()));
+        let node_file = (conf_dir.join(hereabouts_ipam::config::NODE_NAME_FILE), node);
         Ok(Self {
             source_binary: args.source_binary,
             binary: args.cni_bin_dir.join(BINARY_NAME),
@@ -383,7 +395,7 @@ impl Installer {
     /// Writes the binary, then the kubeconfig holding `cni` (the CNI plugin's token and the CA), then the flat
     /// file, each only if it differs, so that the flat file never names a kubeconfig that is not there. Without
     /// `cni` (no token could be minted yet) the kubeconfig an earlier run left stays as it is, and the flat file
-    /// is written only if there is one: its token is bound to no pod and may well still be valid.
+    /// is written only if there is one: its token is bound to the Node, not to a pod, and may well still be valid.
     fn install(&self, cni: Option<&Credentials>) -> anyhow::Result<()> {
         for path in [&self.binary, &self.kubeconfig, &self.flat_file].into_iter().chain(&self.alias) {
             files::sweep_stale_temps(path);
@@ -446,7 +458,7 @@ impl Installer {
 
     /// Written before the flat file: a plugin that finds the flat file finds the node's name beside it.
     fn write_node_name(&self) -> anyhow::Result<()> {
-        let Some((path, name)) = &self.node_file else { return Ok(()) };
+        let (path, name) = &self.node_file;
         if files::write_if_changed(path, format!("{name}\n").as_bytes(), 0o644)? {
             info!(path = %path.display(), node = %name, "wrote the node's name");
         }
@@ -489,9 +501,8 @@ impl Installer {
                 *cni = candidate;
             }
         }
-        if let Some((path, _)) = &self.node_file
-            && !files::exists(path)?
-        {
+        let (path, _) = &self.node_file;
+        if !files::exists(path)? {
             warn!(path = %path.display(), "the node's name file was removed; writing it again");
             files::create_dir(&self.conf_dir)?;
             self.write_node_name()?;

@@ -115,6 +115,22 @@ pub(super) fn check_namespace(s: &str) -> Result<(), String> {
     }
 }
 
+/// A Node name (a DNS-1123 subdomain): the object the CNI token is bound to, and the name the plugin records.
+pub(super) fn check_node_name(s: &str) -> Result<(), String> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if s.len() <= 253 && s.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not a Node name (lower-case letters, digits, '-' and '.', at most 253)"))
+    }
+}
+
 /// A number with a unit, `ms`, `s`, `m` or `h` (`200ms`, `2s`, `1.5s`, `24h`); a bare number is seconds.
 pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();

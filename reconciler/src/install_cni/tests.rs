@@ -255,14 +255,43 @@ fn installer(dir: &TempDir, extra: &[&str]) -> Installer {
         argv.push(flag.into());
         argv.push(path.to_str().unwrap().into());
     }
+    if !extra.contains(&"--node-name") {
+        argv.extend(["--node-name".to_string(), "worker-1".to_string()]);
+    }
     argv.extend(extra.iter().map(|s| s.to_string()));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let env = |name: &str| match name {
+    Installer::with_env(parse_args(&argv).unwrap(), service_env).unwrap()
+}
+
+/// The kubelet's service variables of a pod.
+fn service_env(name: &str) -> Option<String> {
+    match name {
         "KUBERNETES_SERVICE_HOST" => Some("fd00:96::1".to_string()),
         "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
         _ => None,
+    }
+}
+
+/// The token is bound to the node's Node: without its name there is nothing to bind it to, and a bad one is named.
+#[test]
+fn the_node_name_is_required_and_checked() {
+    let dir = TempDir::new();
+    fs::write(dir.join("namespace"), "pools-ns").unwrap();
+    let namespace = dir.join("namespace");
+    let args = |extra: &[&str]| {
+        let mut argv = vec!["--namespace-file", namespace.to_str().unwrap()];
+        argv.extend(extra);
+        parse_args(&argv).unwrap()
     };
-    Installer::with_env(parse_args(&argv).unwrap(), env).unwrap()
+    for extra in [&[][..], &["--node-name", "  "][..]] {
+        let err = Installer::with_env(args(extra), service_env).unwrap_err().to_string();
+        assert!(err.contains("--node-name (NODE_NAME") && err.contains("bound to this node's Node"), "{err}");
+    }
+    let err = Installer::with_env(args(&["--node-name", "Worker_1"]), service_env).unwrap_err().to_string();
+    assert!(err.contains("--node-name") && err.contains("not a Node name"), "{err}");
+    let inst = Installer::with_env(args(&["--node-name", "worker-1.example"]), service_env).unwrap();
+    assert_eq!(inst.minter.node, "worker-1.example", "the Node the token is bound to");
+    assert_eq!(inst.node_file.1, "worker-1.example", "the name the plugin records");
 }
 
 #[test]
@@ -273,12 +302,13 @@ fn install_then_poll_follows_the_ca_and_restores_removed_files() {
     assert_eq!(inst.namespace, "pools-ns");
     assert_eq!(inst.minter.namespace, "pools-ns", "the CNI token is minted where the pools live");
     assert_eq!(inst.minter.service_account, "hereabouts-cni");
+    assert_eq!(inst.minter.node, "worker-1");
     let pod = inst.read_credentials().unwrap();
     assert_eq!(pod.token, "tok-1");
     let cni = Credentials { token: "cni-1".into(), ca: pod.ca.clone() };
     inst.install(Some(&cni)).unwrap();
     let conf = dir.join("net.d/hereabouts.d");
-    assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig"], "no temp file is left");
+    assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig", "nodename"], "no temp file is left");
     assert_eq!(mode(&conf.join("hereabouts.kubeconfig")), 0o600);
     assert_eq!(mode(&conf.join("hereabouts.conf")), 0o644);
     assert_eq!(mode(&dir.join("bin/hereabouts")), 0o755);
@@ -310,7 +340,7 @@ fn install_then_poll_follows_the_ca_and_restores_removed_files() {
     fs::remove_file(conf.join("hereabouts.conf")).unwrap();
     fs::remove_file(dir.join("bin/hereabouts")).unwrap();
     inst.poll(&mut written).unwrap();
-    assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig"]);
+    assert_eq!(names(&conf), ["hereabouts.conf", "hereabouts.kubeconfig", "nodename"]);
     assert!(dir.join("bin/hereabouts").is_file());
     assert!(fs::read_to_string(conf.join("hereabouts.kubeconfig")).unwrap().contains("\"cni-1\""));
 }
@@ -323,10 +353,10 @@ fn without_a_token_an_earlier_kubeconfig_stays_and_none_is_made_up() {
     // first start, no token: the binary, and no flat file naming a kubeconfig that is not there
     inst.install(None).unwrap();
     assert!(dir.join("bin/hereabouts").is_file());
-    assert!(names(&conf).is_empty(), "{:?}", names(&conf));
+    assert_eq!(names(&conf), ["nodename"], "the node's name, and neither kubeconfig nor flat file");
     let mut written = None;
     inst.poll(&mut written).unwrap();
-    assert!(names(&conf).is_empty(), "a poll does not make up a kubeconfig either");
+    assert_eq!(names(&conf), ["nodename"], "a poll does not make up a kubeconfig either");
 
     // a restart with a kubeconfig of an earlier run: it stays, and the flat file names it
     let earlier = Credentials { token: "cni-earlier".into(), ca: creds("").ca };

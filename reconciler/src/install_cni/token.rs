@@ -1,13 +1,18 @@
 //! The CNI plugin's own token, minted with the TokenRequest API (as Calico does for `calico-cni-plugin`).
 //!
 //! The token written to the host belongs to ServiceAccount `--cni-service-account`, whose Role allows exactly what
-//! the plugin does, and it is bound to no object: it outlives this pod, so ADD and DEL keep working on the node
-//! while the DaemonSet pod is replaced (a projected token dies with its pod within seconds). This pod
-//! authenticates the request with its own token, which never leaves the pod.
+//! the plugin does, and it is bound to this node's Node object, not to this pod: it outlives the pod, so ADD and
+//! DEL keep working on the node while the DaemonSet pod is replaced (a projected token dies with its pod within
+//! seconds), and the API server stops taking it as soon as the Node is deleted (or replaced by one of the same
+//! name: the token records the Node's UID). Binding it also puts the node's name into the identity the API server
+//! sees (the `authentication.kubernetes.io/node-name` extra), which is what the chart's admission policy confines
+//! the token's writes to. Binding to a Node needs Kubernetes 1.31 or newer (1.29 and 1.30 with the feature gate
+//! `ServiceAccountTokenNodeBinding`); an older API server refuses the request with a message that says so. This
+//! pod authenticates the request with its own token, which never leaves the pod.
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -43,13 +48,19 @@ pub(super) enum MintError {
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("TokenRequest for serviceaccount {namespace}/{name}")]
+    #[error("TokenRequest for serviceaccount {namespace}/{name} bound to Node {node}")]
     Request {
         namespace: String,
         name: String,
+        node: String,
         #[source]
         source: Box<kube::Error>,
     },
+    #[error(
+        "TokenRequest for serviceaccount {namespace}/{name}: Node {node} does not exist, and the token is bound to it \
+         (--node-name must be this node's Node)"
+    )]
+    NoNode { namespace: String, name: String, node: String },
     #[error("TokenRequest for serviceaccount {namespace}/{name}: the answer holds no token or no expiry")]
     Empty { namespace: String, name: String },
 }
@@ -74,12 +85,14 @@ impl std::fmt::Debug for Minted {
     }
 }
 
-/// Mints tokens of one ServiceAccount.
+/// Mints tokens of one ServiceAccount, bound to one Node.
 #[derive(Debug, Clone)]
 pub(super) struct Minter {
     pub server: String,
     pub namespace: String,
     pub service_account: String,
+    /// The Node each token is bound to: this node's.
+    pub node: String,
     pub lifetime: Duration,
     pub refresh_fraction: f64,
 }
@@ -105,12 +118,19 @@ impl Minter {
     }
 
     /// One TokenRequest for the ServiceAccount, authenticated with `pod`: default audiences (the API server's),
-    /// `expirationSeconds` of the lifetime, and no `boundObjectRef`, so the token is tied to no pod.
+    /// `expirationSeconds` of the lifetime, and the Node as `boundObjectRef` (by name: the API server reads its
+    /// UID into the token), so the token is tied to the node rather than to this pod.
     pub async fn mint(&self, pod: &Credentials) -> Result<Minted, MintError> {
         let client = self.client(pod).await?;
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(i64::try_from(self.lifetime.as_secs()).unwrap_or(i64::MAX)),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Node".into()),
+                    name: Some(self.node.clone()),
+                    uid: None,
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -119,10 +139,23 @@ impl Minter {
         let answer = Api::<ServiceAccount>::namespaced(client, &self.namespace)
             .create_token_request(&self.service_account, &PostParams::default(), &request)
             .await
-            .map_err(|e| MintError::Request {
-                namespace: self.namespace.clone(),
-                name: self.service_account.clone(),
-                source: Box::new(e),
+            .map_err(|e| match &e {
+                // the ServiceAccount missing is a 404 too: only the Node's names the node
+                kube::Error::Api(status)
+                    if status.code == 404 && status.details.as_ref().is_some_and(|d| d.kind == "nodes") =>
+                {
+                    MintError::NoNode {
+                        namespace: self.namespace.clone(),
+                        name: self.service_account.clone(),
+                        node: self.node.clone(),
+                    }
+                }
+                _ => MintError::Request {
+                    namespace: self.namespace.clone(),
+                    name: self.service_account.clone(),
+                    node: self.node.clone(),
+                    source: Box::new(e),
+                },
             })?;
         let status = answer.status.unwrap_or_default();
         match (status.token.filter(|t| !t.trim().is_empty()), status.expiration_timestamp) {

@@ -7,7 +7,9 @@
 //!
 //! A new token is minted when the last one has used up its refresh fraction, when this pod's token or the CA
 //! changed, and after a failed attempt, with exponential backoff. A failed mint changes nothing on the host: the
-//! kubeconfig keeps the last token, which is bound to no pod and stays valid until its expiry.
+//! kubeconfig keeps the last token, which is bound to the Node, not to a pod, and stays valid until its expiry or
+//! until the Node is gone. A Node deleted and registered again under the same name has a new UID, which the last
+//! token does not name: the kubelet's next rotation of this pod's token (within the hour) makes a mint due.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -48,7 +48,8 @@ pub async fn fresh_node() -> (&'static TestCluster, Node) {
 }
 
 /// `helm install` of the chart onto the node, with the values a node of the tests needs: the image of this build,
-/// the node's private CNI directories, the API server on loopback (there is no kube-proxy), a free metrics port.
+/// the node's private CNI directories, the API server on loopback (there is no kube-proxy) and so the host's
+/// network (a pod's network namespace cannot reach the host's 127.0.0.1), a free metrics port.
 pub fn helm_install(cluster: &TestCluster, node: &Node, extra: &[&str]) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = url_parts(cluster.server());
@@ -59,6 +60,7 @@ pub fn helm_install(cluster: &TestCluster, node: &Node, extra: &[&str]) {
         format!("apiServer.host={}", url.0),
         format!("apiServer.port={}", url.1),
         format!("metrics.port={port}"),
+        "hostNetwork=true".to_string(),
         "gracePeriodSeconds=2".to_string(),
     ];
     values.extend(extra.iter().map(|v| v.to_string()));

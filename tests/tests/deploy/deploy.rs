@@ -84,11 +84,7 @@ fn objects_come_in_order_in_kube_system() {
         ("ServiceAccount", "hereabouts"),
         ("ServiceAccount", "hereabouts-cni"),
         ("ConfigMap", "hereabouts-config"),
-        ("ClusterRole", "hereabouts-cni-events"),
-        ("ClusterRole", "hereabouts-cni-ranges"),
         ("ClusterRole", "hereabouts"),
-        ("ClusterRoleBinding", "hereabouts-cni-events"),
-        ("ClusterRoleBinding", "hereabouts-cni-ranges"),
         ("ClusterRoleBinding", "hereabouts"),
         ("Role", "hereabouts-cni"),
         ("Role", "hereabouts"),
@@ -96,6 +92,10 @@ fn objects_come_in_order_in_kube_system() {
         ("RoleBinding", "hereabouts"),
         ("DaemonSet", "hereabouts"),
         ("Lease", "hereabouts-reconciler"),
+        ("ValidatingAdmissionPolicy", deploy::NODE_POLICY_NAME),
+        ("ValidatingAdmissionPolicy", deploy::TOKEN_POLICY_NAME),
+        ("ValidatingAdmissionPolicyBinding", deploy::NODE_POLICY_NAME),
+        ("ValidatingAdmissionPolicyBinding", deploy::TOKEN_POLICY_NAME),
     ]
     .map(|(k, n)| (k.to_string(), n.to_string()));
     assert_eq!(kinds, expected, "{} holds these objects, in this order (no Namespace)", deploy::MANIFEST);
@@ -106,12 +106,18 @@ fn objects_come_in_order_in_kube_system() {
     let crb = deploy::cluster_role_binding();
     assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", deploy::NAME));
     assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::NAME)]);
-    for name in [deploy::CNI_EVENTS_NAME, deploy::CNI_RANGES_NAME] {
-        let binding = deploy::typed::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(name);
+    // the CNI's ClusterRoles come only with their values, each bound to the CNI's ServiceAccount alone
+    for (name, value) in
+        [(deploy::CNI_EVENTS_NAME, deploy::CNI_EVENTS_VALUE), (deploy::CNI_RANGES_NAME, deploy::CNI_RANGES_VALUE)]
+    {
+        let render = deploy::render(&[value]);
+        let binding = deploy::typed_in::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&render, name);
         assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("ClusterRole", name));
         assert_eq!(binding.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::CNI_NAME)]);
+        assert_eq!(render.len(), deploy::manifest().len() + 2, "{value} adds a ClusterRole and its binding");
     }
     assert_eq!(deploy::CNI_RANGES_NAME, hereabouts_ipam::claim::RANGES_CLUSTER_ROLE, "the name errors give");
+    assert_eq!(deploy::CNI_RANGES_VALUE, hereabouts_ipam::claim::RANGES_VALUE, "the value errors give");
     let rules = hereabouts_tests::rbac::cni_ranges_rules();
     assert_eq!(rules.len(), 1, "one rule");
     assert_eq!(
@@ -129,7 +135,7 @@ fn objects_come_in_order_in_kube_system() {
     assert_eq!(
         (rules[0].api_groups.clone(), rules[0].resources.clone(), rules[0].verbs.clone()),
         (Some(vec![String::new()]), Some(vec!["events".to_string()]), vec!["create".to_string()]),
-        "the CNI's only cluster-wide right: create core Events"
+        "provider mode's Warning Event: create core Events"
     );
     for name in [deploy::NAME, deploy::CNI_NAME] {
         let rb = deploy::role_binding(name);
@@ -149,6 +155,32 @@ fn objects_come_in_order_in_kube_system() {
     let lease = deploy::lease();
     assert_eq!(lease.metadata.namespace.as_deref(), Some(deploy::NAMESPACE));
     assert!(lease.spec.is_none_or(|s| s.holder_identity.is_none()), "the holder is the reconcilers' to write");
+}
+
+/// The policies that confine each host's token fail closed, match the CNI's token and account by name, cover every
+/// write of the three resources, and are bound to deny; the node policy for every namespace.
+#[test]
+fn the_node_policies_match_the_cni_and_deny() {
+    let node = deploy::object("ValidatingAdmissionPolicy", deploy::NODE_POLICY_NAME);
+    assert_eq!(node["spec"]["failurePolicy"], "Fail");
+    let user = deploy::sa_user(deploy::NAMESPACE, deploy::CNI_NAME);
+    let conditions = node["spec"]["matchConditions"].to_string();
+    assert!(conditions.contains(&format!("request.userInfo.username == '{user}'")), "{conditions}");
+    let rules = &node["spec"]["matchConstraints"]["resourceRules"];
+    assert_eq!(rules.as_array().unwrap().len(), 1, "{rules}");
+    assert_eq!(rules[0]["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
+    assert_eq!(rules[0]["resources"], json!(["ippools", "overlappingrangeipreservations", "nodeslicepools"]));
+    let token = deploy::object("ValidatingAdmissionPolicy", deploy::TOKEN_POLICY_NAME);
+    assert_eq!(token["spec"]["failurePolicy"], "Fail");
+    let conditions = token["spec"]["matchConditions"].to_string();
+    assert!(conditions.contains(&format!("request.name == '{}'", deploy::CNI_NAME)), "{conditions}");
+    assert_eq!(token["spec"]["matchConstraints"]["resourceRules"][0]["resources"], json!(["serviceaccounts/token"]));
+    for name in [deploy::NODE_POLICY_NAME, deploy::TOKEN_POLICY_NAME] {
+        let binding = deploy::object("ValidatingAdmissionPolicyBinding", name);
+        assert_eq!(binding["spec"]["policyName"], name);
+        assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+        assert!(binding["spec"].get("matchResources").is_none(), "{name}: every namespace");
+    }
 }
 
 /// The verbs `(group, resource, verbs)` as [`Right`]s, limited to `name` when given.
@@ -181,6 +213,15 @@ fn each_identity_is_granted_exactly_its_list() {
     ]);
     assert_same("CNI, pool namespace", &deploy::namespaced_rights(Identity::Cni), &cni);
     assert_same("CNI, cluster-wide", &deploy::cluster_rights(Identity::Cni), &BTreeSet::new());
+    // what a host may do beyond its namespace comes only with a value of the chart
+    let everything = deploy::render(&[deploy::CNI_EVENTS_VALUE, deploy::CNI_RANGES_VALUE]);
+    let values = grants(&[
+        ("", "events", &["create"], None),
+        ("", "pods", &["get"], None),
+        ("", "namespaces", &["get"], None),
+        ("", "nodes", &["get"], None),
+    ]);
+    assert_same("CNI, cluster-wide, with both values", &deploy::cluster_rights_in(&everything, Identity::Cni), &values);
 
     let reconciler = grants(&[
         (W, "ippools", &["get", "list", "watch", "patch", "delete"], None),
@@ -264,12 +305,12 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
     let rolling = strategy.rolling_update.expect("rollingUpdate");
     assert_eq!(rolling.max_unavailable, Some(IntOrString::String("10%".into())));
-    assert_eq!(rolling.max_surge, Some(IntOrString::Int(0)), "two pods of a node would both bind the host port");
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(0)), "two pods of a node would both write its CNI files");
 
     let pod = spec.template.spec.expect("pod spec");
     assert_eq!(pod.service_account_name.as_deref(), Some(deploy::NAME));
     assert_ne!(pod.automount_service_account_token, Some(false), "install-cni authenticates with the pod's token");
-    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(pod.host_network, Some(false), "neither container needs the host's network");
     assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
     let tolerations = pod.tolerations.unwrap_or_default();
     assert!(
@@ -311,6 +352,10 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     }
     assert_eq!(flag(&args, "--host-cni-conf-dir").as_deref(), Some("/etc/cni/net.d"));
     assert_eq!(flag(&args, "--cni-token-lifetime").as_deref(), Some("24h"));
+    let env = install.env.clone().unwrap_or_default();
+    let node = env.iter().find(|e| e.name == "NODE_NAME").expect("NODE_NAME: the Node the host's token is bound to");
+    let field = node.value_from.as_ref().and_then(|f| f.field_ref.as_ref()).map(|f| f.field_path.as_str());
+    assert_eq!(field, Some("spec.nodeName"));
     assert!(flag(&args, "--token-file").is_none(), "the pod's own projected token authenticates the TokenRequest");
     let sc = install.security_context.clone().unwrap_or_default();
     assert_ne!(sc.privileged, Some(true), "install-cni is not privileged");
@@ -332,8 +377,8 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_eq!(field("POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
     assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"), "the Lease identity");
 
-    // unauthenticated endpoints on the host's network: loopback only, and the probes go there
-    assert_eq!(flag(&args, "--listen").as_deref(), Some("127.0.0.1:9300"));
+    // unauthenticated endpoints in the pod's own network namespace: its addresses, probed on the pod's IP
+    assert_eq!(flag(&args, "--listen").as_deref(), Some("0.0.0.0:9300"));
     let ports = reconciler.ports.clone().unwrap_or_default();
     let metrics = ports.iter().find(|p| p.name.as_deref() == Some("metrics")).expect("a port named metrics");
     assert_eq!(metrics.container_port, 9300, "the metrics port is the one --listen binds");
@@ -345,11 +390,11 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
                 ports.iter().find(|p| p.name.as_deref() == Some(&name)).map(|p| p.container_port).unwrap_or(-1)
             }
         };
-        (get.host.unwrap_or_default(), get.path.unwrap_or_default(), port)
+        (get.host, get.path.unwrap_or_default(), port)
     };
-    let loopback = |path: &str| ("127.0.0.1".to_string(), path.to_string(), 9300);
-    assert_eq!(probe_target(reconciler.liveness_probe.as_ref(), "liveness"), loopback("/healthz"));
-    assert_eq!(probe_target(reconciler.readiness_probe.as_ref(), "readiness"), loopback("/readyz"));
+    let pod_ip = |path: &str| (None, path.to_string(), 9300);
+    assert_eq!(probe_target(reconciler.liveness_probe.as_ref(), "liveness"), pod_ip("/healthz"));
+    assert_eq!(probe_target(reconciler.readiness_probe.as_ref(), "readiness"), pod_ip("/readyz"));
 
     let config_dir = flag(&args, "--config-dir").expect("--config-dir");
     let mount = mount_of(reconciler, &config_dir);

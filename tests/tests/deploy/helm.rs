@@ -1,11 +1,13 @@
 //! The Helm chart in `deploy/chart` is the one source of the deployment: `helm lint` passes, its default render is
-//! `deploy/daemonset.yaml` byte for byte, and each value (namespace, image, metrics address, cron, grace) lands
-//! where the objects use it. helm is built from its Go module by `hack/testenv.sh`.
+//! `deploy/daemonset.yaml` byte for byte, and each value (namespace, image, host network, metrics address, cron,
+//! grace, the CNI's value-gated rights, the node policy's actions) lands where the objects use it. helm is built
+//! from its Go module by `hack/testenv.sh`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use hereabouts_tests::{Identity, TestCluster, deploy, testenv};
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -78,25 +80,34 @@ fn each_value_lands_where_the_objects_use_it() {
         "apiServer.host=192.0.2.10",
         "apiServer.port=6443",
         "installAsWhereabouts=true",
+        "hostNetwork=true",
     ]);
     let objects = deploy::parse(&text).unwrap();
     assert_eq!(objects.len(), deploy::manifest().len(), "the same objects as the manifest");
     for o in &objects {
         let kind = o["kind"].as_str().unwrap();
-        if !kind.starts_with("Cluster") {
+        if !kind.starts_with("Cluster") && !kind.starts_with("ValidatingAdmissionPolicy") {
             assert_eq!(o["metadata"]["namespace"], "ipam-system", "{kind} {}", o["metadata"]["name"]);
         }
     }
-    for binding in objects.iter().filter(|o| o["kind"].as_str().unwrap().ends_with("Binding")) {
+    for binding in objects.iter().filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding") {
         for subject in binding["subjects"].as_array().unwrap() {
             assert_eq!(subject["namespace"], "ipam-system", "{binding}");
         }
     }
+    // the policies know the CNI's token and account by the namespace they live in
+    let policy = |name: &str| {
+        let found = objects.iter().find(|o| o["kind"] == "ValidatingAdmissionPolicy" && o["metadata"]["name"] == name);
+        found.unwrap_or_else(|| panic!("no policy {name}"))["spec"]["matchConditions"].to_string()
+    };
+    assert!(policy(deploy::NODE_POLICY_NAME).contains("system:serviceaccount:ipam-system:hereabouts-cni"));
+    assert!(policy(deploy::TOKEN_POLICY_NAME).contains("request.namespace == 'ipam-system'"));
     let config = find(&objects, "ConfigMap");
     assert_eq!(config["data"]["cron_expression"], "*/5 * * * *");
     assert_eq!(config["data"]["grace_period_seconds"], "120");
 
     let pod = &find(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
     let containers = pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap());
     for c in containers {
         assert_eq!(c["image"], "registry.example/hereabouts:1.2.3", "{}", c["name"]);
@@ -125,15 +136,68 @@ fn each_value_lands_where_the_objects_use_it() {
     }
 }
 
+/// The CNI's cluster-wide rights come only with their values: by default neither ClusterRole is rendered (nor
+/// with the values given as the string "false"); each value adds its ClusterRole and binding, nothing else.
 #[test]
-fn range_choice_off_leaves_the_cni_read_rights_out() {
+fn the_cni_cluster_roles_come_only_with_their_values() {
+    let named = |objects: &[Value], name: &str| objects.iter().filter(|o| o["metadata"]["name"] == name).count();
+    for off in [render(&[]), render(&["cni.rangeChoice=false", "cni.providerEvents=false"])] {
+        let objects = deploy::parse(&off).unwrap();
+        assert_eq!(named(&objects, deploy::CNI_RANGES_NAME) + named(&objects, deploy::CNI_EVENTS_NAME), 0);
+        assert_eq!(objects.len(), deploy::manifest().len());
+    }
+    for (value, name) in
+        [(deploy::CNI_RANGES_VALUE, deploy::CNI_RANGES_NAME), (deploy::CNI_EVENTS_VALUE, deploy::CNI_EVENTS_NAME)]
+    {
+        let objects = deploy::parse(&render(&[value])).unwrap();
+        assert_eq!(named(&objects, name), 2, "{value}: the ClusterRole {name} and its binding");
+        assert_eq!(objects.len(), deploy::manifest().len() + 2, "{value}: only those two added");
+    }
+}
+
+/// `hostNetwork` (off by default) moves the pod into the host's network and its endpoints to loopback, with the
+/// probes following them there; off, they listen on the pod's addresses and the kubelet probes the pod's IP.
+#[test]
+fn host_network_is_a_value_and_the_endpoints_follow_it() {
+    let pod_of = |text: &str| find(&deploy::parse(text).unwrap(), "DaemonSet")["spec"]["template"]["spec"].clone();
+    for (set, host_network, listen, probe_host) in [
+        (vec![], false, "--listen=0.0.0.0:9300", Value::Null),
+        (vec!["hostNetwork=false"], false, "--listen=0.0.0.0:9300", Value::Null),
+        (vec!["hostNetwork=true"], true, "--listen=127.0.0.1:9300", Value::from("127.0.0.1")),
+        (vec!["hostNetwork=true", "metrics.host=[::]"], true, "--listen=[::]:9300", Value::from("127.0.0.1")),
+    ] {
+        let pod = pod_of(&render(&set));
+        assert_eq!(pod["hostNetwork"], host_network, "{set:?}");
+        let reconciler = &pod["containers"][0];
+        assert!(reconciler["command"].as_array().unwrap().iter().any(|a| a == listen), "{set:?}: {reconciler}");
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(reconciler[probe]["httpGet"]["host"], probe_host, "{set:?}: {probe}");
+        }
+    }
+}
+
+/// The node policy denies by default; `cni.nodePolicyActions` makes it only warn and audit (an upgrade from
+/// unbound tokens). The token policy always denies.
+#[test]
+fn the_node_policys_actions_are_a_value() {
+    let actions = |text: &str, name: &str| {
+        let objects = deploy::parse(text).unwrap();
+        let binding = objects
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicyBinding" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no binding {name}"))
+            .clone();
+        assert_eq!(binding["spec"]["policyName"], name);
+        binding["spec"]["validationActions"].clone()
+    };
+    let default = render(&[]);
+    assert_eq!(actions(&default, deploy::NODE_POLICY_NAME), serde_json::json!(["Deny"]));
+    assert_eq!(actions(&default, deploy::TOKEN_POLICY_NAME), serde_json::json!(["Deny"]));
     let chart = chart();
-    let text = helm(&["template", "hereabouts", chart.to_str().unwrap(), "--set", "cni.rangeChoice=false"]);
-    let objects = deploy::parse(&text).unwrap();
-    let named = |o: &&Value| o["metadata"]["name"] == deploy::CNI_RANGES_NAME;
-    assert_eq!(objects.iter().filter(named).count(), 0, "no ClusterRole or binding {}", deploy::CNI_RANGES_NAME);
-    assert_eq!(objects.len() + 2, deploy::manifest().len(), "only those two left out");
-    assert_eq!(deploy::manifest().iter().filter(named).count(), 2, "the default keeps both");
+    let audit =
+        helm(&["template", "hereabouts", chart.to_str().unwrap(), "--set", "cni.nodePolicyActions={Warn,Audit}"]);
+    assert_eq!(actions(&audit, deploy::NODE_POLICY_NAME), serde_json::json!(["Warn", "Audit"]));
+    assert_eq!(actions(&audit, deploy::TOKEN_POLICY_NAME), serde_json::json!(["Deny"]));
 }
 
 /// `helm install` on the test API server, into a namespace of its own, creates every object of the manifest there
@@ -158,10 +222,18 @@ async fn helm_installs_and_uninstalls_the_objects() {
     assert_eq!(ds.metadata.annotations.unwrap_or_default()["meta.helm.sh/release-name"], "hereabouts");
     assert!(Api::<Lease>::namespaced(admin.clone(), &ns).get_opt("hereabouts-reconciler").await.unwrap().is_some());
     assert!(Api::<ClusterRole>::all(admin.clone()).get_opt("hereabouts").await.unwrap().is_some());
+    let policies = Api::<ValidatingAdmissionPolicy>::all(admin.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone());
+    for name in [deploy::NODE_POLICY_NAME, deploy::TOKEN_POLICY_NAME] {
+        assert!(policies.get_opt(name).await.unwrap().is_some() && bindings.get_opt(name).await.unwrap().is_some());
+    }
 
     helm_with(&["uninstall", "hereabouts", "--namespace", &ns, "--wait"], &env);
     assert!(Api::<DaemonSet>::namespaced(admin.clone(), &ns).get_opt("hereabouts").await.unwrap().is_none());
     assert!(Api::<ClusterRole>::all(admin).get_opt("hereabouts").await.unwrap().is_none());
+    for name in [deploy::NODE_POLICY_NAME, deploy::TOKEN_POLICY_NAME] {
+        assert!(policies.get_opt(name).await.unwrap().is_none() && bindings.get_opt(name).await.unwrap().is_none());
+    }
 }
 
 /// `iaasProvider.secretName` mounts that Secret into the reconciler and gives it the provider file; without it

@@ -5,7 +5,8 @@
 //!
 //! The reconciler runs as [`Identity::Restricted`] (ServiceAccount `hereabouts` of kube-system), its Role applied
 //! into each test's namespace; tests that change the cluster-wide ClusterRole hold its exclusive guard, all others
-//! the shared one. On a control plane of this module's own: it takes cluster-wide rights away, writes kube-system
+//! the shared one. The CNI's identity is checked with every object of the chart applied as shipped; what its
+//! tokens may write, node by node, is the `node_tokens` module's. On a control plane of this module's own: it takes cluster-wide rights away, writes kube-system
 //! and creates Nodes, which the other tests of the binary must not see.
 
 use std::collections::BTreeSet;
@@ -20,7 +21,7 @@ use hereabouts_tests::deploy::{self, named, right};
 use hereabouts_tests::objects::{self, mk_entry, mk_node, mk_pod, mk_pool};
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
-use hereabouts_tests::{Identity, TestCluster, rbac, wait};
+use hereabouts_tests::{Identity, TestCluster, wait};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -123,13 +124,44 @@ async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
     }
 }
 
+/// The CNI's identity with every object of the chart's default render applied as shipped (its Role, every
+/// ClusterRole and binding, the policies): what the authorizer grants it is exactly its Role, in its namespace, and
+/// nothing in any other — listed by a SelfSubjectRulesReview, less what any ServiceAccount may, so a
+/// ClusterRole that grows, or one more binding to the account, shows here. No pod, namespace or Node read, no
+/// Event, no Lease, no token.
 #[tokio::test]
-async fn the_cni_identity_may_touch_nothing_but_its_namespaces_pools_and_reservations() {
+async fn the_cni_identity_holds_exactly_its_role_with_every_binding_of_the_chart() {
     let cluster = cluster();
     let admin = cluster.admin().await;
+    let _rbac = deploy::cluster_rbac(&admin).await;
+    deploy::apply_chart(&admin, &deploy::manifest()).await;
     let ns = cluster.namespace("id-cni").await;
-    deploy::apply_role(&admin, &ns, deploy::CNI_NAME, rbac::cni_rules(), deploy::NAMESPACE).await;
     let cni = cluster.client(Identity::Cni).await;
+    // what any ServiceAccount of kube-system may (the API server's own bindings to its groups), the baseline
+    let baseline = "rights-baseline";
+    let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), deploy::NAMESPACE);
+    if accounts.get_opt(baseline).await.unwrap().is_none() {
+        let sa = ServiceAccount { metadata: meta(baseline), ..Default::default() };
+        accounts.create(&PostParams::default(), &sa).await.unwrap();
+    }
+    let everyone = cluster.client_with_token(&deploy::token_for(&admin, deploy::NAMESPACE, baseline, None).await).await;
+    let role = deploy::namespaced_rights(Identity::Cni);
+    for (namespace, expected) in
+        [(deploy::NAMESPACE, role.clone()), (ns.as_str(), BTreeSet::new()), ("default", BTreeSet::new())]
+    {
+        let last = std::sync::Mutex::new(String::new());
+        let exact = wait::until(Duration::from_secs(20), "the CNI's rights to be the chart's", || async {
+            let base = deploy::rules_review(&everyone, namespace).await.ok()?;
+            let held: BTreeSet<_> =
+                deploy::rules_review(&cni, namespace).await.ok()?.difference(&base).cloned().collect();
+            let extra: Vec<_> = held.difference(&expected).map(ToString::to_string).collect();
+            let missing: Vec<_> = expected.difference(&held).map(ToString::to_string).collect();
+            *last.lock().unwrap() = format!("extra {extra:?}, missing {missing:?}");
+            (extra.is_empty() && missing.is_empty()).then_some(())
+        })
+        .await;
+        exact.unwrap_or_else(|e| panic!("{e} in {namespace}: {}", last.lock().unwrap()));
+    }
     let leases = [
         named("coordination.k8s.io", "leases", "get", "kube-scheduler"),
         named("coordination.k8s.io", "leases", "update", "kube-scheduler"),
@@ -143,33 +175,37 @@ async fn the_cni_identity_may_touch_nothing_but_its_namespaces_pools_and_reserva
             assert!(!deploy::can(&cni, Some(namespace), denied).await.unwrap(), "{denied} in {namespace}");
         }
     }
-    for denied in [
-        right("", "pods", "get"),
-        right("", "pods", "list"),
-        right("", "pods", "watch"),
-        right("", "secrets", "get"),
-        right("", "nodes", "list"),
-        right("", "configmaps", "get"),
-        right("", "events", "create"),
-        right("events.k8s.io", "events", "create"),
-        named("", "serviceaccounts/token", "create", deploy::CNI_NAME),
-        right("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
-        right(W, "ippools", "update"),
-        right(W, "ippools", "delete"),
-        right(W, "ippools", "watch"),
-        right(W, "overlappingrangeipreservations", "watch"),
-        right(W, "nodeslicepools", "update"),
-        right(W, "nodeslicepools", "delete"),
-    ] {
-        assert!(!deploy::can(&cni, Some(&ns), &denied).await.unwrap(), "{denied} in its namespace");
+    for namespace in [Some(deploy::NAMESPACE), Some(ns.as_str()), None] {
+        for denied in [
+            right("", "pods", "get"),
+            right("", "pods", "list"),
+            right("", "pods", "watch"),
+            right("", "namespaces", "get"),
+            right("", "nodes", "get"),
+            right("", "secrets", "get"),
+            right("", "nodes", "list"),
+            right("", "configmaps", "get"),
+            right("", "events", "create"),
+            right("events.k8s.io", "events", "create"),
+            named("", "serviceaccounts/token", "create", deploy::CNI_NAME),
+            right("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
+            right(W, "ippools", "update"),
+            right(W, "ippools", "delete"),
+            right(W, "ippools", "watch"),
+            right(W, "overlappingrangeipreservations", "watch"),
+            right(W, "nodeslicepools", "update"),
+            right(W, "nodeslicepools", "delete"),
+        ] {
+            assert!(!deploy::can(&cni, namespace, &denied).await.unwrap(), "{denied} in {namespace:?}");
+        }
     }
-    for namespace in [deploy::NAMESPACE, "default"] {
+    for namespace in [ns.as_str(), "default"] {
         for verb in ["get", "list", "create", "patch"] {
             let denied = right(W, "ippools", verb);
             assert!(!deploy::can(&cni, Some(namespace), &denied).await.unwrap(), "{denied} in {namespace}");
         }
     }
-    assert!(deploy::can(&cni, Some(&ns), &right(W, "ippools", "create")).await.unwrap(), "but at home");
+    assert!(deploy::can(&cni, Some(deploy::NAMESPACE), &right(W, "ippools", "create")).await.unwrap(), "but at home");
 
     // and the API server refuses the requests themselves
     let kube_system = Api::<Lease>::namespaced(cni.clone(), deploy::NAMESPACE);
@@ -178,6 +214,8 @@ async fn the_cni_identity_may_touch_nothing_but_its_namespaces_pools_and_reserva
         &kube_system.create(&PostParams::default(), &Lease { metadata: meta("planted"), spec: None }).await
     ));
     assert!(is_forbidden(&Api::<Pod>::all(cni.clone()).list(&ListParams::default().limit(1)).await), "list pods");
+    mk_pod(&ns, "web").create(&admin).await;
+    assert!(is_forbidden(&Api::<Pod>::namespaced(cni.clone(), &ns).get("web").await), "GET a pod's spec");
     // a kubeconfig naming another namespace, where it has no Role, gets nowhere
     let elsewhere = cluster.kubeconfig(Identity::Cni, "default");
     let config = netconf("1.1.0", "elsewhere", &elsewhere, json!({"range": "198.18.48.0/24"}));
@@ -586,11 +624,14 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             assert!(pools.get_opt(&held).await.unwrap().is_some());
         }
         Job::MintCniToken => {
+            // the token is bound to the node's Node
+            mk_node(&fx.node).create(&fx.admin).await;
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("token"), fx.cluster.token(Identity::Restricted)).unwrap();
             std::fs::write(dir.path().join("ca.crt"), fx.cluster.ca_pem()).unwrap();
             let out = Command::new(workspace_bin("hereabouts-reconciler"))
                 .env_clear()
+                .env("NODE_NAME", &fx.node)
                 .args(["install-cni", "--once", "--server", fx.cluster.server(), "--namespace", &fx.ns])
                 .arg("--source-binary")
                 .arg(workspace_bin("hereabouts"))

@@ -1,7 +1,8 @@
 //! `hereabouts-reconciler install-cni`, run as a process into a temp dir standing for the host's CNI directories,
 //! with service-account files standing for the pod's projected volume, against the test API server: it mints the
-//! CNI plugin's token (ServiceAccount `hereabouts-cni`) with the TokenRequest API, authenticated as the DaemonSet
-//! pod (ServiceAccount `hereabouts`), each with the manifest's Role in the test's namespace.
+//! CNI plugin's token (ServiceAccount `hereabouts-cni`) with the TokenRequest API, bound to the test's Node,
+//! authenticated as the DaemonSet pod (ServiceAccount `hereabouts`), each with the manifest's Role in the test's
+//! namespace.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -13,11 +14,11 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use hereabouts_ipam::config::{Input, LogLevel, load_with_paths};
 use hereabouts_tests::faultproxy::{FaultProxy, Verb};
-use hereabouts_tests::objects::mk_pod;
+use hereabouts_tests::objects::{mk_node, mk_pod};
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::{TestCluster, deploy, wait};
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams};
 use kube::config::Kubeconfig;
@@ -27,12 +28,16 @@ use serde_json::{Value, json};
 /// `--host-cni-conf-dir`).
 const HOST_KUBECONFIG: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
 
+/// The user info extra holding the node of a token bound to a Node (or to a pod on one).
+const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+
 /// The API server side of one test: a namespace holding ServiceAccounts `hereabouts` and `hereabouts-cni` and the
-/// manifest's two Roles, bound to them there.
+/// manifest's two Roles, bound to them there, and the Node of the test's host (named after the namespace).
 struct Cluster {
     cluster: &'static TestCluster,
     admin: Client,
     ns: String,
+    node: String,
 }
 
 impl Cluster {
@@ -42,7 +47,9 @@ impl Cluster {
         let ns = cluster.namespace(prefix).await;
         deploy::create_service_accounts(&admin, &ns).await;
         deploy::apply_roles(&admin, &ns, &ns).await;
-        Self { cluster, admin, ns }
+        let node = format!("node-{ns}");
+        mk_node(&node).create(&admin).await;
+        Self { cluster, admin, ns, node }
     }
 
     /// A Pod object standing for the DaemonSet pod (nothing runs it).
@@ -64,15 +71,20 @@ impl Cluster {
         deploy::whoami(token).await
     }
 
-    /// Asserts that `token` is a token of `hereabouts-cni` of this namespace, bound to no pod.
+    /// Asserts that `token` is a token of `hereabouts-cni` of this namespace, bound to the test's Node (which the
+    /// API server names as the user's node), not to a pod.
     async fn assert_cni_token(&self, token: &str) {
         let me = self.whoami(token).await.expect("the written token authenticates");
         assert_eq!(me.username.as_deref(), Some(deploy::sa_user(&self.ns, deploy::CNI_NAME).as_str()));
         let extra = me.extra.unwrap_or_default();
         assert!(!extra.keys().any(|k| k.contains("pod-")), "bound to no pod: {extra:?}");
+        assert_eq!(extra.get(NODE_NAME_EXTRA), Some(&vec![self.node.clone()]), "the user's node: {extra:?}");
         let k8s = &deploy::claims(token)["kubernetes.io"];
         assert_eq!(k8s["serviceaccount"]["name"], deploy::CNI_NAME, "{k8s}");
         assert!(k8s.get("pod").is_none(), "no pod claim: {k8s}");
+        let uid = Api::<Node>::all(self.admin.clone()).get(&self.node).await.unwrap().metadata.uid;
+        assert_eq!(k8s["node"]["name"], self.node.as_str(), "bound to the Node: {k8s}");
+        assert_eq!(k8s["node"]["uid"].as_str(), uid.as_deref(), "this Node, not a later one of its name: {k8s}");
     }
 
     /// A network config whose kubeconfig is `path` (the host's, as install-cni wrote it).
@@ -107,6 +119,8 @@ struct Host {
     generation: u32,
     namespace: String,
     server: String,
+    /// `NODE_NAME`, as the downward API gives it.
+    node: String,
 }
 
 impl Host {
@@ -114,7 +128,8 @@ impl Host {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join("sa")).unwrap();
         let server = cluster.cluster.server().to_string();
-        let mut host = Self { dir, layout, generation: 0, namespace: cluster.ns.clone(), server };
+        let (namespace, node) = (cluster.ns.clone(), cluster.node.clone());
+        let mut host = Self { dir, layout, generation: 0, namespace, server, node };
         host.write_sa(token, ca);
         if layout == Layout::Projected {
             for name in ["token", "ca.crt", "namespace"] {
@@ -172,10 +187,11 @@ impl Host {
         }
     }
 
-    /// `hereabouts-reconciler install-cni` with every path in the temp dir, a clean environment, and `extra`.
+    /// `hereabouts-reconciler install-cni` with every path in the temp dir, a clean environment but `NODE_NAME`,
+    /// and `extra`.
     fn command(&self, extra: &[&str]) -> Command {
         let mut cmd = Command::new(workspace_bin("hereabouts-reconciler"));
-        cmd.env_clear().arg("install-cni");
+        cmd.env_clear().env("NODE_NAME", &self.node).arg("install-cni");
         let paths = [
             ("--source-binary", workspace_bin("hereabouts")),
             ("--cni-bin-dir", self.path("bin")),
@@ -358,7 +374,7 @@ async fn once_mints_a_cni_token_and_installs_the_binary_kubeconfig_and_flat_file
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names.len(), 2, "only the kubeconfig and the flat file, no temp file: {names:?}");
+    assert_eq!(names.len(), 3, "only the kubeconfig, the flat file and the node's name, no temp file: {names:?}");
 
     // A restart mints a new token but leaves the binary alone (neither copied nor renamed over).
     let before = fs::metadata(host.binary()).unwrap();
@@ -572,6 +588,7 @@ fn a_missing_token_file_fails_naming_it_and_writes_no_kubeconfig() {
         generation: 0,
         namespace: "pools".into(),
         server: "https://192.0.2.10:6443".into(),
+        node: "worker-1".into(),
     };
     fs::create_dir(host.path("sa")).unwrap();
     fs::write(host.sa("ca.crt"), other_ca_pem("ca")).unwrap();
@@ -615,6 +632,7 @@ fn help_names_every_flag_and_its_environment_variable() {
         ("--cni-token-lifetime", "HEREABOUTS_CNI_TOKEN_LIFETIME"),
         ("--cni-token-refresh-fraction", "HEREABOUTS_CNI_TOKEN_REFRESH_FRACTION"),
         ("--once", "HEREABOUTS_INSTALL_ONCE"),
+        ("--node-name", "NODE_NAME"),
     ]);
     for (flag, env) in flags {
         assert!(help.contains(flag) && help.contains(env), "{flag} / {env} missing from:\n{help}");
@@ -635,10 +653,12 @@ async fn once_host(prefix: &str) -> (Cluster, Host, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_name_install_cni_writes_is_the_node_the_plugin_allocates_for() {
     let (cl, host, server) = once_host("install-node").await;
-    let out = host.run_once(&["--server", &server], &[("NODE_NAME", "worker-from-downward-api")]);
+    let downward = format!("downward-{}", cl.ns);
+    mk_node(&downward).create(&cl.admin).await;
+    let out = host.run_once(&["--server", &server], &[("NODE_NAME", &downward)]);
     assert_success(&out);
     let written = host.path("net.d/hereabouts.d/nodename");
-    assert_eq!(fs::read_to_string(&written).unwrap(), "worker-from-downward-api\n");
+    assert_eq!(fs::read_to_string(&written).unwrap(), format!("{downward}\n"));
     assert_eq!(mode(&written), 0o644);
 
     let mut config = cl.netconf(&host.kubeconfig(), "198.18.61.0/24");
@@ -654,7 +674,7 @@ async fn the_node_name_install_cni_writes_is_the_node_the_plugin_allocates_for()
         .map(|a| a.node_name.clone())
         .filter(|n| !n.is_empty())
         .collect();
-    assert_eq!(owners, ["worker-from-downward-api"], "{}", add.stderr);
+    assert_eq!(owners, [downward.as_str()], "{}", add.stderr);
 }
 
 /// The DaemonSet binary honours `RUST_LOG`: info by default, only warnings and errors with `RUST_LOG=warn`.
@@ -699,4 +719,47 @@ async fn installed_as_whereabouts_it_serves_a_whereabouts_netconf() {
     let pools: Vec<hereabouts_ipam::crd::IpPool> =
         Api::namespaced(cl.admin.clone(), &cl.ns).list(&Default::default()).await.unwrap().items;
     assert_eq!(pools.iter().map(|p| p.spec.allocations.len()).sum::<usize>(), 0, "{}", del.stderr);
+}
+
+/// The host's token is bound to the node's Node: the API server takes it for that node, stops taking it as soon as
+/// the Node is deleted (a node's token is worth nothing once its node is gone, long before its 24h), and refuses
+/// to mint another for a Node that does not exist, naming it, and leaves the kubeconfig as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_token_is_bound_to_the_node_and_dies_with_it() {
+    let (cl, host, server) = once_host("install-bound").await;
+    assert_success(&host.run_once(&["--server", &server], &[]));
+    let seen = host.seen().unwrap();
+    cl.assert_cni_token(&seen.token).await;
+
+    let t0 = Instant::now();
+    Api::<Node>::all(cl.admin.clone()).delete(&cl.node, &DeleteParams::default()).await.unwrap();
+    wait::until(Duration::from_secs(60), "the host token to be rejected", || async {
+        matches!(cl.whoami(&seen.token).await, Err(kube::Error::Api(s)) if s.code == 401).then_some(())
+    })
+    .await
+    .unwrap();
+    eprintln!("install-cni: the host token got 401 {:.1} s after its Node was deleted", t0.elapsed().as_secs_f64());
+
+    let bytes = fs::read(host.kubeconfig()).unwrap();
+    let out = host.run_once(&["--server", &server], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "minted for a Node that is gone:\n{stderr}");
+    assert!(stderr.contains(&format!("Node {} does not exist", cl.node)), "the message names the Node:\n{stderr}");
+    assert_eq!(fs::read(host.kubeconfig()).unwrap(), bytes, "the kubeconfig is left as it was");
+}
+
+/// Without the node's name there is no Node to bind the token to: install-cni refuses to start, though it could
+/// mint a token bound to nothing, says which variable to set, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_node_name_install_cni_refuses_to_start_and_writes_nothing() {
+    let (_cl, mut host, server) = once_host("install-nonode").await;
+    host.node = String::new();
+    let out = host.run_once(&["--server", &server], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "install-cni started without a node name:\n{stderr}");
+    assert!(
+        stderr.contains("--node-name (NODE_NAME") && stderr.contains("bound to this node's Node"),
+        "the message names the setting and why:\n{stderr}"
+    );
+    assert!(!host.kubeconfig().exists() && !host.flat_file().exists() && !host.binary().exists(), "nothing written");
 }

@@ -12,8 +12,10 @@
 //!   root and util-linux.
 //! - `install_cni`: `install-cni`: the CNI token, the files it writes, refreshes, CA and server changes. Needs the
 //!   control plane.
-//! - `identities`: each reconciler verb needed, what each identity may not do, the Lease, the endpoints. A control
-//!   plane of its own; port 9300 free.
+//! - `identities`: each reconciler verb needed, what each identity may not do (the CNI's with every binding of the
+//!   chart applied), the Lease, the endpoints. A control plane of its own; port 9300 free.
+//! - `node_tokens`: each host's token confined to its node by the chart's policies, as install-cni mints it; the
+//!   CNI's rights that only a value grants. A control plane of its own.
 //!
 //! `cargo test -p hereabouts-tests --test deploy`; one module: `... --test deploy -- install_cni::`.
 //! `tests/README.md` lists every test binary.
@@ -24,4 +26,5 @@ mod helm;
 mod identities;
 mod image;
 mod install_cni;
+mod node_tokens;
 mod static_binary;
