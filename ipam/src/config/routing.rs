@@ -379,6 +379,18 @@ pub struct NodeRouting {
     pub daemon: Daemon,
 }
 
+impl Default for NodeRouting {
+    /// A node without a flat file.
+    fn default() -> Self {
+        Self {
+            route_table: false,
+            announce: false,
+            routes: RawRouting::default().routes(false),
+            daemon: Daemon { socket: PathBuf::from(DEFAULT_BIRD_SOCKET), settle: DEFAULT_BIRD_SETTLE },
+        }
+    }
+}
+
 /// The routing settings of the node's flat file at `path` (the defaults where it sets none).
 pub fn node_routing(path: &std::path::Path) -> Result<NodeRouting, ConfigError> {
     let raw = super::flatfile::read(path, &mut super::json::Problems::strict())?.routing;
