@@ -67,8 +67,9 @@ pub struct Bird {
 }
 
 impl Bird {
-    /// Starts BIRD in namespace `ns` as node `n` of `count`, peered with all the others.
-    pub fn start(ns: &str, n: usize, count: usize) -> anyhow::Result<Self> {
+    /// Starts BIRD in namespace `ns` as node `n` of `count`, peered with all the others; each session gets
+    /// `options` (BIRD's `bgp` options, e.g. `hold time 3;`) besides the template's.
+    pub fn start(ns: &str, n: usize, count: usize, options: &str) -> anyhow::Result<Self> {
         bird_bin();
         let dir = tempfile::Builder::new().prefix("hereabouts-bird-").tempdir()?;
         let include = testenv::repo_root().join("deploy/bird/hereabouts.conf");
@@ -81,12 +82,12 @@ impl Bird {
         for peer in (0..count).filter(|p| *p != n) {
             let (me, them) = (65001 + n, 65001 + peer);
             conf += &format!(
-                "protocol bgp peer{peer}_4 from hereabouts_peer4 {{ local {} as {me}; neighbor {} as {them}; }}\n",
+                "protocol bgp peer{peer}_4 from hereabouts_peer4 {{ local {} as {me}; neighbor {} as {them}; {options} }}\n",
                 fabric_v4(n),
                 fabric_v4(peer)
             );
             conf += &format!(
-                "protocol bgp peer{peer}_6 from hereabouts_peer6 {{ local {} as {me}; neighbor {} as {them}; }}\n",
+                "protocol bgp peer{peer}_6 from hereabouts_peer6 {{ local {} as {me}; neighbor {} as {them}; {options} }}\n",
                 fabric_v6(n),
                 fabric_v6(peer)
             );
@@ -225,6 +226,11 @@ impl RoutedFabric {
     /// A fabric of `node_names` (with API relays to `api_port` when given), addressed, with BIRD established on
     /// every node.
     pub fn new(node_names: &[String], api_port: Option<u16>) -> anyhow::Result<Self> {
+        Self::with_sessions(node_names, api_port, "")
+    }
+
+    /// [`Self::new`] with `options` on every BGP session (e.g. a short hold time).
+    pub fn with_sessions(node_names: &[String], api_port: Option<u16>, options: &str) -> anyhow::Result<Self> {
         bird_bin();
         let fabric = Fabric::new(node_names, api_port)?;
         for (n, node) in fabric.nodes.iter().enumerate() {
@@ -237,7 +243,7 @@ impl RoutedFabric {
         let mut me = Self { birds: Vec::new(), fabric, states: Vec::new() };
         let count = node_names.len();
         for (n, node) in me.fabric.nodes.iter().enumerate() {
-            me.birds.push(Bird::start(&node.netns.name, n, count)?);
+            me.birds.push(Bird::start(&node.netns.name, n, count, options)?);
             me.states.push(tempfile::Builder::new().prefix("hereabouts-routes-").tempdir()?);
         }
         for n in 0..count {

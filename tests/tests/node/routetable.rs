@@ -566,6 +566,41 @@ async fn a_session_disabled_and_enabled_again_never_lets_an_address_be_taken_twi
     none_held_twice(&rf);
 }
 
+/// A hold timer that expires (the fabric held past a 3 s hold time, as in a partition): with long-lived graceful
+/// restart node-1 keeps node-0's claims, stale, instead of freeing their addresses, and its ADDs answer 11 until the
+/// session is back and settled, then 100. No address is ever claimed on both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_timer_that_expires_keeps_claims_and_adds_wait() {
+    root();
+    let rf = RoutedFabric::with_sessions(&names(2), None, "hold time 3; keepalive time 1;").unwrap();
+    all_ready(&rf).await;
+    let held = node0_holds_the_pair(&rf).await;
+    let learned = |rf: &RoutedFabric| {
+        let routes = rf.host_routes(1, "main");
+        held.iter().all(|a| routes.iter().any(|r| r.dst == *a && r.protocol == BIRD_PROTO))
+    };
+    rf.hold();
+    wait::until(Duration::from_secs(20), "the hold timer to expire on node-1", || async {
+        let shown = rf.birds[1].birdc(&["show", "protocols", "peer0_4"]).unwrap_or_default();
+        (!shown.contains("Established")).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", rf.birds[1].log()));
+    let shown = rf.birds[1].birdc(&["show", "protocols", "all", "peer0_4"]).unwrap_or_default();
+    assert!(shown.contains("Neighbor graceful restart active"), "{shown}");
+    assert!(learned(&rf), "long-lived graceful restart keeps node-0's claims: {:?}", rf.host_routes(1, "main"));
+    let out = add_pair(&rf, 1, "partitioned").await;
+    assert_eq!(out.error_code(), 11, "{}", out.stdout);
+    assert!(out.stdout.contains("peer0_4"), "{}", out.stdout);
+    rf.release();
+    let (waited, refused) = adds_until_ready(&rf, 1, Duration::from_secs(60)).await;
+    eprintln!(
+        "routetable readiness: after a hold timer expired, node-1's ADDs answered 11 for {waited:?} ({refused} tries)"
+    );
+    assert!(learned(&rf), "node-0's claims are there once the session is back");
+    none_held_twice(&rf);
+}
+
 /// BIRD killed (SIGKILL) and started again (`-R`), on the node that asks and on the node that holds the claims.
 /// While node-1's BIRD is dead its ADDs answer 11 (no control socket), and after its restart until its recovery
 /// and sessions are done; node-0's BIRD killed, node-1 keeps its claims (graceful restart: stale, not gone) and
