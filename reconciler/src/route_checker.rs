@@ -8,8 +8,8 @@
 //! the attachment — and never withdraws the claim itself: the pod would lose its address without a word, and
 //! which of the two pods should keep it is not the checker's to know.
 //!
-//! It also tidies what DEL and GC could not remove: the claim of an attachment whose pod is gone (or is another
-//! pod of the same name, by UID) and older than the grace period loses its route and record.
+//! It also tidies what DEL and GC could not remove: the claim of an attachment whose pod is gone, finished, or is
+//! another pod of the same name (by UID), and older than the grace period, loses its route and record.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
@@ -182,7 +182,10 @@ impl<T: Table, C: Cluster> Checker<T, C> {
         }
         let gone = match self.cluster.pod(&rec.pod).await {
             Ok(PodView::Missing) => true,
-            Ok(PodView::Present { uid, mirror, .. }) => !mirror && rec.pod_uid.as_ref().is_some_and(|u| *u != uid),
+            // a finished pod's sandbox is gone for good, as the release rules have it
+            Ok(PodView::Present { uid, mirror, finished }) => {
+                finished || (!mirror && rec.pod_uid.as_ref().is_some_and(|u| *u != uid))
+            }
             Err(e) => {
                 tracing::debug!(pod = %rec.pod, error = %e, "the pod cannot be read; its claim stays");
                 false

@@ -20,7 +20,6 @@
 //! four-digit code and `-` (more follows) or ` ` (the last line), a line starting with a space continues the code
 //! before it, one starting with `+` is a spontaneous message.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -390,12 +389,6 @@ fn elapsed(now: Option<&str>, since: &str) -> Option<Duration> {
     };
     // a clock set back makes no session older than it is
     Some(Duration::from_secs_f64(seconds.max(0.0)))
-}
-
-impl fmt::Display for Line {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04} {}", self.code, self.text)
-    }
 }
 
 #[cfg(test)]
