@@ -18,7 +18,7 @@ use crate::lock::{self, HostLock};
 use crate::pools::{self, OnePool};
 use crate::provider;
 use crate::request::{Assigned, Attachment, Request};
-use crate::routetable::{self, KernelTable, RouteTableError, Table, TableError};
+use crate::routetable::{self, Bird, KernelTable, RouteTableError, RoutingDaemon, Table, TableError};
 use crate::slices::{self, Sliced};
 use crate::store::{self, ConnectError, KubeStore, PoolStore, Store};
 
@@ -37,6 +37,16 @@ pub trait Host {
 
     /// Where the host lock's files go; `None`: invocations do not take turns.
     fn lock_dir(&self) -> Option<PathBuf>;
+
+    /// The node's routing daemon, as the node's flat file describes it (the routing-table datastore).
+    fn routing_daemon(&self, daemon: &crate::config::Daemon) -> impl RoutingDaemon + Send + Sync {
+        Bird::new(&daemon.socket, daemon.settle)
+    }
+
+    /// The node's DNS servers, which no host route may take over: `/etc/resolv.conf`'s.
+    fn nameservers(&self) -> Vec<std::net::IpAddr> {
+        routetable::nameservers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
+    }
 }
 
 /// The machine itself: the API server a kubeconfig names, the kernel's routing table, the lock files under
@@ -118,7 +128,10 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
     let budget = Budget::new(cfg.timeout);
     let assigned = match &cfg.mode {
         Mode::RouteTable(mode) => {
-            let claimed = routetable::assign(&host.table()?, cfg, mode, req, &budget).await?;
+            // fail closed: without every other node's claims, a free-looking address may be a live pod's
+            host.routing_daemon(&mode.daemon).ready().await.map_err(RouteTableError::from)?;
+            let nameservers = host.nameservers();
+            let claimed = routetable::assign(&host.table()?, cfg, mode, req, &budget, &nameservers).await?;
             tracing::info!(
                 ips = ?claimed.assigned.iter().map(|a| a.ip).collect::<Vec<_>>(),
                 collisions = claimed.collisions,
@@ -195,7 +208,15 @@ pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<
 pub async fn status(host: &impl Host, cfg: &IpamConfig) -> Result<(), VerbError> {
     let budget = Budget::new(cfg.timeout);
     let kube = match &cfg.mode {
-        Mode::RouteTable(mode) => return Ok(routetable::status(&host.table()?, &mode.routes, &cfg.name).await?),
+        Mode::RouteTable(mode) => {
+            routetable::status(&host.table()?, &mode.routes, &cfg.name).await?;
+            // what an ADD would answer 11 to, STATUS answers "not available", as the spec has it
+            return host
+                .routing_daemon(&mode.daemon)
+                .ready()
+                .await
+                .map_err(|e| VerbError::new(Code::NotAvailable, e.to_string()));
+        }
         Mode::Pools(mode) => &mode.kube,
         Mode::Slices(mode) => &mode.kube,
         Mode::Provider(mode) => &mode.kube,
@@ -239,7 +260,8 @@ async fn release(
         ReleaseMode::RouteTable(routes) => return remove_routes(host, cfg, routes, req, valid).await,
         ReleaseMode::Pools(kube) | ReleaseMode::Slices(kube) => kube,
     };
-    // host routes first: a route left behind would advertise an address that is free again
+    // host routes first: a route left behind would advertise an address that is free again (one that cannot be
+    // removed keeps its record, and the reconciler's claim checker removes it once its pod is gone)
     if let Some(routes) = &kube.announce {
         let removed = remove_routes(host, cfg, routes, req, valid).await?;
         tracing::info!(removed, "host routes removed");
@@ -251,7 +273,9 @@ async fn release(
     }
 }
 
-/// DEL or GC of the routing-table records and host routes of `routes`.
+/// DEL or GC of the routing-table records and host routes of `routes`. Never fails: what cannot be removed is
+/// logged and left to the next GC and the reconciler's claim checker, since a DEL that fails leaves its pod
+/// Terminating and a retry would meet the same table and directory.
 async fn remove_routes(
     host: &impl Host,
     cfg: &ReleaseConfig,
@@ -259,17 +283,23 @@ async fn remove_routes(
     req: &Request,
     valid: Option<&[Attachment]>,
 ) -> Result<usize, VerbError> {
-    let table = host.table()?;
+    let table = match host.table() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "the routing table cannot be used: host routes left to GC and the reconciler");
+            return Ok(0);
+        }
+    };
     let removed = match valid {
         // an ADD under way has its record before the runtime lists its attachment; none runs longer than its budget
         Some(valid) => routetable::gc(&table, routes, &cfg.name, valid, cfg.timeout).await,
         None => routetable::release(&table, routes, &cfg.name, &req.container_id, &req.ifname).await,
     };
-    removed.map_err(|e| {
-        let e = VerbError::from(e);
-        tracing::error!(code = e.code.number(), details = %e.details, "host routes not removed");
-        e
-    })
+    Ok(removed.unwrap_or_else(|e| {
+        tracing::error!(state_dir = %routes.state_dir.display(), error = %e,
+            "host routes not removed: left to GC and the reconciler");
+        0
+    }))
 }
 
 /// DEL or GC on the API server, with the entries where `layout` says.
@@ -369,9 +399,10 @@ async fn announced<H: Host>(
     assigned: Vec<Assigned>,
 ) -> Result<Vec<Assigned>, VerbError> {
     let Some(routes) = &kube.announce else { return Ok(assigned) };
-    let pod = cfg.pod.to_string();
     let outcome = match host.table() {
-        Ok(table) => routetable::announce(&table, routes, &cfg.name, req, &pod, &assigned).await,
+        Ok(table) => {
+            routetable::announce(&table, routes, &cfg.name, req, &cfg.pod, &assigned, &host.nameservers()).await
+        }
         Err(e) => Err(e.into()),
     };
     let Err(e) = outcome else { return Ok(assigned) };

@@ -9,6 +9,7 @@ pub mod leader;
 pub mod metrics;
 pub mod node_slices;
 pub mod pods;
+pub mod route_checker;
 pub mod run;
 pub mod schedule;
 pub mod sub_interfaces;

@@ -49,6 +49,18 @@ pub struct Metrics {
     /// Failed attempts to take or renew the Lease: a reconciler that cannot lead says so once in its log, and
     /// here on every try.
     pub lease_failures: Counter,
+    /// Routing-table datastore: claims this node holds, as the last check found them.
+    pub routetable_claims: Gauge,
+    /// Routing-table datastore: claims of this node another claim as early or earlier contests (reported, kept).
+    pub routetable_conflicts: Gauge,
+    /// Routing-table datastore: conflicts reported (one Event each).
+    pub routetable_conflicts_seen: Counter,
+    /// Routing-table datastore: claims whose route is gone from the table.
+    pub routetable_routes_missing: Gauge,
+    /// Routing-table datastore: claims of gone attachments removed.
+    pub routetable_released: Counter,
+    /// Routing-table datastore: passes of the claim checker.
+    pub routetable_checks: Counter,
 }
 
 impl Metrics {
@@ -69,6 +81,12 @@ impl Metrics {
             reconcile_runs: Counter::default(),
             reconcile_duration: Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
             lease_failures: Counter::default(),
+            routetable_claims: Gauge::default(),
+            routetable_conflicts: Gauge::default(),
+            routetable_conflicts_seen: Counter::default(),
+            routetable_routes_missing: Gauge::default(),
+            routetable_released: Counter::default(),
+            routetable_checks: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("pool_size", "Usable addresses of the pool", m.pool_size.clone());
@@ -105,6 +123,32 @@ impl Metrics {
             m.reconcile_duration.clone(),
         );
         registry.register("lease_failures", "Failed attempts to take or renew the Lease", m.lease_failures.clone());
+        registry.register("routetable_claims", "Routing-table claims this node holds", m.routetable_claims.clone());
+        registry.register(
+            "routetable_conflicts",
+            "Routing-table claims of this node that an as early or earlier claim contests (reported, kept)",
+            m.routetable_conflicts.clone(),
+        );
+        registry.register(
+            "routetable_conflicts_seen",
+            "Routing-table claim conflicts reported",
+            m.routetable_conflicts_seen.clone(),
+        );
+        registry.register(
+            "routetable_routes_missing",
+            "Routing-table claims of this node whose host route is gone",
+            m.routetable_routes_missing.clone(),
+        );
+        registry.register(
+            "routetable_released",
+            "Routing-table claims of gone attachments removed by the checker",
+            m.routetable_released.clone(),
+        );
+        registry.register(
+            "routetable_checks",
+            "Passes of the routing-table claim checker",
+            m.routetable_checks.clone(),
+        );
         Self { registry, ..m }
     }
 

@@ -91,6 +91,16 @@ pub struct Args {
     /// every Node.
     #[arg(long)]
     assign_slices_to: Option<String>,
+    /// The routing-table datastore's claim checker: `auto` runs it when the flat file (`--flat-file`) makes the
+    /// routing-table datastore or `announce_routes` the node's default; `on` always, with the flat file's settings.
+    #[arg(long, env = "HEREABOUTS_ROUTETABLE_CHECKER", value_enum, default_value = "auto")]
+    routetable_checker: crate::route_checker::Switch,
+    /// How often the claim checker judges this node's claims again.
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    routetable_check_interval: Duration,
+    /// How often the claim checker looks up the pods of this node's claims, to remove those of gone attachments.
+    #[arg(long, value_parser = parse_duration, default_value = "1m")]
+    routetable_tidy_interval: Duration,
     /// IaaS provider mode: a JSON file with the networks' `iaas_provider` section (url, ca_file, …). With it, the
     /// leader has the provider release the sub-interfaces cached on Nodes that are gone (every `slice_interval`).
     #[arg(long)]
@@ -151,6 +161,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let schedule = source.read()?;
     let grace = grace_from(&args)?;
     let provider = args.iaas_provider_config.as_deref().map(provider_from).transpose()?;
+    let route_claims = crate::route_checker::settings(&args.flat_file, args.routetable_checker)?;
     let identity = args.identity.clone().unwrap_or_else(|| args.node_name.clone());
     tracing::info!(node = %args.node_name, namespace = %args.namespace, schedule = %schedule.expression,
         grace = ?grace, %identity, "starting");
@@ -246,6 +257,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             SubInterfaceKeeper { store: KubeStore::new(client.clone(), &args.namespace), provider, call_budget };
         let nodes = Api::all(client.clone());
         tasks.spawn(sub_interfaces::run(keeper, nodes, leadership.clone(), args.slice_interval, shutdown.clone()));
+    }
+    if let Some(routes) = route_claims {
+        let instance = args.identity.clone().unwrap_or_else(|| args.node_name.clone());
+        let reporter = Reporter { controller: "hereabouts-reconciler".into(), instance: Some(instance) };
+        let checker = crate::route_checker::Checker {
+            table: hereabouts_ipam::routetable::KernelTable::connect()?,
+            routes,
+            cluster: KubeCluster::new(client.clone(), Recorder::new(client.clone(), reporter)),
+            health: health.clone(),
+            grace,
+            every: args.routetable_check_interval,
+            tidy_every: args.routetable_tidy_interval,
+        };
+        tasks.spawn(checker.run(shutdown.clone()));
     }
     let pools = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
     tasks.spawn(gauges::run(pools, health.clone(), leadership.clone(), args.gauge_interval, shutdown.clone()));

@@ -21,6 +21,7 @@ pub struct Reconciler {
     child: Option<Child>,
     pub listen: String,
     pub log: PathBuf,
+    netns: Option<String>,
 }
 
 /// How to start one.
@@ -45,6 +46,11 @@ pub struct ReconcilerOptions {
     pub slice_grace: String,
     /// More arguments of `run` (e.g. `--iaas-provider-config`).
     pub extra_args: Vec<String>,
+    /// A simulated node's network namespace to run in (`ip netns exec`): its routing table, its own `/etc`
+    /// entries, and its relay to the API server. Its HTTP endpoint is then that namespace's loopback.
+    pub netns: Option<String>,
+    /// `--flat-file`; by default one that does not exist.
+    pub flat_file: Option<PathBuf>,
 }
 
 impl ReconcilerOptions {
@@ -63,6 +69,8 @@ impl ReconcilerOptions {
             gauge_interval: "1s".into(),
             slice_grace: "2s".into(),
             extra_args: Vec::new(),
+            netns: None,
+            flat_file: None,
             // the Role allows the reconciler this one Lease; Leases are per namespace, so tests do not collide
             lease: deploy::LEASE_NAME.into(),
         }
@@ -87,7 +95,16 @@ impl Reconciler {
         std::fs::create_dir_all(&config_dir).unwrap();
         let log = cluster.dir().join(format!("reconciler-{}-{}.log", opts.namespace, opts.identity));
         let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(workspace_bin("hereabouts-reconciler"))
+        let mut command = match &opts.netns {
+            Some(ns) => {
+                let mut c = Command::new(crate::netns::ip_bin());
+                c.args(["netns", "exec", ns]).arg(workspace_bin("hereabouts-reconciler"));
+                c
+            }
+            None => Command::new(workspace_bin("hereabouts-reconciler")),
+        };
+        let flat_file = opts.flat_file.clone().unwrap_or_else(|| config_dir.join("absent.conf"));
+        let child = command
             .arg("run")
             .args(["--node-name", &opts.node, "--namespace", &opts.namespace, "--identity", &opts.identity])
             .arg("--kubeconfig")
@@ -95,7 +112,7 @@ impl Reconciler {
             .arg("--config-dir")
             .arg(&config_dir)
             .arg("--flat-file")
-            .arg(config_dir.join("absent.conf"))
+            .arg(flat_file)
             .args(["--cron-expression", &opts.cron, "--grace-period", &opts.grace, "--lease-name", &opts.lease])
             .args(["--orphan-age", &opts.orphan_age, "--node-resync", &opts.node_resync])
             .args(["--slice-interval", &opts.slice_interval, "--slice-grace", &opts.slice_grace])
@@ -108,7 +125,7 @@ impl Reconciler {
             .stderr(file)
             .spawn()
             .expect("start hereabouts-reconciler");
-        Self { child: Some(child), listen, log }
+        Self { child: Some(child), listen, log, netns: opts.netns.clone() }
     }
 
     /// Waits until `/readyz` answers ok; panics with the log after 30 s.
@@ -126,7 +143,16 @@ impl Reconciler {
     pub async fn get(&self, path: &str) -> Option<String> {
         let addr = self.listen.clone();
         let path = path.to_string();
-        tokio::task::spawn_blocking(move || http_get(&addr, &path)).await.ok().flatten()
+        match self.netns.clone() {
+            Some(ns) => {
+                tokio::task::spawn_blocking(move || crate::netns::in_netns(&ns, move || http_get(&addr, &path)))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten()
+            }
+            None => tokio::task::spawn_blocking(move || http_get(&addr, &path)).await.ok().flatten(),
+        }
     }
 
     /// The value of a metric line (name with labels, as printed), summed if it appears more than once.

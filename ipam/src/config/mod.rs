@@ -60,8 +60,9 @@ pub use mode::{Kube, Mode, Pools, Provider, ReleaseKube, ReleaseMode, Slices};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 pub use routing::{
-    Claiming, DEFAULT_PROPAGATION, DEFAULT_REQUESTED_RETRY, DEFAULT_ROUTE_PROTOCOL, DEFAULT_ROUTE_TABLE,
-    DEFAULT_STATE_DIR, HostRoutes, KEYS as ROUTING_KEYS, RouteTable,
+    Claiming, DEFAULT_BIRD_SETTLE, DEFAULT_BIRD_SOCKET, DEFAULT_PROPAGATION, DEFAULT_REQUESTED_RETRY,
+    DEFAULT_ROUTE_PROTOCOL, DEFAULT_ROUTE_TABLE, DEFAULT_STATE_DIR, Daemon, HostRoutes, KEYS as ROUTING_KEYS,
+    NODE_KEYS, NodeRouting, RouteTable, node_routing,
 };
 pub use selection::{RANGES_ANNOTATION, RangeFacts, RangeSelection};
 

@@ -111,13 +111,16 @@ impl Mode {
         }
         let placements = provider::placements(raw, ranges, provider.is_some())?;
         let selection = selection::parse(raw, ranges, provider.is_some())?;
-        let routing = raw.routing.check(&[
-            ("node_slice_size", raw.node_slice_size.is_some()),
-            ("iaas_provider", provider.is_some()),
-            ("pod_ranges", raw.pod_ranges.is_some()),
-            ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(raw)),
-            ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
-        ])?;
+        let routing = raw.routing.check(
+            &[
+                ("node_slice_size", raw.node_slice_size.is_some()),
+                ("iaas_provider", provider.is_some()),
+                ("pod_ranges", raw.pod_ranges.is_some()),
+                ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(raw)),
+                ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
+            ],
+            raw.configuration_path.is_some(),
+        )?;
         let announce = match routing {
             Routing::RouteTable(table) => {
                 if let Some(f) = &raw.strategy {
@@ -243,10 +246,10 @@ impl ReleaseMode {
         let kube = ReleaseKube {
             kubeconfig: raw.kubeconfig.as_ref().map(|f| f.value.clone()),
             overlapping_ranges: raw.overlapping_ranges.as_ref().is_none_or(|f| f.value),
-            announce: raw.routing.announced(),
+            announce: raw.routing.announced(raw.configuration_path.is_some()),
         };
         let sliced = raw.node_slice_size.as_ref().is_some_and(|size| ranges::check_node_slice(ranges, size).is_ok());
-        match (raw.routing.route_table(), sliced) {
+        match (raw.routing.route_table(raw.configuration_path.is_some()), sliced) {
             (Some(routes), _) => ReleaseMode::RouteTable(routes),
             (None, true) => ReleaseMode::Slices(kube),
             (None, false) => ReleaseMode::Pools(kube),

@@ -4,6 +4,10 @@
 //! their choice, so that a routing daemon can pick them out of the kernel's table and advertise them; both keep a
 //! node-local record per address so that DEL and GC know which route belongs to which attachment
 //! ([`crate::routetable::records`]).
+//!
+//! Where the routes go, where their records live and which daemon to ask ([`NODE_KEYS`]) are the node's: only the
+//! node's own flat file sets them. Whoever writes a network's config (a NetworkAttachmentDefinition) could
+//! otherwise point the plugin, which runs as root on the host, at any directory, table or socket of the node.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +30,13 @@ pub const DEFAULT_PROPAGATION: Duration = Duration::from_millis(100);
 pub const DEFAULT_REQUESTED_RETRY: Duration = Duration::from_millis(100);
 /// Where the node-local records live unless `route_state_dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/hereabouts/routes";
-/// The longest `propagation_timeout_ms` and `requested_address_retry_ms`: a minute, well inside any budget.
+/// Where BIRD's control socket is unless `bird_socket` says otherwise (Debian's `bird2`).
+pub const DEFAULT_BIRD_SOCKET: &str = "/run/bird/bird.ctl";
+/// How long a BGP session must have been established before its initial exchange counts as done, unless
+/// `bird_settle_ms` says otherwise (routetable/bird.rs says why a time).
+pub const DEFAULT_BIRD_SETTLE: Duration = Duration::from_secs(3);
+/// The longest `propagation_timeout_ms`, `requested_address_retry_ms` and `bird_settle_ms`: a minute, well inside
+/// any budget.
 const MAX_WAIT_MS: u64 = 60_000;
 
 /// The keys this module reads.
@@ -41,7 +51,14 @@ pub const KEYS: &[&str] = &[
     "exclude_first",
     "exclude_last",
     "announce_routes",
+    "bird_socket",
+    "bird_settle_ms",
 ];
+
+/// The keys only the node's own flat file may set: they name the node's links, tables, directories and sockets,
+/// which the author of a network's config (a NetworkAttachmentDefinition) must not point the plugin at.
+pub const NODE_KEYS: &[&str] =
+    &["route_table", "route_protocol", "route_device", "route_state_dir", "bird_socket", "bird_settle_ms"];
 
 /// Where a config keeps its allocations, as the `datastore` key says.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,6 +96,15 @@ pub struct Claiming {
     pub exclude_last: u64,
 }
 
+/// The routing daemon the routing-table datastore asks whether this node has every other node's claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// `bird_socket`, default [`DEFAULT_BIRD_SOCKET`]: BIRD's control socket.
+    pub socket: PathBuf,
+    /// `bird_settle_ms`, default [`DEFAULT_BIRD_SETTLE`]: how long a session must have been established.
+    pub settle: Duration,
+}
+
 /// The routing-table datastore's settings: [`super::Mode::RouteTable`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteTable {
@@ -86,6 +112,8 @@ pub struct RouteTable {
     pub routes: HostRoutes,
     /// How an address is claimed.
     pub claiming: Claiming,
+    /// Whom an ADD asks first.
+    pub daemon: Daemon,
 }
 
 /// What the routing keys make of a config.
@@ -110,6 +138,11 @@ pub(super) struct RawRouting<'p> {
     pub exclude_first: Field<'p, u64>,
     pub exclude_last: Field<'p, u64>,
     pub announce: Field<'p, bool>,
+    pub bird_socket: Field<'p, PathBuf>,
+    pub bird_settle: Field<'p, Duration>,
+    /// Node keys the inline config set where the flat file sets them too: the flat file's value is kept (a lenient
+    /// DEL must find the node's records), and strict loading still refuses the config for them.
+    pub overridden: Vec<(&'static str, Origin<'p>)>,
 }
 
 /// Reads key `name` (one of [`KEYS`]); `ignored` gets a `datastore` that names the Kubernetes store, which changes
@@ -156,15 +189,9 @@ pub(super) fn parse_key<'p>(
             raw.protocol = sourced(origin, protocol);
         }
         "route_device" => raw.device = sourced(origin, string(v, key)?.map(|d| device(d, key)).transpose()?),
-        "route_state_dir" => {
-            let dir = string(v, key)?.map(PathBuf::from);
-            if let Some(d) = &dir
-                && !d.is_absolute()
-            {
-                return Err(ConfigError::invalid(key, format!("{:?} is not an absolute path", d.display())));
-            }
-            raw.state_dir = sourced(origin, dir);
-        }
+        "route_state_dir" => raw.state_dir = sourced(origin, absolute(v, key)?),
+        "bird_socket" => raw.bird_socket = sourced(origin, absolute(v, key)?),
+        "bird_settle_ms" => raw.bird_settle = sourced(origin, uint(v, key)?.map(|n| wait(n, key)).transpose()?),
         "propagation_timeout_ms" => raw.propagation = sourced(origin, uint(v, key)?.map(|n| wait(n, key)).transpose()?),
         "requested_address_retry_ms" => {
             raw.requested_retry = sourced(origin, uint(v, key)?.map(|n| wait(n, key)).transpose()?);
@@ -175,6 +202,16 @@ pub(super) fn parse_key<'p>(
         _ => unreachable!("only KEYS are passed here"),
     }
     Ok(())
+}
+
+fn absolute(v: &Value, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+    let path = string(v, key)?.map(PathBuf::from);
+    if let Some(p) = &path
+        && !p.is_absolute()
+    {
+        return Err(ConfigError::invalid(key, format!("{:?} is not an absolute path", p.display())));
+    }
+    Ok(path)
 }
 
 fn device(d: String, key: &str) -> Result<String, ConfigError> {
@@ -194,18 +231,28 @@ fn wait(n: u64, key: &str) -> Result<Duration, ConfigError> {
 
 impl<'p> RawRouting<'p> {
     /// Whereabouts' merge: the inline value where there is one, else the flat file's.
+    /// Node keys are the flat file's where it has them.
     pub(super) fn merge(self, flat: Self) -> Self {
+        let overridden = self
+            .node_keys()
+            .into_iter()
+            .zip(flat.node_keys())
+            .filter_map(|((key, inline), (_, node))| inline.filter(|_| node.is_some()).map(|o| (key, o)))
+            .collect();
         Self {
             datastore: self.datastore.or(flat.datastore),
-            table: self.table.or(flat.table),
-            protocol: self.protocol.or(flat.protocol),
-            device: self.device.or(flat.device),
-            state_dir: self.state_dir.or(flat.state_dir),
+            table: flat.table.or(self.table),
+            protocol: flat.protocol.or(self.protocol),
+            device: flat.device.or(self.device),
+            state_dir: flat.state_dir.or(self.state_dir),
             propagation: self.propagation.or(flat.propagation),
             requested_retry: self.requested_retry.or(flat.requested_retry),
             exclude_first: self.exclude_first.or(flat.exclude_first),
             exclude_last: self.exclude_last.or(flat.exclude_last),
             announce: self.announce.or(flat.announce),
+            bird_socket: flat.bird_socket.or(self.bird_socket),
+            bird_settle: flat.bird_settle.or(self.bird_settle),
+            overridden,
         }
     }
 
@@ -214,30 +261,69 @@ impl<'p> RawRouting<'p> {
         self.datastore.as_ref().map(|f| f.value).unwrap_or_default()
     }
 
-    /// The host routes as the keys say (where a config installs any).
-    fn routes(&self) -> HostRoutes {
+    /// The node keys as given, each with where it came from.
+    fn node_keys(&self) -> [(&'static str, Option<Origin<'p>>); 6] {
+        [
+            ("route_table", self.table.as_ref().map(|f| f.origin)),
+            ("route_protocol", self.protocol.as_ref().map(|f| f.origin)),
+            ("route_device", self.device.as_ref().map(|f| f.origin)),
+            ("route_state_dir", self.state_dir.as_ref().map(|f| f.origin)),
+            ("bird_socket", self.bird_socket.as_ref().map(|f| f.origin)),
+            ("bird_settle_ms", self.bird_settle.as_ref().map(|f| f.origin)),
+        ]
+    }
+
+    /// The first node key ([`NODE_KEYS`]) that comes from somewhere else than the node's own flat file: the
+    /// inline config, or a flat file the network's config chose with `configuration_path` (`chosen_file`), which
+    /// may be any file on the node, one a pod wrote included.
+    fn foreign_node_key(&self, chosen_file: bool) -> Option<ConfigError> {
+        let set = self.overridden.iter().map(|(k, o)| (*k, Some(*o))).chain(self.node_keys());
+        let (key, origin) =
+            set.into_iter().find_map(|(k, o)| o.filter(|o| !trusted(*o, chosen_file)).map(|o| (k, o)))?;
+        let why = match origin {
+            Origin::Inline => "a node setting: only the node's own flat file sets it, not the network's config",
+            Origin::FlatFile(_) => {
+                "a node setting: only the node's own flat file sets it, not one the network's config names with \
+                 configuration_path"
+            }
+        };
+        Some(ConfigError::invalid(origin.key(key), why))
+    }
+
+    /// The host routes as the node's keys say (where a config installs any); a node key from anywhere else is
+    /// passed over (strict loading refuses it first, [`Self::check`]).
+    fn routes(&self, chosen_file: bool) -> HostRoutes {
+        let node = |o: Origin<'_>| trusted(o, chosen_file);
         HostRoutes {
-            table: self.table.as_ref().map_or(DEFAULT_ROUTE_TABLE, |f| f.value),
-            protocol: self.protocol.as_ref().map_or(DEFAULT_ROUTE_PROTOCOL, |f| f.value),
-            device: self.device.as_ref().map(|f| f.value.clone()),
-            state_dir: self.state_dir.as_ref().map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), |f| f.value.clone()),
+            table: self.table.as_ref().filter(|f| node(f.origin)).map_or(DEFAULT_ROUTE_TABLE, |f| f.value),
+            protocol: self.protocol.as_ref().filter(|f| node(f.origin)).map_or(DEFAULT_ROUTE_PROTOCOL, |f| f.value),
+            device: self.device.as_ref().filter(|f| node(f.origin)).map(|f| f.value.clone()),
+            state_dir: self
+                .state_dir
+                .as_ref()
+                .filter(|f| node(f.origin))
+                .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), |f| f.value.clone()),
         }
     }
 
     /// With `announce_routes` (and the Kubernetes datastore), the routes ADD installs for each address.
-    pub(super) fn announced(&self) -> Option<HostRoutes> {
+    pub(super) fn announced(&self, chosen_file: bool) -> Option<HostRoutes> {
         let announce = self.announce.as_ref().is_some_and(|f| f.value);
-        (self.datastore() == Datastore::Kubernetes && announce).then(|| self.routes())
+        (self.datastore() == Datastore::Kubernetes && announce).then(|| self.routes(chosen_file))
     }
 
     /// With the routing-table datastore, where its claims are.
-    pub(super) fn route_table(&self) -> Option<HostRoutes> {
-        (self.datastore() == Datastore::RouteTable).then(|| self.routes())
+    pub(super) fn route_table(&self, chosen_file: bool) -> Option<HostRoutes> {
+        (self.datastore() == Datastore::RouteTable).then(|| self.routes(chosen_file))
     }
 
     /// Checks the keys against the datastore and says what they make of the config. `others` are the keys of the
-    /// rest of the config that need the API server, set or not.
-    pub(super) fn check(&self, others: &[(&str, bool)]) -> Result<Routing, ConfigError> {
+    /// rest of the config that need the API server, set or not; `chosen_file`, whether the flat file read is one
+    /// the config named (`configuration_path`) rather than the node's own.
+    pub(super) fn check(&self, others: &[(&str, bool)], chosen_file: bool) -> Result<Routing, ConfigError> {
+        if let Some(e) = self.foreign_node_key(chosen_file) {
+            return Err(e);
+        }
         let set = |f: Option<Origin<'_>>, k: &str| f.map(|o| o.key(k));
         let claim_keys = [
             set(self.propagation.as_ref().map(|f| f.origin), "propagation_timeout_ms"),
@@ -245,25 +331,13 @@ impl<'p> RawRouting<'p> {
             set(self.exclude_first.as_ref().map(|f| f.origin), "exclude_first"),
             set(self.exclude_last.as_ref().map(|f| f.origin), "exclude_last"),
         ];
-        let route_keys = [
-            set(self.table.as_ref().map(|f| f.origin), "route_table"),
-            set(self.protocol.as_ref().map(|f| f.origin), "route_protocol"),
-            set(self.device.as_ref().map(|f| f.origin), "route_device"),
-            set(self.state_dir.as_ref().map(|f| f.origin), "route_state_dir"),
-        ];
         if self.datastore() == Datastore::Kubernetes {
             if let Some(key) = claim_keys.into_iter().flatten().next() {
                 return Err(ConfigError::invalid(key, "only with \"datastore\": \"routetable\""));
             }
-            let announce = self.announced();
-            if announce.is_none()
-                && let Some(key) = route_keys.into_iter().flatten().next()
-            {
-                return Err(ConfigError::invalid(
-                    key,
-                    "only with \"datastore\": \"routetable\" or \"announce_routes\": true",
-                ));
-            }
+            // the node keys are the node's, shared by every network on it: a network that uses none of them is
+            // not wrong to leave them alone
+            let announce = self.announced(chosen_file);
             return Ok(Routing::Kubernetes { announce });
         }
         if let Some(f) = &self.announce {
@@ -284,6 +358,56 @@ impl<'p> RawRouting<'p> {
             exclude_first: self.exclude_first.as_ref().map_or(0, |f| f.value),
             exclude_last: self.exclude_last.as_ref().map_or(0, |f| f.value),
         };
-        Ok(Routing::RouteTable(RouteTable { routes: self.routes(), claiming }))
+        let daemon = Daemon {
+            socket: self.bird_socket.as_ref().map_or_else(|| PathBuf::from(DEFAULT_BIRD_SOCKET), |f| f.value.clone()),
+            settle: self.bird_settle.as_ref().map_or(DEFAULT_BIRD_SETTLE, |f| f.value),
+        };
+        Ok(Routing::RouteTable(RouteTable { routes: self.routes(chosen_file), claiming, daemon }))
     }
+}
+
+/// The routing settings of a node, as its own flat file says (the reconciler's claim checker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRouting {
+    /// `"datastore": "routetable"` is the node's default.
+    pub route_table: bool,
+    /// `"announce_routes": true` is the node's default.
+    pub announce: bool,
+    /// The host routes and their records.
+    pub routes: HostRoutes,
+    /// The routing daemon.
+    pub daemon: Daemon,
+}
+
+impl Default for NodeRouting {
+    /// A node without a flat file.
+    fn default() -> Self {
+        Self {
+            route_table: false,
+            announce: false,
+            routes: RawRouting::default().routes(false),
+            daemon: Daemon { socket: PathBuf::from(DEFAULT_BIRD_SOCKET), settle: DEFAULT_BIRD_SETTLE },
+        }
+    }
+}
+
+/// The routing settings of the node's flat file at `path` (the defaults where it sets none).
+pub fn node_routing(path: &std::path::Path) -> Result<NodeRouting, ConfigError> {
+    let raw = super::flatfile::read(path, &mut super::json::Problems::strict())?.routing;
+    let daemon = Daemon {
+        socket: raw.bird_socket.as_ref().map_or_else(|| PathBuf::from(DEFAULT_BIRD_SOCKET), |f| f.value.clone()),
+        settle: raw.bird_settle.as_ref().map_or(DEFAULT_BIRD_SETTLE, |f| f.value),
+    };
+    Ok(NodeRouting {
+        route_table: raw.datastore() == Datastore::RouteTable,
+        announce: raw.announce.as_ref().is_some_and(|f| f.value),
+        routes: raw.routes(false),
+        daemon,
+    })
+}
+
+/// Whether a node key from `origin` is the node's administrator's: the node's own flat file, not the inline
+/// config nor a file the config chose.
+fn trusted(origin: Origin<'_>, chosen_file: bool) -> bool {
+    matches!(origin, Origin::FlatFile(_)) && !chosen_file
 }

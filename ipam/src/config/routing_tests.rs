@@ -18,6 +18,14 @@ fn load(ipam: Value) -> Result<IpamConfig, ConfigError> {
     load_with_paths(&Input { stdin: &netconf(ipam), cni_args: "" }, &[])
 }
 
+/// Loads `ipam` on a node whose own flat file holds `node`.
+fn load_on_node(ipam: Value, node: Value) -> Result<IpamConfig, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = dir.path().join("hereabouts.conf");
+    std::fs::write(&flat, node.to_string()).unwrap();
+    load_with_paths(&Input { stdin: &netconf(ipam), cni_args: "" }, &[flat])
+}
+
 fn refused(ipam: Value) -> ConfigError {
     load(ipam).unwrap_err()
 }
@@ -50,13 +58,25 @@ fn the_routing_table_datastore_needs_no_kubeconfig_and_has_the_defaults() {
     assert_eq!((claiming.exclude_first, claiming.exclude_last), (0, 0));
     assert_eq!(c.mode.kube(), None, "no API server, no kubeconfig");
 
-    let c = load(routetable(json!({"route_table": 100, "route_protocol": 201, "route_device": "vxlan0",
-        "route_state_dir": "/run/hereabouts", "propagation_timeout_ms": 250, "requested_address_retry_ms": 50,
-        "exclude_first": 2, "exclude_last": 3})))
+    assert_eq!(
+        route_table(&c).daemon,
+        Daemon { socket: PathBuf::from("/run/bird/bird.ctl"), settle: Duration::from_secs(3) }
+    );
+
+    let c = load_on_node(
+        routetable(json!({"propagation_timeout_ms": 250, "requested_address_retry_ms": 50, "exclude_first": 2,
+            "exclude_last": 3})),
+        json!({"route_table": 100, "route_protocol": 201, "route_device": "vxlan0", "route_state_dir": "/run/hereabouts",
+            "bird_socket": "/run/bird/b.ctl", "bird_settle_ms": 500}),
+    )
     .unwrap();
     let routes = &route_table(&c).routes;
     assert_eq!((routes.table, routes.protocol, routes.device.as_deref()), (100, 201, Some("vxlan0")));
     assert_eq!(routes.state_dir, Path::new("/run/hereabouts"));
+    assert_eq!(
+        route_table(&c).daemon,
+        Daemon { socket: PathBuf::from("/run/bird/b.ctl"), settle: Duration::from_millis(500) }
+    );
     let claiming = &route_table(&c).claiming;
     assert_eq!(claiming.propagation, Duration::from_millis(250));
     assert_eq!((claiming.exclude_first, claiming.exclude_last), (2, 3));
@@ -92,7 +112,15 @@ fn keys_of_another_mode_are_refused_with_code_7() {
         ),
         (
             kube(json!({"route_table": 100})),
-            "ipam.route_table: only with \"datastore\": \"routetable\" or \"announce_routes\": true",
+            "ipam.route_table: a node setting: only the node's own flat file sets it, not the network's config",
+        ),
+        (
+            refused(routetable(json!({"bird_socket": "/var/run/docker.sock"}))),
+            "ipam.bird_socket: a node setting: only the node's own flat file sets it, not the network's config",
+        ),
+        (
+            refused(routetable(json!({"route_state_dir": "/var/lib/cni/hereabouts/routes"}))),
+            "ipam.route_state_dir: a node setting: only the node's own flat file sets it, not the network's config",
         ),
         (
             refused(routetable(json!({"announce_routes": true}))),
@@ -130,6 +158,14 @@ fn keys_of_another_mode_are_refused_with_code_7() {
             refused(routetable(json!({"propagation_timeout_ms": 60001}))),
             "ipam.propagation_timeout_ms: 60001: must be 0 to 60000 (milliseconds)",
         ),
+        (
+            refused(routetable(json!({"bird_socket": "bird.ctl"}))),
+            "ipam.bird_socket: \"bird.ctl\" is not an absolute path",
+        ),
+        (
+            refused(routetable(json!({"bird_settle_ms": 60001}))),
+            "ipam.bird_settle_ms: 60001: must be 0 to 60000 (milliseconds)",
+        ),
     ];
     for (e, said) in cases {
         assert_eq!(e.code(), 7, "{e}");
@@ -143,28 +179,66 @@ fn keys_of_another_mode_are_refused_with_code_7() {
 
 #[test]
 fn announcing_keeps_the_kubernetes_datastore_and_uses_the_route_keys() {
-    let c = load(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": true, "route_protocol": 201}))
+    let node = json!({"route_protocol": 201, "bird_socket": "/run/b.ctl"});
+    let c = load_on_node(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": true}), node.clone())
         .unwrap();
     assert!(matches!(c.mode, Mode::Pools(_)), "{:?}", c.mode);
     assert_eq!(announced(&c).map(|r| (r.table, r.protocol)), Some((254, 201)));
     let c = load(json!({"type": "hereabouts", "range": "10.0.0.0/24", "announce_routes": false})).unwrap();
     assert_eq!(announced(&c), None);
+    // the node's keys are every network's on the node: one that uses none of them is not refused for them
+    let c = load_on_node(json!({"type": "hereabouts", "range": "10.0.0.0/24"}), node).unwrap();
+    assert!(matches!(&c.mode, Mode::Pools(p) if p.kube.announce.is_none()), "{:?}", c.mode);
 }
 
 #[test]
-fn the_flat_file_supplies_routing_keys_and_release_reads_them_leniently() {
+fn node_keys_come_from_the_nodes_own_flat_file_only() {
     let dir = tempfile::tempdir().unwrap();
     let flat = dir.path().join("flat.conf");
-    std::fs::write(&flat, r#"{"datastore": "routetable", "route_protocol": 199, "propagation_timeout_ms": 300}"#)
-        .unwrap();
-    let stdin = netconf(json!({"type": "hereabouts", "range": "198.18.0.0/28", "route_protocol": 198}));
+    std::fs::write(
+        &flat,
+        r#"{"datastore": "routetable", "route_protocol": 199, "propagation_timeout_ms": 300, "route_state_dir": "/run/h"}"#,
+    )
+    .unwrap();
+    let stdin = netconf(json!({"type": "hereabouts", "range": "198.18.0.0/28", "propagation_timeout_ms": 200}));
     let c = load_with_paths(&Input { stdin: &stdin, cni_args: "" }, std::slice::from_ref(&flat)).unwrap();
-    assert_eq!(route_table(&c).routes.protocol, 198, "inline wins");
-    assert_eq!(route_table(&c).claiming.propagation, Duration::from_millis(300));
+    assert_eq!(route_table(&c).routes.protocol, 199);
+    assert_eq!(route_table(&c).claiming.propagation, Duration::from_millis(200), "a network key: inline wins");
 
-    // DEL of a config ADD would refuse still finds the host routes to remove
-    let stdin = netconf(routetable(json!({"rangeStart": "198.18.0.2", "route_state_dir": "/run/h"})));
-    let r = load_for_release_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]);
+    // a node key inline is refused, even where the node's file sets it too
+    let stdin = netconf(json!({"type": "hereabouts", "range": "198.18.0.0/28", "route_protocol": 198}));
+    let e = load_with_paths(&Input { stdin: &stdin, cni_args: "" }, std::slice::from_ref(&flat)).unwrap_err();
+    assert_eq!(e.code(), 7);
+    assert_eq!(
+        e.to_string(),
+        "ipam.route_protocol: a node setting: only the node's own flat file sets it, not the network's config"
+    );
+
+    // a flat file the network's config chose (any file on the node, one a pod wrote included) sets none
+    let chosen = json!({"type": "hereabouts", "range": "198.18.0.0/28", "configuration_path": flat});
+    let e = load_with_paths(&Input { stdin: &netconf(chosen.clone()), cni_args: "" }, &[]).unwrap_err();
+    assert_eq!(e.code(), 7);
+    assert!(
+        e.to_string().ends_with("a node setting: only the node's own flat file sets it, not one the network's config names with configuration_path"),
+        "{e}"
+    );
+    assert!(e.to_string().starts_with("route_"), "{e}");
+
+    // DEL of a config ADD would refuse still finds the host routes, where the node keeps them
+    let stdin = netconf(routetable(json!({"rangeStart": "198.18.0.2", "route_state_dir": "/tmp/elsewhere"})));
+    let r = load_for_release_with_paths(&Input { stdin: &stdin, cni_args: "" }, std::slice::from_ref(&flat));
     assert!(matches!(&r.mode, ReleaseMode::RouteTable(h) if h.state_dir == Path::new("/run/h")), "{:?}", r.mode);
     assert!(!r.warnings.is_empty());
+    let r = load_for_release_with_paths(&Input { stdin: &netconf(chosen), cni_args: "" }, &[]);
+    assert!(
+        matches!(&r.mode, ReleaseMode::RouteTable(h) if h.state_dir == Path::new(DEFAULT_STATE_DIR)),
+        "{:?}",
+        r.mode
+    );
+
+    // the reconciler reads the node's settings from the same file
+    let node = node_routing(&flat).unwrap();
+    assert!(node.route_table && !node.announce);
+    assert_eq!((node.routes.protocol, node.routes.state_dir.as_path()), (199, Path::new("/run/h")));
+    assert_eq!(node.daemon.socket, Path::new(DEFAULT_BIRD_SOCKET));
 }

@@ -15,7 +15,6 @@
 //! number of colliding claims keep the address, provided each sees the earliest competing claim (the README's
 //! configuration makes BGP prefer the lowest MED, so the one route it installs is the earliest).
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 
 use crate::range::IpRange;
@@ -82,12 +81,12 @@ const ENUMERATE_LIMIT: u128 = 4096;
 const SAMPLES: u32 = 256;
 
 /// A free address of `range` at random, skipping the first `exclude_first` and last `exclude_last` usable ones and
-/// every address in `taken`; `None` when there is none. `random` gives the random numbers.
+/// every address `taken` says is; `None` when there is none. `random` gives the random numbers.
 pub fn pick(
     range: &IpRange,
     exclude_first: u64,
     exclude_last: u64,
-    taken: &HashSet<IpAddr>,
+    taken: impl Fn(&IpAddr) -> bool,
     mut random: impl FnMut() -> u64,
 ) -> Option<IpAddr> {
     let usable = range.usable_count();
@@ -99,18 +98,20 @@ pub fn pick(
         r % n
     };
     if window <= ENUMERATE_LIMIT {
-        let free: Vec<IpAddr> = (0..window).filter_map(at).filter(|ip| !taken.contains(ip)).collect();
+        let free: Vec<IpAddr> = (0..window).filter_map(at).filter(|ip| !taken(ip)).collect();
         if free.is_empty() {
             return None;
         }
         let n = u128::try_from(free.len()).expect("fits");
         return Some(free[usize::try_from(draw(&mut random, n)).expect("below len")]);
     }
-    (0..SAMPLES).filter_map(|_| at(draw(&mut random, window))).find(|ip| !taken.contains(ip))
+    (0..SAMPLES).filter_map(|_| at(draw(&mut random, window))).find(|ip| !taken(ip))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
     use proptest::prelude::*;
 
@@ -177,7 +178,7 @@ mod tests {
             let taken: HashSet<IpAddr> = usable.iter().enumerate().filter(|(i, _)| taken_mask >> i & 1 == 1).map(|(_, a)| *a).collect();
             let window = &usable[usize::try_from(xf).unwrap()..usable.len() - usize::try_from(xl).unwrap()];
             let mut state = seed;
-            let got = pick(&range, xf, xl, &taken, || { state = state.wrapping_mul(6364136223846793005).wrapping_add(1); state });
+            let got = pick(&range, xf, xl, |ip| taken.contains(ip), || { state = state.wrapping_mul(6364136223846793005).wrapping_add(1); state });
             match got {
                 Some(a) => { prop_assert!(window.contains(&a)); prop_assert!(!taken.contains(&a)); }
                 None => prop_assert!(window.iter().all(|a| taken.contains(a))),
@@ -189,10 +190,16 @@ mod tests {
     fn large_ranges_are_sampled() {
         let range = IpRange::parse("2001:db8::/64", None, None, &[]).unwrap();
         let mut n = 0u64;
-        let got = pick(&range, 10, 10, &HashSet::new(), || {
-            n = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            n
-        });
+        let got = pick(
+            &range,
+            10,
+            10,
+            |_| false,
+            || {
+                n = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                n
+            },
+        );
         assert!(range.cidr().contains(&got.unwrap()));
     }
 }

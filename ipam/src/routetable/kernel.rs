@@ -9,7 +9,7 @@ use rtnetlink::packet_route::address::AddressAttribute;
 use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope};
 use rtnetlink::{Handle, RouteMessageBuilder};
 
-use super::{HostRoute, Table, TableError};
+use super::{HostRoute, NetRoute, Table, TableError};
 
 /// The kernel's tables, through one netlink socket whose connection runs on the current tokio runtime.
 #[derive(Debug, Clone)]
@@ -83,7 +83,50 @@ fn host_route(m: &RouteMessage) -> Option<HostRoute> {
     Some(HostRoute { dst: dst?, table, protocol: u8::from(m.header.protocol), metric })
 }
 
+/// A listed route that is not a host route, with its destination, link and next hop.
+fn net_route(m: &RouteMessage) -> Option<(u32, NetRoute)> {
+    let full = match m.header.address_family {
+        AddressFamily::Inet => 32,
+        AddressFamily::Inet6 => 128,
+        _ => return None,
+    };
+    let len = m.header.destination_prefix_length;
+    if len == full {
+        return None;
+    }
+    let mut dst: IpAddr = if full == 32 { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+    let (mut table, mut link, mut gateway) = (u32::from(m.header.table), None, None);
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Destination(RouteAddress::Inet(ip)) => dst = IpAddr::V4(*ip),
+            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => dst = IpAddr::V6(*ip),
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Oif(i) => link = Some(*i),
+            RouteAttribute::Gateway(RouteAddress::Inet(ip)) => gateway = Some(IpAddr::V4(*ip)),
+            RouteAttribute::Gateway(RouteAddress::Inet6(ip)) => gateway = Some(IpAddr::V6(*ip)),
+            _ => {}
+        }
+    }
+    let dst = IpNet::new(dst, len).ok()?;
+    Some((table, NetRoute { dst, protocol: u8::from(m.header.protocol), link, gateway }))
+}
+
 impl Table for KernelTable {
+    async fn routes_over(&self, table: u32, net: IpNet) -> Result<Vec<NetRoute>, TableError> {
+        let query = match net {
+            IpNet::V4(_) => RouteMessageBuilder::<Ipv4Addr>::new().table_id(table).build(),
+            IpNet::V6(_) => RouteMessageBuilder::<Ipv6Addr>::new().table_id(table).build(),
+        };
+        let listed: Vec<RouteMessage> =
+            self.handle.route().get(query).execute().try_collect().await.map_err(|e| netlink("list routes", &e))?;
+        Ok(listed
+            .iter()
+            .filter_map(net_route)
+            .filter(|(t, r)| *t == table && (r.dst.contains(&net) || net.contains(&r.dst)))
+            .map(|(_, r)| r)
+            .collect())
+    }
+
     async fn host_routes(&self, table: u32, net: IpNet) -> Result<Vec<HostRoute>, TableError> {
         let query = match net {
             IpNet::V4(_) => RouteMessageBuilder::<Ipv4Addr>::new().build(),

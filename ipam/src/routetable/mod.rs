@@ -10,9 +10,14 @@
 //! its own arrived meanwhile, it withdraws and picks again. DEL removes the route (so the daemon withdraws it
 //! everywhere) and the record; GC those of attachments the runtime no longer has; CHECK that both are there.
 //!
-//! The use cases ([`assign`], [`release`], [`gc`], [`check`], [`announce`]) work on any [`Table`]: the kernel's
-//! ([`KernelTable`]) or the tests' own.
+//! Before an ADD claims anything it asks the node's routing daemon ([`bird`]) whether every other node's claims
+//! have reached this node, and answers "try again later" until they have. A node's reconciler re-runs the claim
+//! verdict on the claims the node holds ([`audit`]) and reports what collides; CHECK runs the same verdict.
+//!
+//! The use cases ([`assign`], [`release`], [`gc`], [`check`], [`announce`], [`audit`]) work on any [`Table`]: the
+//! kernel's ([`KernelTable`]) or the tests' own.
 
+pub mod bird;
 pub mod claim;
 mod kernel;
 mod ops;
@@ -23,16 +28,48 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+pub use bird::{Bird, NotReady, RoutingDaemon};
 pub use claim::{HostRoute, Verdict};
 pub use kernel::KernelTable;
-pub use ops::{Claimed, announce, assign, check, gc, release, status};
+pub use ops::{
+    Audited, ClaimState, Claimed, METADATA_ADDRESSES, announce, assign, audit, check, gc, release, remove, status,
+};
 
 use crate::codes::Code;
+
+/// The `nameserver` addresses of a `resolv.conf` (a link-local one's `%zone` dropped).
+pub fn nameservers(resolv_conf: &str) -> Vec<IpAddr> {
+    resolv_conf
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter_map(|a| a.split('%').next()?.parse().ok())
+        .collect()
+}
+
+/// The kernel's local table, where the node's own addresses are.
+pub const LOCAL_TABLE: u32 = 255;
+
+/// A route of any prefix, as far as telling where the host sends an address goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetRoute {
+    /// Its destination.
+    pub dst: IpNet,
+    /// Its protocol number.
+    pub protocol: u8,
+    /// The link it points at, when it names one.
+    pub link: Option<u32>,
+    /// Its next hop, if any.
+    pub gateway: Option<IpAddr>,
+}
 
 /// A node's routing tables, as far as this datastore uses them.
 pub trait Table {
     /// The host routes of `table` to addresses of `net`, any protocol.
     fn host_routes(&self, table: u32, net: IpNet) -> impl Future<Output = Result<Vec<HostRoute>, TableError>>;
+
+    /// The routes of `table`, any prefix but the host routes', whose destination overlaps `net`.
+    fn routes_over(&self, table: u32, net: IpNet) -> impl Future<Output = Result<Vec<NetRoute>, TableError>>;
 
     /// Installs `route` pointing at link `link`; [`TableError::Exists`] when the table has that very route.
     fn add(&self, route: &HostRoute, link: u32) -> impl Future<Output = Result<(), TableError>>;
@@ -111,6 +148,30 @@ pub enum RouteTableError {
     /// CHECK: the attachment lacks its address or route.
     #[error("{0}")]
     Missing(String),
+    /// CHECK: a claim as early as the attachment's, or earlier, holds its address too.
+    #[error(
+        "{ip}: another claim as early as ours or earlier holds the address too (ours: metric {ours}; theirs: metric {}, proto {}, table {}): the reconciler reports it; a person decides which pod keeps it",
+        competitor.metric, competitor.protocol, competitor.table
+    )]
+    Conflict {
+        /// The address.
+        ip: IpAddr,
+        /// Our route's metric.
+        ours: u32,
+        /// The earliest competing route.
+        competitor: HostRoute,
+    },
+    /// The address may not be claimed on this node: the host sends it somewhere already.
+    #[error("{ip} may not be claimed on this node: it is {why}")]
+    Reserved {
+        /// The address.
+        ip: IpAddr,
+        /// What it is.
+        why: String,
+    },
+    /// The routing daemon has not given this node every other node's claims yet.
+    #[error(transparent)]
+    NotReady(#[from] NotReady),
 }
 
 impl RouteTableError {
@@ -122,7 +183,9 @@ impl RouteTableError {
             Self::Exhausted { .. } => Code::RangeExhausted,
             Self::RequestedTaken { .. } => Code::RequestedAddressTaken,
             Self::Expired { .. } => Code::TryAgainLater,
-            Self::Missing(_) => Code::AllocationMissing,
+            Self::Missing(_) | Self::Conflict { .. } => Code::AllocationMissing,
+            Self::Reserved { .. } => Code::InvalidConfig,
+            Self::NotReady(_) => Code::TryAgainLater,
         }
     }
 }

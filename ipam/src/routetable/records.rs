@@ -23,8 +23,11 @@ pub struct Record {
     pub container_id: String,
     /// `CNI_IFNAME`.
     pub ifname: String,
-    /// `namespace/name`, for people.
+    /// `namespace/name`: who is told of a conflict, and whose absence lets the reconciler tidy up.
     pub pod: String,
+    /// `K8S_POD_UID`, when the runtime gave it: a pod of the same name made since is another pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
     /// The route installed for the address.
     pub route: HostRoute,
 }
@@ -68,6 +71,25 @@ impl Records {
         let dir = state_dir.join(if safe.is_empty() || safe.starts_with('.') { format!("_{safe}") } else { safe });
         std::fs::create_dir_all(&dir).map_err(io("make", &dir))?;
         Ok(Self { dir })
+    }
+
+    /// The networks with records under `state_dir`; none when it does not exist.
+    pub fn networks(state_dir: &Path) -> Result<Vec<String>, RecordError> {
+        let entries = match std::fs::read_dir(state_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("list", state_dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io("list", state_dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with('.') && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     fn path(&self, ip: IpAddr) -> PathBuf {
@@ -138,6 +160,7 @@ mod tests {
             container_id: c.into(),
             ifname: "net1".into(),
             pod: "ns/p".into(),
+            pod_uid: None,
             route: HostRoute { dst: "198.18.0.9".parse().unwrap(), table: 254, protocol: 192, metric: 8 },
         }
     }
