@@ -13,6 +13,12 @@
 //!   entry and its reservation, and nothing else is left (no entry, no reservation of a failed, killed or
 //!   released attachment).
 //!
+//! Slice mode runs with the leader's node-slice controller as another faulty process ([`slice_keeper`]): slices
+//! freed under a node whose Node object comes and goes while its kubelet runs (its ADDs re-create the pool the
+//! leader just deleted), slices given to nodes or not, NodeSlicePools lost and re-created by the next ADD. The
+//! regressions file keeps a case that fails without the re-read of the slice after a re-created pool's entry is
+//! written, and one that fails without the claim's check that no other node's pool of a free slice holds entries.
+//!
 //! `HEREABOUTS_SIM_CASES` sets the number of cases (CI runs the default; `make fuzz` runs far more).
 //!
 //! [`a_guard_less_one_test_is_caught`] proves that the simulation would see a wrong guard: with one `test` of a
@@ -60,6 +66,9 @@ const NETWORKS: [&str; 7] = [
     r#"{"cniVersion":"1.0.0","name":"net-f","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.3.0/29","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-g","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.4.0/28","node_slice_size":"/30","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#,
 ];
+
+/// The networks in slice mode (net-d, net-g).
+const SLICE_NETWORKS: [usize; 2] = [3, 6];
 
 /// Whether `network` claims its addresses with reservations (all but the last two).
 fn reserves(network: usize) -> bool {
@@ -504,28 +513,31 @@ async fn reconciler(
 /// a stale owner re-creating its slice pool. In half the cases it also gives every live Node a slice (a mixed
 /// fleet's `--assign-slices-to`). Now and then a NodeSlicePool is lost (a manual delete, the garbage collector)
 /// and the next ADD rebuilds it.
-async fn slice_keeper(world: Arc<World>, stop: tokio::sync::watch::Receiver<bool>) {
-    let assign_all = world.rng.lock().unwrap().chance(0.5);
+async fn slice_keeper(world: Arc<World>, seed: u64, stop: tokio::sync::watch::Receiver<bool>) {
+    // a random stream of its own: the other actors' draws stay as they were
+    let rng = Mutex::new(Rng::new(seed ^ 0x6b65_6570_6572));
+    let assign_all = rng.lock().unwrap().chance(0.5);
     let mut node_2_exists = true;
     let mut incarnation = 0;
     while !*stop.borrow() {
         incarnation += 1;
-        let store = world.process(&format!("keeper-{incarnation}"));
+        let plan = FaultPlan::random(rng.lock().unwrap().next_u64(), world.rate, &Fault::ALL);
+        let store = world.base.handle(&format!("keeper-{incarnation}"), plan);
         let mut keeper = Keeper::new(store.clone(), Duration::from_secs(2));
-        let passes = 1 + world.rng.lock().unwrap().below(20);
+        let passes = 1 + rng.lock().unwrap().below(20);
         let run = async {
             for _ in 0..passes {
-                let pause = 200 + world.rng.lock().unwrap().below(1_500);
+                let pause = 200 + rng.lock().unwrap().below(1_500);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
-                if world.rng.lock().unwrap().chance(0.15) {
+                if rng.lock().unwrap().chance(0.15) {
                     node_2_exists = !node_2_exists;
                 }
                 let live: BTreeSet<String> =
                     (0..3).filter(|n| *n != 2 || node_2_exists).map(|n| format!("node-{n}")).collect();
                 let assign = if assign_all { live.clone() } else { BTreeSet::new() };
                 let _ = keeper.pass(&live, &assign).await;
-                if world.rng.lock().unwrap().chance(0.03) {
-                    let lost = if world.rng.lock().unwrap().chance(0.5) { "net-d" } else { "net-g" };
+                if rng.lock().unwrap().chance(0.03) {
+                    let lost = if rng.lock().unwrap().chance(0.5) { "net-d" } else { "net-g" };
                     world.base.force_delete_node_slices(lost);
                 }
                 if store.is_dead() {
@@ -677,7 +689,9 @@ fn run_case_counted(seed: u64, rate: f64, scripts: Vec<PodScript>, counted: bool
         });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let reconciler = tokio::spawn(reconciler(world.clone(), gone_rx, stop_rx.clone()));
-        let keeper = tokio::spawn(slice_keeper(world.clone(), stop_rx.clone()));
+        // the leader's node-slice controller, when a pod runs in slice mode
+        let sliced = scripts.iter().any(|s| SLICE_NETWORKS.contains(&s.network));
+        let keeper = sliced.then(|| tokio::spawn(slice_keeper(world.clone(), seed, stop_rx.clone())));
         let checker = tokio::spawn(checker(world.clone(), stop_rx));
         let mut pods = tokio::task::JoinSet::new();
         for (i, script) in scripts.into_iter().enumerate() {
@@ -686,7 +700,9 @@ fn run_case_counted(seed: u64, rate: f64, scripts: Vec<PodScript>, counted: bool
         while pods.join_next().await.is_some() {}
         stop_tx.send(true).unwrap();
         reconciler.await.map_err(|e| e.to_string())?;
-        keeper.await.map_err(|e| e.to_string())?;
+        if let Some(keeper) = keeper {
+            keeper.await.map_err(|e| e.to_string())?;
+        }
         checker.await.map_err(|e| e.to_string())?;
         // late teardowns of failed sandboxes end within their own budgets
         tokio::time::sleep(KILL_AFTER * 4).await;
@@ -772,7 +788,11 @@ fn caught(guard: Guard, nth: usize) -> Option<(u32, String)> {
 ///   racing ADDs off one offset;
 /// - the removal's `test` of the container: a DEL (or the reconciler) that read an entry before the pod's next
 ///   sandbox took it over must not remove it;
-/// - the slice move's `test` of the owner: two nodes that race for one free slice must not both get it.
+///
+/// The slice move's `test` of the owner (two nodes racing for one free slice must not both get it) is not caught
+/// any more, for a reason of the protocol: a node that loses that race without the test still reads the slice
+/// again, before it creates its pool and after it wrote its entry there ([`hereabouts_ipam::slices`]), and gives
+/// its entry back — the second check that a re-created slice pool needs anyway. Both would have to go.
 ///
 /// The other `test`s are not caught here, for reasons of the simulation's world, not because they are idle: every
 /// pod has one interface (the `ifname` tests), container IDs are unique to a pod (the `podref` tests), no
@@ -786,7 +806,6 @@ fn a_guard_less_one_test_is_caught() {
     let needed = [
         (Guard::AddEntry, 0, "the add's test that the offset is free"),
         (Guard::RemoveEntry, 0, "the removal's test of the container"),
-        (Guard::MoveSlice, 1, "the slice move's test of the owner"),
     ];
     for (guard, nth, what) in needed {
         match caught(guard, nth) {

@@ -73,11 +73,17 @@ pub async fn run<S: Store>(
     if let Some(selector) = keeper.assign_to.clone() {
         let nodes: Api<PartialObjectMeta<Node>> = Api::all(keeper.nodes.clone().into_client());
         let config = watcher::Config::default().labels(&selector);
-        tokio::spawn(watch_new(nodes, config, joined.clone(), shutdown.clone()));
+        tokio::spawn(watch_new("node", nodes, config, joined.clone(), shutdown.clone()));
         // a NodeSlicePool a node's first ADD just created has slices to give too
         let listings: Api<PartialObjectMeta<NodeSlicePool>> =
             Api::namespaced(keeper.nodes.clone().into_client(), keeper.keeper.store.namespace());
-        tokio::spawn(watch_new(listings, watcher::Config::default(), joined.clone(), shutdown.clone()));
+        tokio::spawn(watch_new(
+            "node slice pool",
+            listings,
+            watcher::Config::default(),
+            joined.clone(),
+            shutdown.clone(),
+        ));
     }
     let mut failing: Option<String> = None;
     // something appeared that this instance could not act on yet (not the leader yet): look again shortly
@@ -124,11 +130,18 @@ pub async fn run<S: Store>(
 
 /// Wakes the keeper when an object `api` and `config` select appears that was not there before (a Node that
 /// joins, a NodeSlicePool just created).
-async fn watch_new<K>(api: Api<K>, config: watcher::Config, joined: Arc<Notify>, shutdown: CancellationToken)
-where
+async fn watch_new<K>(
+    what: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    joined: Arc<Notify>,
+    shutdown: CancellationToken,
+) where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    // logged when it starts failing, not on every retry
+    let mut failing = false;
     let mut known: BTreeSet<String> = BTreeSet::new();
     let mut listing: BTreeSet<String> = BTreeSet::new();
     loop {
@@ -136,28 +149,38 @@ where
             () = shutdown.cancelled() => return,
             event = events.next() => event,
         };
-        match event {
+        let event = match event {
             None => return,
-            Some(Err(e)) => tracing::debug!(error = %e, "watch failed; retrying"),
-            Some(Ok(watcher::Event::Init)) => listing.clear(),
-            Some(Ok(watcher::Event::InitApply(object))) => {
+            Some(Err(e)) => {
+                if !failing {
+                    tracing::warn!(error = %crate::error_chain(&e), "{what} watch failed; retrying (joins wait for the next pass)");
+                }
+                failing = true;
+                continue;
+            }
+            Some(Ok(event)) => event,
+        };
+        failing = false;
+        match event {
+            watcher::Event::Init => listing.clear(),
+            watcher::Event::InitApply(object) => {
                 listing.extend(object.meta().name.clone());
             }
-            Some(Ok(watcher::Event::InitDone)) => {
+            watcher::Event::InitDone => {
                 let new = listing.iter().any(|n| !known.contains(n));
                 known = std::mem::take(&mut listing);
                 if new {
                     joined.notify_one();
                 }
             }
-            Some(Ok(watcher::Event::Apply(object))) => {
+            watcher::Event::Apply(object) => {
                 if let Some(name) = object.meta().name.clone()
                     && known.insert(name)
                 {
                     joined.notify_one();
                 }
             }
-            Some(Ok(watcher::Event::Delete(object))) => {
+            watcher::Event::Delete(object) => {
                 if let Some(name) = &object.meta().name {
                     known.remove(name);
                 }

@@ -274,11 +274,17 @@ impl Fx {
     }
 
     fn launch(&self, cron: &str) -> Reconciler {
-        let opts = ReconcilerOptions {
+        self.launch_with(cron, |_| {})
+    }
+
+    /// [`Self::launch`] with its options changed by `change`.
+    fn launch_with(&self, cron: &str, change: impl FnOnce(&mut ReconcilerOptions)) -> Reconciler {
+        let mut opts = ReconcilerOptions {
             cron: cron.into(),
             lease: deploy::LEASE_NAME.into(),
             ..ReconcilerOptions::new(&self.node, &self.ns)
         };
+        change(&mut opts);
         Reconciler::launch(self.cluster, &opts)
     }
 
@@ -402,6 +408,11 @@ enum Job {
     /// pool is empty is freed with its pool deleted, while a gone node's slice with an entry stays. Without the
     /// verb: this text, and the gone node's empty slice stays.
     KeepSlices(&'static str),
+    /// With `--assign-slices-to`, a Node that joins gets its slice when it appears (the Node watch), not at the next
+    /// pass (a minute away). Without the verb: this text, and no slice in the seconds after.
+    AssignOnJoin(&'static str),
+    /// The same for a NodeSlicePool that appears (a first ADD made it) while the Node is there.
+    AssignOnNewListing(&'static str),
     /// A sticky StatefulSet entry whose StatefulSet does not exist, its pod deleted without CNI DEL, is released by
     /// the node loop. Without the verb: this text, and the entry stays (a StatefulSet that cannot be read keeps).
     ReleaseStickyOfGoneSet(&'static str),
@@ -603,7 +614,8 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             ] {
                 pools.create(&PostParams::default(), &pool.build()).await.unwrap();
             }
-            let reconciler = fx.launch(NEVER);
+            // every Node is given a slice: here, the node loop's own
+            let reconciler = fx.launch_with(NEVER, |o| o.extra_args.push("--assign-slices-to=".into()));
             reconciler.wait_ready().await;
             let owners = || async {
                 let nsp = nsp_api.get("keep").await.unwrap();
@@ -622,6 +634,48 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             }
             assert_eq!(owners().await[1], busy, "a gone node's slice with an entry stays");
             assert!(pools.get_opt(&held).await.unwrap().is_some());
+        }
+        Job::AssignOnJoin(text) | Job::AssignOnNewListing(text) => {
+            let joins = matches!(job, Job::AssignOnJoin(_));
+            let nsp_api = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+            let label = format!("assign-{}", fx.ns);
+            let listing = || {
+                let allocations: Vec<NodeSliceAllocation> = (0..64)
+                    .map(|i| NodeSliceAllocation {
+                        node_name: String::new(),
+                        slice_range: format!("198.18.73.{}/30", i * 4),
+                    })
+                    .collect();
+                let spec = NodeSlicePoolSpec { range: "198.18.73.0/24".into(), slice_size: "/30".into() };
+                let mut nsp = NodeSlicePool::new("assign", spec);
+                nsp.status = Some(NodeSlicePoolStatus { allocations });
+                nsp
+            };
+            let node = mk_node(&fx.node).label(&label, "yes");
+            if joins {
+                nsp_api.create(&PostParams::default(), &listing()).await.unwrap();
+            } else {
+                node.clone().create(&fx.admin).await;
+            }
+            // the periodic pass is a minute away: only a watch gives the slice in the seconds that follow
+            let reconciler = fx.launch_with(NEVER, |o| {
+                o.slice_interval = "60s".into();
+                o.extra_args.push(format!("--assign-slices-to={label}=yes"));
+            });
+            reconciler.wait_ready().await;
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            if joins {
+                node.create(&fx.admin).await;
+            } else {
+                nsp_api.create(&PostParams::default(), &listing()).await.unwrap();
+            }
+            let assigned = || async {
+                let nsp = nsp_api.get("assign").await.unwrap();
+                nsp.status.unwrap().allocations.iter().any(|a| a.node_name == fx.node)
+            };
+            eventually(Duration::from_secs(8), "a slice for the Node", granted, Some(&reconciler), assigned).await;
         }
         Job::MintCniToken => {
             // the token is bound to the node's Node
@@ -694,6 +748,8 @@ reconciler_verbs! {
     rec_needs_list_on_node_slices: Role, "nodeslicepools", "list" => Job::KeepSlices("node slice pool list failed");
     rec_needs_patch_on_node_slices: Role, "nodeslicepools", "patch" => Job::KeepSlices("moving the slice failed");
     rec_needs_delete_on_pools: Role, "ippools", "delete" => Job::KeepSlices("deleting the empty slice pool failed");
+    rec_needs_watch_on_nodes: Cluster, "nodes", "watch" => Job::AssignOnJoin("node watch failed");
+    rec_needs_watch_on_node_slices: Role, "nodeslicepools", "watch" => Job::AssignOnNewListing("node slice pool watch failed");
     rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
 }
 
@@ -738,6 +794,8 @@ reconciler_jobs! {
     rec_with_its_rights_mints_the_cni_token => Job::MintCniToken;
     rec_with_its_rights_makes_a_repeated_event_a_series => Job::RepeatEvent;
     rec_with_its_rights_keeps_node_slices => Job::KeepSlices("");
+    rec_with_its_rights_gives_a_joining_node_its_slice => Job::AssignOnJoin("");
+    rec_with_its_rights_gives_a_new_node_slice_pools_slices => Job::AssignOnNewListing("");
     rec_with_its_rights_releases_a_gone_sets_sticky_address => Job::ReleaseStickyOfGoneSet("");
 }
 
