@@ -49,6 +49,8 @@ pub struct Metrics {
     /// Failed attempts to take or renew the Lease: a reconciler that cannot lead says so once in its log, and
     /// here on every try.
     pub lease_failures: Counter,
+    /// Passes of the leader's node-slice controller.
+    pub node_slice_passes: Counter,
     /// Routing-table datastore: claims this node holds, as the last check found them.
     pub routetable_claims: Gauge,
     /// Routing-table datastore: claims of this node another claim as early or earlier contests (reported, kept).
@@ -81,6 +83,7 @@ impl Metrics {
             reconcile_runs: Counter::default(),
             reconcile_duration: Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
             lease_failures: Counter::default(),
+            node_slice_passes: Counter::default(),
             routetable_claims: Gauge::default(),
             routetable_conflicts: Gauge::default(),
             routetable_conflicts_seen: Counter::default(),
@@ -123,6 +126,11 @@ impl Metrics {
             m.reconcile_duration.clone(),
         );
         registry.register("lease_failures", "Failed attempts to take or renew the Lease", m.lease_failures.clone());
+        registry.register(
+            "node_slice_passes",
+            "Passes of the leader's node-slice controller",
+            m.node_slice_passes.clone(),
+        );
         registry.register("routetable_claims", "Routing-table claims this node holds", m.routetable_claims.clone());
         registry.register(
             "routetable_conflicts",

@@ -67,6 +67,7 @@ pub async fn run<S: Store>(
     mut keeper: SliceKeeper<S>,
     leadership: Leadership,
     every: Duration,
+    passes: prometheus_client::metrics::counter::Counter,
     shutdown: CancellationToken,
 ) {
     let joined = Arc::new(Notify::new());
@@ -105,7 +106,9 @@ pub async fn run<S: Store>(
             continue;
         }
         pending = false;
-        match keeper.pass().await {
+        let outcome = keeper.pass().await;
+        passes.inc();
+        match outcome {
             Ok(kept) => {
                 failing = None;
                 if kept != Kept::default() {

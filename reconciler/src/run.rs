@@ -251,7 +251,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.slice_grace,
         args.assign_slices_to.clone(),
     );
-    tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, shutdown.clone()));
+    let passes = health.metrics.node_slice_passes.clone();
+    tasks.spawn(node_slices::run(keeper, leadership.clone(), args.slice_interval, passes, shutdown.clone()));
     if let Some((provider, call_budget)) = provider {
         let keeper =
             SubInterfaceKeeper { store: KubeStore::new(client.clone(), &args.namespace), provider, call_budget };

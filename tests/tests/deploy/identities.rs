@@ -666,6 +666,12 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             if !granted {
                 wait_refusal(&reconciler, text).await;
             }
+            // the pass the watch that works makes at start (something is there) is over before anything appears
+            wait::until(Duration::from_secs(20), "the first node-slice pass", || async {
+                (reconciler.metric("hereabouts_node_slice_passes_total").await >= 1.0).then_some(())
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
             if joins {
                 node.create(&fx.admin).await;
             } else {
