@@ -111,11 +111,15 @@ pub async fn run<S: Store>(
         match outcome {
             Ok(kept) => {
                 failing = None;
+                // a slice a node claimed between the read and the move: the next pass decides again, soon
+                pending = kept.deferred > 0;
                 if kept != Kept::default() {
                     tracing::info!(
                         assigned = kept.assigned,
                         freed = kept.freed,
+                        returned = kept.returned,
                         unowned = kept.unowned,
+                        deferred = kept.deferred,
                         "node slices kept"
                     );
                 }

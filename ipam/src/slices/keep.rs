@@ -34,6 +34,9 @@ pub struct Kept {
     pub returned: usize,
     /// NodeSlicePools whose NetworkAttachmentDefinition owner references were dropped.
     pub unowned: usize,
+    /// Writes left undone because the NodeSlicePool changed since it was read (a node claimed a slice meanwhile)
+    /// or the write failed: worth another pass soon rather than at the next interval.
+    pub deferred: usize,
 }
 
 /// The keeper's state: when each gone node's slice was first seen empty.
@@ -80,8 +83,14 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
                      adds them; it must not run beside hereabouts)");
                 kept.unowned += 1;
             }
-            Ok(other) => tracing::debug!(node_slices = %name, ?other, "changed meanwhile; next pass"),
-            Err(e) => tracing::warn!(node_slices = %name, error = %e, "dropping owner references failed"),
+            Ok(other) => {
+                tracing::debug!(node_slices = %name, ?other, "changed meanwhile; next pass");
+                kept.deferred += 1;
+            }
+            Err(e) => {
+                tracing::warn!(node_slices = %name, error = %e, "dropping owner references failed");
+                kept.deferred += 1;
+            }
         }
     }
 
@@ -125,6 +134,7 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
             if let Some(empty) = freeable.get(&slice.index)
                 && !self.delete_empty(&name, &slice, empty).await
             {
+                kept.deferred += 1;
                 continue;
             }
             match self.store.move_slice(&name, slice.index, &slice.stored(), &to).await {
@@ -135,9 +145,13 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
                     kept.assigned += usize::from(!to.is_empty() && !returned);
                     kept.freed += usize::from(!slice.node.is_empty());
                 }
-                Ok(other) => tracing::debug!(node_slices = %name, slice = %slice.cidr, ?other, "changed meanwhile"),
+                Ok(other) => {
+                    tracing::debug!(node_slices = %name, slice = %slice.cidr, ?other, "changed meanwhile");
+                    kept.deferred += 1;
+                }
                 Err(e) => {
-                    tracing::warn!(node_slices = %name, slice = %slice.cidr, error = %e, "moving the slice failed")
+                    tracing::warn!(node_slices = %name, slice = %slice.cidr, error = %e, "moving the slice failed");
+                    kept.deferred += 1;
                 }
             }
         }
@@ -262,6 +276,19 @@ mod tests {
         let kept = keeper.pass(&live, &set(&["b", "c"])).await.unwrap();
         assert_eq!(owners(&store), ["a", "x", "b", "c"]);
         assert_eq!(kept.assigned, 2);
+    }
+
+    #[tokio::test]
+    async fn a_move_refused_because_a_node_claimed_meanwhile_is_deferred_to_a_pass_soon() {
+        use crate::store::memory::{Fault, FaultPlan, Op};
+        let store = MemoryStore::new("ns");
+        store.put_node_slices(listing(&["a", "", "", ""]));
+        let racing = store.handle("leader", FaultPlan::quiet(1).at(Op::MoveSlice, 2, Fault::Conflict));
+        let mut keeper = Keeper::new(racing, Duration::ZERO);
+        let kept = keeper.pass(&set(&["a", "b", "c", "d"]), &set(&["b", "c", "d"])).await.unwrap();
+        assert_eq!((kept.assigned, kept.deferred), (2, 1), "{kept:?}");
+        let again = keeper.pass(&set(&["a", "b", "c", "d"]), &set(&["b", "c", "d"])).await.unwrap();
+        assert_eq!((again.assigned, again.deferred), (1, 0), "{again:?}");
     }
 
     #[tokio::test]
