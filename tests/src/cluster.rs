@@ -219,6 +219,7 @@ impl TestCluster {
             crd.metadata.resource_version = current.metadata.resource_version;
             api.replace(&name, &PostParams::default(), &crd).await.with_context(|| format!("replace CRD {name}"))?;
             crate::wait::crd_established(&api, &name).await?;
+            crate::wait::crd_served(&self.admin().await, &crd).await?;
         }
         Ok(())
     }

@@ -50,3 +50,22 @@ pub async fn crd_established(api: &Api<CustomResourceDefinition>, name: &str) ->
     })
     .await
 }
+
+/// Waits until the resources of `crd` list without error: after a CRD is replaced the API server rebuilds their
+/// storage and, though the CRD stays Established, answers 429 "storage is (re)initializing" for a moment.
+pub async fn crd_served(client: &kube::Client, crd: &CustomResourceDefinition) -> anyhow::Result<()> {
+    let version = crd.spec.versions.iter().find(|v| v.storage).map(|v| v.name.clone()).unwrap_or_default();
+    let names = &crd.spec.names;
+    let resource = kube::discovery::ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.clone(),
+        api_version: format!("{}/{version}", crd.spec.group),
+        kind: names.kind.clone(),
+        plural: names.plural.clone(),
+    };
+    let api = Api::<kube::core::DynamicObject>::all_with(client.clone(), &resource);
+    until(Duration::from_secs(30), &format!("{} to be served", names.plural), || async {
+        api.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ())
+    })
+    .await
+}

@@ -66,6 +66,10 @@ async fn a_lost_node_slice_pool_is_rebuilt_with_the_slices_in_use() {
         "lost",
         json!({"range": "198.18.200.0/30", "node_slice_size": "/31", "enable_overlapping_ranges": false}),
     );
+    // the pods exist: the leader's sweep would rightly give back the addresses of pods that do not
+    for (pod, node) in [("on-b", "node-b"), ("on-a-0", "node-a"), ("on-a-1", "node-a")] {
+        mk_pod(&fx.ns, pod).node(node).create(&fx.admin).await;
+    }
     let b = add_on(&fx, &config, "node-b", "on-b").run().await.ips()[0];
     Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).delete("lost", &DeleteParams::default()).await.unwrap();
     for i in 0..2 {
