@@ -61,6 +61,11 @@ pub enum Finding {
     UnreadableOffset { pool: String, offset: String },
     /// A NodeSlicePool slice owned by a Node that no longer exists: the leader reconciler frees it once empty.
     GoneNodeSlice { node_slice_pool: String, slice: String, node: String },
+    /// A pool with finalizers (the Whereabouts fork adds one): a pool hereabouts' leader deletes with a freed slice
+    /// then lingers, and the other tool decides when it goes.
+    Finalizers { pool: String, finalizers: Vec<String> },
+    /// An installed CRD whose schema drops what hereabouts writes (Whereabouts' or its fork's): apply `crds/`.
+    SchemaDrift { crd: String, pruned: Vec<String>, status_subresource: bool, consequences: Vec<String> },
 }
 
 impl std::fmt::Display for Finding {
@@ -83,6 +88,22 @@ impl std::fmt::Display for Finding {
             }
             Finding::GoneNodeSlice { node_slice_pool, slice, node } => {
                 write!(f, "gone node's slice: {slice} of {node_slice_pool} belongs to node {node}, which is gone")
+            }
+            Finding::Finalizers { pool, finalizers } => {
+                write!(
+                    f,
+                    "finalizers: pool {pool} has {} (another tool's; a mixed fleet with the Whereabouts fork is not supported)",
+                    finalizers.join(", ")
+                )
+            }
+            Finding::SchemaDrift { crd, pruned, status_subresource, consequences } => {
+                let subresource = if *status_subresource { ", has a status subresource" } else { "" };
+                write!(
+                    f,
+                    "schema drift: {crd} prunes {}{subresource} ({}): apply hereabouts' CRDs (kubectl apply -f crds/)",
+                    if pruned.is_empty() { "nothing".to_string() } else { pruned.join(", ") },
+                    consequences.join("; ")
+                )
             }
         }
     }
@@ -230,7 +251,40 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
         }
     }
     found.extend(gone_node_slices(client, namespace).await?);
+    for pool in &pools {
+        if let Some(finalizers) = pool.metadata.finalizers.as_ref().filter(|f| !f.is_empty()) {
+            let pool = pool.metadata.name.clone().unwrap_or_default();
+            found.insert(Finding::Finalizers { pool, finalizers: finalizers.clone() });
+        }
+    }
+    let drift = schema_drift(client).await.unwrap_or_else(|e| {
+        eprintln!("warning: {e:#}: the CRDs' schema is not checked");
+        Vec::new()
+    });
+    found.extend(drift.into_iter().map(|d| Finding::SchemaDrift {
+        consequences: d.consequences(),
+        crd: d.crd,
+        pruned: d.pruned,
+        status_subresource: d.status_subresource,
+    }));
     Ok(found.into_iter().collect())
+}
+
+/// How each of hereabouts' CRDs, as installed, drops what hereabouts writes; the clean ones left out. A CRD that
+/// cannot be read is an error naming it.
+pub async fn schema_drift(client: &Client) -> anyhow::Result<Vec<hereabouts_ipam::crd::drift::Drift>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut found = Vec::new();
+    for (_, ours) in hereabouts_ipam::crd::definitions() {
+        let name = ours.metadata.name.clone().unwrap_or_default();
+        let installed = api.get(&name).await.with_context(|| format!("read CRD {name}"))?;
+        let drift = hereabouts_ipam::crd::drift::drift(&ours, &installed);
+        if !drift.is_clean() {
+            found.push(drift);
+        }
+    }
+    Ok(found)
 }
 
 /// The NodeSlicePools of `namespace`: what a slice pool Whereabouts made (no network annotation) is read with.

@@ -55,6 +55,29 @@ pub async fn run(flags: &KubeFlags, args: &LintArgs) -> anyhow::Result<bool> {
     for (source, config) in &configs {
         findings.extend(lint_config(source, config, &paths));
     }
+    // the cluster's CRDs drop what some configs need (Whereabouts' schema): say which, whatever the configs
+    if args.files.is_empty() {
+        let (client, _) = crate::client::connect(flags).await?;
+        let drift = crate::check::schema_drift(&client).await.unwrap_or_else(|e| {
+            eprintln!("warning: {e:#}: the CRDs' schema is not checked");
+            Vec::new()
+        });
+        for drift in drift {
+            let message = crate::check::Finding::SchemaDrift {
+                consequences: drift.consequences(),
+                crd: drift.crd.clone(),
+                pruned: drift.pruned,
+                status_subresource: drift.status_subresource,
+            }
+            .to_string();
+            findings.push(Finding {
+                source: format!("crd/{}", drift.crd),
+                plugin: None,
+                code: Some(103),
+                message: Some(message),
+            });
+        }
+    }
     let refused = findings.iter().filter(|f| f.code.is_some()).count();
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&findings)?);

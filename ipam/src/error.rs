@@ -63,6 +63,20 @@ pub enum IpamError {
         /// What the server said.
         message: String,
     },
+    /// The installed CRD prunes a field this config needs (Whereabouts' or its fork's schema instead of
+    /// hereabouts'): what the field would hold is dropped on write.
+    #[error(
+        "the installed CRD {crd} prunes {field}, which {needed_by} needs: apply hereabouts' CRDs (kubectl apply -f \
+         crds/), a superset of Whereabouts' that Whereabouts reads and writes too"
+    )]
+    SchemaPrunes {
+        /// e.g. `ippools.whereabouts.cni.cncf.io`.
+        crd: String,
+        /// e.g. `spec.released`.
+        field: String,
+        /// The config key that needs it.
+        needed_by: String,
+    },
     /// The network's NodeSlicePool does not slice the range as the config says (another NAD of the network
     /// differs), or cannot be used.
     #[error("node slices {name}: {message}")]
@@ -146,7 +160,7 @@ impl IpamError {
             IpamError::RequestedTaken { .. } | IpamError::RequestedUnusable { .. } => Code::RequestedAddressTaken,
             IpamError::Missing { .. } => Code::AllocationMissing,
             IpamError::PoolTooLarge { .. } => Code::PoolTooLarge,
-            IpamError::Refused { .. } => Code::StoreRefused,
+            IpamError::Refused { .. } | IpamError::SchemaPrunes { .. } => Code::StoreRefused,
             IpamError::SliceMismatch { .. } | IpamError::PoolPlacement { .. } => Code::InvalidConfig,
             IpamError::NoCandidate { tried, .. }
                 if tried.iter().any(|e| matches!(e, IpamError::CoolingDown { .. })) =>

@@ -237,3 +237,51 @@ async fn a_slice_freed_under_its_entries_is_not_claimed() {
     assert_no_address_twice(&store);
     assert!(held(&store).contains(&("ns/on-b".to_string(), b)));
 }
+
+#[tokio::test]
+async fn under_whereabouts_schema_a_cooldown_add_fails_naming_the_crd_and_writes_nothing() {
+    let store = MemoryStore::new(NS).with_whereabouts_schema();
+    let cfg = config(serde_json::json!({"range": "198.18.0.0/30", "reuse_cooldown_seconds": 5}), "web-0");
+    let err = add(&TestHost(store.clone()), &cfg, &request("c1", "node-a")).await.unwrap_err();
+    assert_eq!(err.code, Code::StoreRefused, "{}", err.details);
+    for part in ["ippools.whereabouts.cni.cncf.io", "spec.released", "reuse_cooldown_seconds", "crds/"] {
+        assert!(err.details.contains(part), "{part} in {}", err.details);
+    }
+    assert!(held(&store).is_empty() && store.reservations().is_empty(), "nothing written is left");
+    // nor the cooldown, which would refuse every later ADD of the pool, with a cooldown or not
+    let plain = config(serde_json::json!({"range": "198.18.0.0/30"}), "web-1");
+    add(&TestHost(store.clone()), &plain, &request("c2", "node-a")).await.unwrap();
+}
+
+#[tokio::test]
+async fn under_whereabouts_schema_a_release_is_not_kept_hostage_to_its_cooldown_record() {
+    // the entry was added by a config without the cooldown (or by Whereabouts); the DEL's config has one
+    let store = MemoryStore::new(NS).with_whereabouts_schema();
+    let host = TestHost(store.clone());
+    add(&host, &config(serde_json::json!({"range": "198.18.0.0/30"}), "web-0"), &request("c1", "node-a"))
+        .await
+        .unwrap();
+    let cooling = config(serde_json::json!({"range": "198.18.0.0/30", "reuse_cooldown_seconds": 5}), "web-0");
+    del(&host, &ReleaseConfig::from(cooling), &request("c1", "node-a")).await.unwrap();
+    assert!(held(&store).is_empty(), "released: {:?}", held(&store));
+    assert!(store.reservations().is_empty());
+}
+
+#[tokio::test]
+async fn under_whereabouts_schema_a_sticky_add_fails_naming_the_crd() {
+    let store = MemoryStore::new(NS).with_whereabouts_schema();
+    let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "StatefulSet".into(),
+        name: "web".into(),
+        controller: Some(true),
+        ..Default::default()
+    };
+    let meta = crate::store::ObjectMeta { owner_references: Some(vec![owner]), ..Default::default() };
+    store.put_core(crate::store::CoreObject::Pod, "ns", "web-0", meta);
+    let cfg = config(serde_json::json!({"range": "198.18.0.0/30", "sticky_statefulset": true}), "web-0");
+    let err = add(&TestHost(store.clone()), &cfg, &request("c1", "node-a")).await.unwrap_err();
+    assert_eq!(err.code, Code::StoreRefused, "{}", err.details);
+    assert!(err.details.contains("spec.allocations.*.statefulset"), "{}", err.details);
+    assert!(held(&store).is_empty(), "rolled back: {:?}", held(&store));
+}

@@ -12,6 +12,7 @@ pub mod pods;
 pub mod route_checker;
 pub mod run;
 pub mod schedule;
+pub mod schema;
 pub mod sub_interfaces;
 pub mod sweep;
 

@@ -13,6 +13,11 @@ pub struct PoolLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CrdLabels {
+    pub crd: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -51,6 +56,9 @@ pub struct Metrics {
     pub lease_failures: Counter,
     /// Passes of the leader's node-slice controller.
     pub node_slice_passes: Counter,
+    /// Fields hereabouts writes that each installed CRD prunes (plus one for a status subresource), as the leader
+    /// last found them.
+    pub crd_schema_drift: Family<CrdLabels, Gauge>,
     /// Routing-table datastore: claims this node holds, as the last check found them.
     pub routetable_claims: Gauge,
     /// Routing-table datastore: claims of this node another claim as early or earlier contests (reported, kept).
@@ -84,6 +92,7 @@ impl Metrics {
             reconcile_duration: Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
             lease_failures: Counter::default(),
             node_slice_passes: Counter::default(),
+            crd_schema_drift: Family::default(),
             routetable_claims: Gauge::default(),
             routetable_conflicts: Gauge::default(),
             routetable_conflicts_seen: Counter::default(),
@@ -126,6 +135,11 @@ impl Metrics {
             m.reconcile_duration.clone(),
         );
         registry.register("lease_failures", "Failed attempts to take or renew the Lease", m.lease_failures.clone());
+        registry.register(
+            "crd_schema_drift",
+            "Fields hereabouts writes that the installed CRD prunes (and 1 for a status subresource)",
+            m.crd_schema_drift.clone(),
+        );
         registry.register(
             "node_slice_passes",
             "Passes of the leader's node-slice controller",

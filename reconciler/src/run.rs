@@ -275,6 +275,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let pools = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
     tasks.spawn(gauges::run(pools, health.clone(), leadership.clone(), args.gauge_interval, shutdown.clone()));
+    let reporter = Reporter { controller: "hereabouts-reconciler".into(), instance: args.identity.clone() };
+    tasks.spawn(crate::schema::run(
+        client.clone(),
+        Recorder::new(client.clone(), reporter),
+        health.metrics.crd_schema_drift.clone(),
+        leadership.clone(),
+        shutdown.clone(),
+    ));
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));
     tasks.spawn(crate::schedule::watch_source(source, schedule_tx, args.reload_interval, shutdown.clone()));
 

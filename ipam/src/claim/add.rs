@@ -12,6 +12,7 @@ use super::decide::{self, Ask, AtOffset, Plan};
 use super::journal::{Journal, Written, remove_entry};
 use super::reservation::{self, Claimed as Reserved};
 use crate::budget::Budget;
+use crate::crd::drift::{self, IPPOOLS_CRD};
 use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
 use crate::error::IpamError;
 use crate::names;
@@ -264,7 +265,26 @@ where
     /// `ip` at `offset`, once the mode has done what it does with a claimed address.
     async fn placed(&self, pool: &IpPool, offset: u128, ip: IpAddr) -> Result<IpAddr, IpamError> {
         self.policy.claimed(self.store, pool, self.target.range, offset, self.budget).await?;
+        self.kept_statefulset(offset).await?;
         Ok(ip)
+    }
+
+    /// A sticky entry is read back once: a schema that drops its StatefulSet would have the address released as
+    /// any other when the pod goes, the promise of `sticky_statefulset` broken without a word.
+    async fn kept_statefulset(&self, offset: u128) -> Result<(), IpamError> {
+        if self.entry.statefulset.is_none() {
+            return Ok(());
+        }
+        let read = self.get_pool().await?;
+        let entry = read.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string()));
+        match entry {
+            Some(entry) if entry.id == self.entry.id && entry.statefulset.is_none() => Err(IpamError::SchemaPrunes {
+                crd: IPPOOLS_CRD.into(),
+                field: drift::STATEFULSET.into(),
+                needed_by: "sticky_statefulset".into(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// What the claim of `offset` decided on in `pool` as read, besides the offset being free: its release record
@@ -401,7 +421,19 @@ where
             .retry(StoreError::is_transient, || self.store.set_pool_cooldown(self.pool(), seconds))
             .await
             .map_err(|e| IpamError::from_retry(&format!("pool {}: set reuse cooldown", self.pool()), e))?;
-        tracing::info!(pool = %self.pool(), seconds, ?written, "reuse cooldown set on the pool");
+        if seconds > 0 && written.as_ref().is_some_and(|p| p.spec.released.is_none()) {
+            // the annotation stuck where the books did not: put it back as read, or every later ADD of the pool,
+            // with a cooldown in its config or not, would be refused for it
+            if let Err(e) = self.store.set_pool_cooldown(self.pool(), current).await {
+                tracing::warn!(pool = %self.pool(), error = %e, seconds = current, "reuse cooldown not put back");
+            }
+            return Err(IpamError::SchemaPrunes {
+                crd: IPPOOLS_CRD.into(),
+                field: drift::RELEASED.into(),
+                needed_by: "reuse_cooldown_seconds".into(),
+            });
+        }
+        tracing::info!(pool = %self.pool(), seconds, written = written.is_some(), "reuse cooldown set on the pool");
         let annotations = pool.metadata.annotations.get_or_insert_with(Default::default);
         match seconds {
             0 => {

@@ -131,6 +131,19 @@ pub(crate) async fn remove_entry(
         if !still_ours {
             return Ok(Removed::NotThere);
         }
+        if record.is_some() && current.as_ref().is_some_and(|p| p.spec.released.is_none()) {
+            // the map was made (or read) and is gone: the schema prunes it, and a record can never be written.
+            // The entry is not kept hostage to it: released without, the cooldown not kept.
+            tracing::warn!(
+                pool,
+                offset,
+                crd = crate::crd::drift::IPPOOLS_CRD,
+                "the installed schema prunes spec.released: released without its cooldown record; apply hereabouts' \
+                 CRDs (kubectl apply -f crds/)"
+            );
+            record = None;
+            continue;
+        }
         attempt += 1;
         if record.is_none() || attempt > RECORD_RETRIES {
             return Err(IpamError::Refused { what: format!("pool {pool}: remove allocation {offset}"), message });

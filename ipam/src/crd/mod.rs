@@ -1,6 +1,7 @@
 //! The custom resources hereabouts stores its state in: Whereabouts' own, with optional additions only, so objects
 //! written by either binary stay readable by the other.
 
+pub mod drift;
 mod ippool;
 mod nodeslice;
 mod reservation;

@@ -196,8 +196,13 @@ impl PoolStore for KubeStore {
         Self::guarded(&self.pools, POOL, pool, format!("remove allocation {offset}"), patch).await
     }
 
-    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
-        self.merge_pool(name, "set reuse cooldown", &guard::set_cooldown(seconds)).await
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Option<IpPool>, StoreError> {
+        let patch = guard::set_cooldown(seconds);
+        match self.pools.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(pool) => Ok(Some(pool)),
+            Err(e) if is_status(&e, 404) => Ok(None),
+            Err(e) => Err(error(POOL, name, "set reuse cooldown", e)),
+        }
     }
 
     async fn retime_release(&self, name: &str, offset: u128, read: &str, now: &str) -> Result<Patched, StoreError> {

@@ -230,6 +230,8 @@ pub struct MemoryStore {
     actor: Arc<Actor>,
     namespace: String,
     pool_limit: Option<usize>,
+    /// Prunes what upstream Whereabouts' IPPool schema does not declare, as its CRD makes the API server do.
+    whereabouts_schema: bool,
 }
 
 impl MemoryStore {
@@ -240,6 +242,7 @@ impl MemoryStore {
             actor: Arc::new(Actor { name: "main".into(), plan: Mutex::new(FaultPlan::quiet(0)), dead: false.into() }),
             namespace: namespace.to_string(),
             pool_limit: None,
+            whereabouts_schema: false,
         }
     }
 
@@ -247,6 +250,31 @@ impl MemoryStore {
     pub fn with_pool_limit(mut self, entries: usize) -> Self {
         self.pool_limit = Some(entries);
         self
+    }
+
+    /// Prunes from every pool written what upstream Whereabouts' IPPool schema does not declare (`spec.released`,
+    /// `spec.subInterfaces`, and every entry field but `id`, `podref` and `ifname`), as the API server does under
+    /// its CRD.
+    pub fn with_whereabouts_schema(mut self) -> Self {
+        self.whereabouts_schema = true;
+        self
+    }
+
+    fn prune(&self, pool: &mut IpPool) {
+        if !self.whereabouts_schema {
+            return;
+        }
+        pool.spec.released = None;
+        pool.spec.sub_interfaces.clear();
+        pool.spec.node_name = None;
+        for entry in pool.spec.allocations.values_mut() {
+            *entry = IpAllocation {
+                id: entry.id.clone(),
+                podref: entry.podref.clone(),
+                ifname: entry.ifname.clone(),
+                ..IpAllocation::default()
+            };
+        }
     }
 
     /// Another handle on the same state (another process), named `name`, suffering `plan`.
@@ -324,8 +352,9 @@ impl MemoryStore {
 
     /// Writes `pool` as it is (test set-up, e.g. entries another tool wrote).
     pub fn put_pool(&self, pool: IpPool) {
-        let mut state = self.state.lock().unwrap();
         let mut pool = pool;
+        self.prune(&mut pool);
+        let mut state = self.state.lock().unwrap();
         pool.metadata.resource_version = Some(state.bump());
         state.pools.insert(pool.metadata.name.clone().unwrap_or_default(), pool);
     }
@@ -452,6 +481,7 @@ impl MemoryStore {
                 "500 etcdserver: request is too large".into(),
             ));
         }
+        self.prune(&mut pool);
         pool.metadata.resource_version = Some(state.bump());
         state.pools.insert(name.to_string(), pool);
         Ok(Patched::Applied)
@@ -547,8 +577,11 @@ impl PoolStore for MemoryStore {
         )
     }
 
-    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Patched, StoreError> {
-        self.pool_call(Op::SetPoolCooldown, name, Change::Merge(&guard::set_cooldown(seconds))).await
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Option<IpPool>, StoreError> {
+        match self.pool_call(Op::SetPoolCooldown, name, Change::Merge(&guard::set_cooldown(seconds))).await? {
+            Patched::Applied => Ok(self.state.lock().unwrap().pools.get(name).cloned()),
+            Patched::Missing | Patched::Refused(_) => Ok(None),
+        }
     }
 
     async fn retime_release(&self, name: &str, offset: u128, read: &str, now: &str) -> Result<Patched, StoreError> {

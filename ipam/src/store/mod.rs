@@ -290,8 +290,13 @@ pub trait PoolStore: Send + Sync {
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
     /// Sets the pool's reuse cooldown ([`crate::cooldown::COOLDOWN_ANNOTATION`]) to `seconds`, `0` removing it;
-    /// with a cooldown, makes `spec.released` when the pool has none.
-    fn set_pool_cooldown(&self, name: &str, seconds: u64) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+    /// with a cooldown, makes `spec.released` when the pool has none. Returns the pool as stored after, `None` when
+    /// it does not exist: with a cooldown and still no `spec.released`, the installed schema prunes it.
+    fn set_pool_cooldown(
+        &self,
+        name: &str,
+        seconds: u64,
+    ) -> impl Future<Output = Result<Option<IpPool>, StoreError>> + Send;
 
     /// Deletes the pool `name` if it is still at `version` (the leader, before it frees an empty slice).
     fn delete_pool(&self, name: &str, version: &Version) -> impl Future<Output = Result<Deleted, StoreError>> + Send;

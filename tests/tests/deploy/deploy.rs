@@ -234,6 +234,14 @@ fn each_identity_is_granted_exactly_its_list() {
     let cluster = grants(&[
         ("", "pods", &["get", "list", "watch"], None),
         ("", "nodes", &["list", "watch"], None),
+        ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("ippools.whereabouts.cni.cncf.io")),
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &["get"],
+            Some("overlappingrangeipreservations.whereabouts.cni.cncf.io"),
+        ),
+        ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("nodeslicepools.whereabouts.cni.cncf.io")),
         ("apps", "statefulsets", &["get"], None),
         // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
         ("events.k8s.io", "events", &["create", "patch"], None),

@@ -413,6 +413,9 @@ enum Job {
     AssignOnJoin(&'static str),
     /// The same for a NodeSlicePool that appears (a first ADD made it) while the Node is there.
     AssignOnNewListing(&'static str),
+    /// The leader reads hereabouts' CRDs and finds them keeping every field it writes. Without the verb: this
+    /// text.
+    CheckSchema(&'static str),
     /// A sticky StatefulSet entry whose StatefulSet does not exist, its pod deleted without CNI DEL, is released by
     /// the node loop. Without the verb: this text, and the entry stays (a StatefulSet that cannot be read keeps).
     ReleaseStickyOfGoneSet(&'static str),
@@ -683,6 +686,22 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             };
             eventually(Duration::from_secs(8), "a slice for the Node", granted, Some(&reconciler), assigned).await;
         }
+        Job::CheckSchema(text) => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            if granted {
+                let checked = wait::until(Duration::from_secs(20), "the CRDs checked", || async {
+                    (reconciler.logs().matches("the CRD keeps every field hereabouts writes").count() == 3)
+                        .then_some(())
+                })
+                .await;
+                if let Err(e) = checked {
+                    panic!("{e}\n{}", reconciler.logs());
+                }
+            } else {
+                wait_refusal(&reconciler, text).await;
+            }
+        }
         Job::MintCniToken => {
             // the token is bound to the node's Node
             mk_node(&fx.node).create(&fx.admin).await;
@@ -756,6 +775,7 @@ reconciler_verbs! {
     rec_needs_delete_on_pools: Role, "ippools", "delete" => Job::KeepSlices("deleting the empty slice pool failed");
     rec_needs_watch_on_nodes: Cluster, "nodes", "watch" => Job::AssignOnJoin("node watch failed");
     rec_needs_watch_on_node_slices: Role, "nodeslicepools", "watch" => Job::AssignOnNewListing("node slice pool watch failed");
+    rec_needs_get_on_crds: Cluster, "customresourcedefinitions", "get" => Job::CheckSchema("cannot read the CRD");
     rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
 }
 
@@ -800,6 +820,7 @@ reconciler_jobs! {
     rec_with_its_rights_mints_the_cni_token => Job::MintCniToken;
     rec_with_its_rights_makes_a_repeated_event_a_series => Job::RepeatEvent;
     rec_with_its_rights_keeps_node_slices => Job::KeepSlices("");
+    rec_with_its_rights_checks_the_crds => Job::CheckSchema("");
     rec_with_its_rights_gives_a_joining_node_its_slice => Job::AssignOnJoin("");
     rec_with_its_rights_gives_a_new_node_slice_pools_slices => Job::AssignOnNewListing("");
     rec_with_its_rights_releases_a_gone_sets_sticky_address => Job::ReleaseStickyOfGoneSet("");

@@ -128,3 +128,71 @@ async fn a_random_ipv6_range_survives_a_whereabouts_add_into_the_same_pool() {
     assert_eq!(pool.spec.allocations.len(), 13);
     assert_eq!(held.len(), 12);
 }
+
+/// Finding 3 of issue 25: under Whereabouts' schema `spec.released` is pruned. An ADD that needs it fails naming the
+/// CRD; a release never waits for a record that can never be written (the entry used to stay for good, DEL
+/// exiting 0); and the drift is loud: the leader's log, a Warning Event on the CRD, a gauge, `ipam check`, `lint`.
+#[tokio::test]
+async fn a_pruned_field_fails_the_add_that_needs_it_never_keeps_a_release_and_is_reported() {
+    use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
+    under_whereabouts_schema().await;
+    let fx = CniFixture::on(cluster(), "compat-pruned").await;
+    let plain = fx.netconf("1.0.0", "pruned", json!({"range": "198.18.31.0/30"}));
+    let cooling = fx.netconf("1.0.0", "pruned", json!({"range": "198.18.31.0/30", "reuse_cooldown_seconds": 5}));
+
+    let refused = fx.add(&cooling, "c0", "cc0").await;
+    assert_eq!(refused.error_code(), 103, "{}", refused.stdout);
+    for part in ["ippools.whereabouts.cni.cncf.io", "spec.released", "reuse_cooldown_seconds", "crds/"] {
+        assert!(refused.stdout.contains(part), "{part}: {}", refused.stdout);
+    }
+    assert_eq!(fx.object_count().await.1, 0, "no reservation left");
+
+    // the refused ADD left no cooldown behind: an ADD without one succeeds
+    let ip = fx.add(&plain, "h1", "hc1").await.ips()[0];
+    // a pool given its cooldown under hereabouts' schema keeps the annotation once Whereabouts' CRD is applied, and
+    // loses its books: the release of an entry is not kept hostage to a record that can never be written
+    let pools = kube::Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+    let cooled = json!({"metadata": {"annotations": {"hereabouts.cni.cncf.io/reuse-cooldown-seconds": "5"}}});
+    pools.patch("198.18.31.0-30", &Default::default(), &kube::api::Patch::Merge(&cooled)).await.unwrap();
+    let del = fx.del(&cooling, "h1", "hc1").await;
+    assert!(del.success, "{}", del.stderr);
+    assert!(fx.pool("198.18.31.0-30").await.spec.allocations.is_empty(), "{ip} released, not kept hostage");
+    assert!(del.stderr.contains("prunes spec.released"), "{}", del.stderr);
+
+    let admin = cluster().admin().await;
+    hereabouts_tests::deploy::apply_rbac(admin.clone()).await;
+    hereabouts_tests::deploy::create_lease(&admin, &fx.ns).await;
+    let reconciler = Reconciler::start(cluster(), &ReconcilerOptions::new("node-a", &fx.ns)).await;
+    let seen = hereabouts_tests::wait::until(std::time::Duration::from_secs(20), "the drift reported", || async {
+        let drift = reconciler.metric(r#"hereabouts_crd_schema_drift{crd="ippools.whereabouts.cni.cncf.io"}"#).await;
+        (drift > 0.0 && reconciler.logs().contains("CRD schema drift")).then_some(())
+    })
+    .await;
+    if let Err(e) = seen {
+        panic!("{e}\n{}", reconciler.logs());
+    }
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::all(admin.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("SchemaDrift")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("ippools.whereabouts.cni.cncf.io")),
+        "a Warning Event on the CRD"
+    );
+    let kubeconfig = cluster().kubeconfig(hereabouts_tests::Identity::Admin, &fx.ns);
+    let check = hereabouts_tests::ctl::ctl(&kubeconfig, &fx.ns, &["ipam", "check"]).await;
+    assert!(check.stdout.contains("schema drift: ippools.whereabouts.cni.cncf.io prunes"), "{}", check.stdout);
+    assert!(check.stdout.contains("spec.released"), "{}", check.stdout);
+    // lint reads the NetworkAttachmentDefinitions too
+    let nad_crd = hereabouts_tests::testenv::tool("networks-crd.yaml");
+    hereabouts_tests::runtime::install_nad_crd(&admin, &nad_crd).await.unwrap();
+    let lint = hereabouts_tests::ctl::ctl(&kubeconfig, &fx.ns, &["lint"]).await;
+    assert!(
+        !lint.success && lint.stdout.contains("crd/ippools.whereabouts.cni.cncf.io"),
+        "{}\n{}",
+        lint.stdout,
+        lint.stderr
+    );
+}
