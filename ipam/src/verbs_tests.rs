@@ -162,6 +162,37 @@ async fn a_retried_add_finds_its_borrowed_entry_after_a_slice_is_freed() {
 }
 
 #[tokio::test]
+async fn every_slice_claimed_and_a_pool_not_made_yet_is_waited_for_not_called_full() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
+    add(&host, &config(ipam.clone(), "first"), &request("c0", "node-a")).await.unwrap();
+    del(&host, &ReleaseConfig::from(config(ipam.clone(), "first")), &request("c0", "node-a")).await.unwrap();
+    // four other nodes claimed the four slices a moment ago; none has created its slice pool yet
+    let others = ["node-b", "node-c", "node-d", "node-e"];
+    let slices: Vec<ipnet::IpNet> = store.node_slices()[0]
+        .status
+        .clone()
+        .unwrap()
+        .allocations
+        .iter()
+        .map(|s| s.slice_range.parse().unwrap())
+        .collect();
+    reassign(&store, |cidr, _| others[slices.iter().position(|s| s == cidr).unwrap()].to_string());
+    let owner = store.clone();
+    let third = slices[2];
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        let name = crate::names::slice_pool_name("", "node-d", third);
+        owner.create_pool(&name, &third.to_string(), "", 4, None).await.unwrap();
+    });
+    let got = add(&host, &config(ipam.clone(), "p1"), &request("c1", "node-a")).await;
+    late.await.unwrap();
+    let ip = got.expect("the range is not full: node-d's pool came")[0].ip;
+    assert!(third.contains(&ip), "{ip} borrowed in node-d's slice {third}");
+}
+
+#[tokio::test]
 async fn the_node_slice_pool_spells_the_slice_size_as_the_config_does() {
     for spelled in ["26", "/26"] {
         let store = MemoryStore::new(NS);

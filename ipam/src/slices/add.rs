@@ -21,6 +21,11 @@ use crate::range::IpRange;
 use crate::slices::SliceSize;
 use crate::store::{Created, Patched, PoolStore, ReservationStore, SliceStore, StoreError};
 
+/// How many times an ADD that found every slice claimed waits for owners' pools that do not exist yet (backing
+/// off from 40 ms to 1.3 s, at most 2.5 s in all) before the range counts as full: a slice whose owner died between
+/// its claim and its pool is freed by the leader after its grace, not by waiting here.
+const UNBORN_WAITS: u32 = 6;
+
 /// One range's share of an ADD in slice mode.
 pub(super) struct SlicedAdd<'a, S> {
     pub store: &'a S,
@@ -52,6 +57,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
         let mut claims = 0;
         let mut cooling = None;
+        // slices borrowed from whose pool did not exist yet: their owner claimed them and is about to create it
+        let mut unborn: BTreeSet<IpNet> = BTreeSet::new();
+        let mut waits = 0;
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("node slices {name}: no address claimed in time")));
@@ -78,8 +86,13 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     target.requested = self.requested;
                     target.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
                     target.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
-                    let policy =
-                        InSlice { add: self, node_slices: &name, slice: &slice, created: AtomicBool::new(false) };
+                    let policy = InSlice {
+                        add: self,
+                        node_slices: &name,
+                        slice: &slice,
+                        created: AtomicBool::new(false),
+                        missing: AtomicBool::new(false),
+                    };
                     match Claim::new(self.store, self.who, target, &policy, self.budget).run(journal).await {
                         Ok(ip) => return Ok(ip),
                         Err(e @ (IpamError::Exhausted { .. } | IpamError::CoolingDown { .. }))
@@ -91,6 +104,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                                 cooling = Some(e);
                             }
                             full.insert(slice.cidr);
+                            if policy.missing.load(Ordering::Relaxed) {
+                                unborn.insert(slice.cidr);
+                            }
                             // A slice pool that vanished under a claim leaves that claim's reservation in the
                             // journal; slice mode has one range, so all the journal holds is such leftovers.
                             for e in std::mem::take(journal).roll_back(self.store, self.budget).await {
@@ -115,6 +131,19 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         continue;
                     }
                     self.claim(&name, &slice).await?;
+                    slices = self.read_slices(&name).await?;
+                }
+                Next::Full if !unborn.is_empty() && waits < UNBORN_WAITS => {
+                    // every slice is claimed and some owners have not made their pool yet (under load, a claim
+                    // and the pool's creation are seconds apart): the range is not full, wait for them
+                    waits += 1;
+                    self.budget
+                        .pause(waits)
+                        .await
+                        .map_err(|_| IpamError::Expired(format!("node slices {name}: wait for a slice's pool")))?;
+                    tracing::debug!(node_slices = name, slices = ?unborn, "borrowing again once their pools exist");
+                    full.retain(|cidr| !unborn.contains(cidr));
+                    unborn.clear();
                     slices = self.read_slices(&name).await?;
                 }
                 Next::Full => {
@@ -302,6 +331,8 @@ struct InSlice<'a, 'b, S> {
     node_slices: &'a str,
     slice: &'a Slice,
     created: AtomicBool,
+    /// The slice's pool did not exist when a borrower read it.
+    missing: AtomicBool,
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> InSlice<'_, '_, S> {
@@ -316,7 +347,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> InSlice<'_, '_, S> {
 
 impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_, S> {
     fn create(&self) -> Option<Option<&str>> {
-        (self.slice.node == self.add.node()).then_some(None)
+        let owned = self.slice.node == self.add.node();
+        self.missing.store(!owned, Ordering::Relaxed);
+        owned.then_some(None)
     }
 
     async fn may_create(&self, _store: &S, _budget: &Budget) -> Result<bool, IpamError> {
