@@ -8,6 +8,7 @@ use std::path::Path;
 use hereabouts_ipam::config::{self, LogLevel};
 use hereabouts_ipam::verbs::{self, Host};
 use hereabouts_ipam::{Request, VerbError};
+use tracing::Instrument as _;
 
 use crate::env::{CniEnv, Command};
 use crate::error::CniError;
@@ -28,28 +29,35 @@ pub async fn dispatch(
             // a mistake in the config is an error that names it, and nothing is written or connected
             let cfg = config::load(&input)?;
             init_logging(cfg.log_file.as_deref(), cfg.log_level);
-            let _entered = span(env, &cfg.pod.to_string()).entered();
             let req = request(env, cfg.flat_file.as_deref());
-            let outcome = match env.command {
-                Command::Add => verbs::add(host, &cfg, &req).await.map(|a| Some(output::add_result(&cfg, &a))),
-                Command::Check => verbs::check(host, &cfg, &req).await.map(|()| None),
-                _ => verbs::status(host, &cfg).await.map(|()| None),
+            let outcome = async {
+                logged(match env.command {
+                    Command::Add => verbs::add(host, &cfg, &req).await.map(|a| Some(output::add_result(&cfg, &a))),
+                    Command::Check => verbs::check(host, &cfg, &req).await.map(|()| None),
+                    _ => verbs::status(host, &cfg).await.map(|()| None),
+                })
             };
-            logged(outcome)
+            outcome.instrument(span(env, &cfg.pod.to_string())).await
         }
         Command::Del | Command::Gc => {
             let cfg = config::load_for_release(&input);
             init_logging(cfg.log_file.as_deref(), cfg.log_level);
-            let _entered = span(env, &cfg.pod.to_string()).entered();
             let req = request(env, cfg.flat_file.as_deref());
-            let released = match env.command {
-                Command::Gc => verbs::gc(host, &cfg, &req, &attachments::valid(stdin)?).await,
-                _ => verbs::del(host, &cfg, &req).await,
+            let valid = match env.command {
+                Command::Gc => Some(attachments::valid(stdin)?),
+                _ => None,
             };
-            logged(released.map(|released| {
-                tracing::info!(released, "done");
-                None
-            }))
+            let released = async {
+                let released = match &valid {
+                    Some(valid) => verbs::gc(host, &cfg, &req, valid).await,
+                    None => verbs::del(host, &cfg, &req).await,
+                };
+                logged(released.map(|released| {
+                    tracing::info!(released, "done");
+                    None
+                }))
+            };
+            released.instrument(span(env, &cfg.pod.to_string())).await
         }
     }
 }
