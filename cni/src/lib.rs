@@ -1,6 +1,7 @@
 //! `hereabouts`, the CNI IPAM plugin, as a library: the binary is [`dispatch`] over the process's environment and
 //! stdin, and tests drive the same path with environments, configs and hosts of their own.
 
+pub mod agent;
 pub mod attachments;
 pub mod commands;
 pub mod env;

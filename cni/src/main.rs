@@ -1,9 +1,11 @@
 //! `hereabouts`, the CNI IPAM plugin: reads the CNI environment and the network config on stdin, writes the result
-//! (or a CNI error) to stdout, and nothing else; logs go to the configured log file or stderr.
+//! (or a CNI error) to stdout, and nothing else; logs go to the configured log file or stderr. When the node's
+//! agent answers on its socket, the invocation is handed to it; otherwise it is done here.
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
+use hereabouts_cni::agent::{self, Asked, Handed};
 use hereabouts_cni::{CniEnv, CniError, dispatch, init_logging, output};
 use hereabouts_ipam::LiveHost;
 use hereabouts_ipam::codes::Code;
@@ -11,20 +13,52 @@ use hereabouts_ipam::codes::Code;
 fn main() -> ExitCode {
     let mut stdin = Vec::new();
     let outcome = match std::io::stdin().read_to_end(&mut stdin) {
-        Ok(_) => run(&stdin),
+        Ok(_) => match through_agent(&stdin) {
+            Some(answer) => {
+                return print(answer.stdout, if answer.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            }
+            None => run(&stdin),
+        },
         Err(e) => Err(CniError::new(Code::Io, format!("read stdin: {e}"))),
     };
-    let (text, code) = match outcome {
-        Ok(Some(result)) => (Some(result), ExitCode::SUCCESS),
-        Ok(None) => (None, ExitCode::SUCCESS),
-        Err(err) => (Some(err.to_json(&output::requested_version(&stdin))), ExitCode::FAILURE),
-    };
+    match outcome {
+        Ok(result) => print(result, ExitCode::SUCCESS),
+        Err(err) => print(Some(err.to_json(&output::requested_version(&stdin))), ExitCode::FAILURE),
+    }
+}
+
+fn print(text: Option<String>, code: ExitCode) -> ExitCode {
     if let Some(text) = text {
         let mut out = std::io::stdout().lock();
         // nothing sensible is left to do if stdout is gone
         let _ = writeln!(out, "{text}").and_then(|()| out.flush());
     }
     code
+}
+
+/// The agent's answer, when the node's agent did the invocation. No runtime and no client are started for it.
+fn through_agent(stdin: &[u8]) -> Option<agent::Answer> {
+    let command = std::env::var("CNI_COMMAND").ok()?;
+    if command.is_empty() || command == "VERSION" {
+        return None;
+    }
+    let socket = agent::socket(|name| std::env::var(name).ok())?;
+    let stdin_text = std::str::from_utf8(stdin).ok()?;
+    let env = agent::HANDED_VARIABLES
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
+        .collect();
+    let handed = Handed { env, stdin: stdin_text.to_string() };
+    match agent::ask(&socket, &handed, agent::answer_within(stdin)) {
+        Asked::Answered(answer) => Some(answer),
+        Asked::NotDone(why) => {
+            // no agent on this node is the ordinary case, not worth a line
+            if socket.exists() {
+                eprintln!("hereabouts: {why}; done here instead");
+            }
+            None
+        }
+    }
 }
 
 fn run(stdin: &[u8]) -> Result<Option<String>, CniError> {

@@ -2,6 +2,7 @@
 //! slices and gauges, the provider's releases) and install-cni. The release rules they apply are
 //! `hereabouts_ipam::reconcile`'s.
 
+pub mod agent;
 pub mod gauges;
 pub mod http;
 pub mod install_cni;

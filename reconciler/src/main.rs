@@ -1,9 +1,9 @@
 //! `hereabouts-reconciler`: the DaemonSet binary. `run` (the default) gives back what deleted and finished pods
-//! held and runs the cron-scheduled cluster reconcile; `install-cni` puts the CNI plugin and its kubeconfig on the
-//! host.
+//! held, runs the cron-scheduled cluster reconcile and, with `--agent-socket`, the node agent; `install-cni` puts
+//! the CNI plugin and its kubeconfig on the host; `agent` runs the node agent alone.
 
 use clap::{Parser, Subcommand};
-use hereabouts_reconciler::{install_cni, run};
+use hereabouts_reconciler::{agent, install_cni, run};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -19,6 +19,8 @@ enum Command {
     Run(run::Args),
     /// Copy the CNI binary to the host and write its kubeconfig and flat file, then keep the kubeconfig fresh.
     InstallCni(install_cni::Args),
+    /// Serve the CNI binary's invocations on a unix socket, and nothing else.
+    Agent(agent::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,5 +39,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => rt.block_on(run::run(args)),
         Command::InstallCni(args) => rt.block_on(install_cni::run(args)),
+        Command::Agent(args) => rt.block_on(agent::run(args)),
     }
 }

@@ -18,6 +18,14 @@ pub struct CrdLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvocationLabels {
+    /// The CNI command.
+    pub command: String,
+    /// `ok`, `failed`, or `declined` (left to the binary).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -59,6 +67,8 @@ pub struct Metrics {
     /// Fields hereabouts writes that each installed CRD prunes (plus one for a status subresource), as the leader
     /// last found them.
     pub crd_schema_drift: Family<CrdLabels, Gauge>,
+    /// CNI invocations the node agent was handed, by command and outcome.
+    pub agent_invocations: Family<InvocationLabels, Counter>,
     /// Routing-table datastore: claims this node holds, as the last check found them.
     pub routetable_claims: Gauge,
     /// Routing-table datastore: claims of this node another claim as early or earlier contests (reported, kept).
@@ -93,6 +103,7 @@ impl Metrics {
             lease_failures: Counter::default(),
             node_slice_passes: Counter::default(),
             crd_schema_drift: Family::default(),
+            agent_invocations: Family::default(),
             routetable_claims: Gauge::default(),
             routetable_conflicts: Gauge::default(),
             routetable_conflicts_seen: Counter::default(),
@@ -144,6 +155,11 @@ impl Metrics {
             "node_slice_passes",
             "Passes of the leader's node-slice controller",
             m.node_slice_passes.clone(),
+        );
+        registry.register(
+            "agent_invocations",
+            "CNI invocations handed to the node agent, by command and outcome",
+            m.agent_invocations.clone(),
         );
         registry.register("routetable_claims", "Routing-table claims this node holds", m.routetable_claims.clone());
         registry.register(

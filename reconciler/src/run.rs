@@ -105,6 +105,13 @@ pub struct Args {
     /// leader has the provider release the sub-interfaces cached on Nodes that are gone (every `slice_interval`).
     #[arg(long)]
     iaas_provider_config: Option<PathBuf>,
+    /// The node agent: serve the CNI binary's invocations on this unix socket (on the host, under /run/hereabouts:
+    /// the binary asks /run/hereabouts/agent.sock). Unset, the binary does every invocation itself.
+    #[arg(long)]
+    agent_socket: Option<PathBuf>,
+    /// How many invocations the agent serves at once; more are left to the binary.
+    #[arg(long, default_value_t = crate::agent::DEFAULT_CONCURRENCY)]
+    agent_concurrency: usize,
 }
 
 /// The provider client of `--iaas-provider-config`, and one call's budget (its `http_request_timeout`).
@@ -283,6 +290,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leadership.clone(),
         shutdown.clone(),
     ));
+    if let Some(socket) = &args.agent_socket {
+        let agent = crate::agent::Args {
+            socket: socket.clone(),
+            node_name: args.node_name.clone(),
+            concurrency: args.agent_concurrency,
+        };
+        let invocations = health.metrics.agent_invocations.clone();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = crate::agent::serve(&agent, invocations, stop).await {
+                // the binary does the work itself: the node keeps working, only slower
+                tracing::error!(error = format!("{e:#}"), "the agent cannot serve");
+            }
+        });
+    }
     tasks.spawn(sweep::run(releaser, schedule_rx, leadership, shutdown.clone()));
     tasks.spawn(crate::schedule::watch_source(source, schedule_tx, args.reload_interval, shutdown.clone()));
 

@@ -1,6 +1,7 @@
 //! Test support for hereabouts: a real kube-apiserver and etcd ([`TestCluster`]), built by `hack/testenv.sh`,
 //! and helpers shared by the integration tests under `tests/`.
 
+pub mod agent;
 pub mod bird;
 pub mod cluster;
 pub mod containerd;

@@ -53,7 +53,8 @@ impl Invocation {
             container_id: container_id.to_string(),
             ifname: "net1".to_string(),
             args: format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod}"),
-            env: Vec::new(),
+            // the binary itself, whatever agent this machine runs: a test asks an agent by naming its socket
+            env: vec![("HEREABOUTS_AGENT_SOCKET".into(), String::new())],
             program: None,
             netns: None,
             config: config.clone(),

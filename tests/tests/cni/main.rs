@@ -1,5 +1,7 @@
 //! The CNI plugin binary (`hereabouts`), run as a runtime runs it, against the test control plane.
 //!
+//! - `agent`: the node agent serves invocations, and the binary does them itself when it does not answer.
+//!   Needs the control plane.
 //! - `cni`: ADD, DEL, CHECK, GC, VERSION; concurrency, overlapping ranges, exhaustion, malformed input, the
 //!   lenient DEL. Needs the control plane.
 //! - `cni_cost`: the API requests one ADD and one DEL cost. A control plane of its own (it counts every request).
@@ -10,6 +12,7 @@
 //! `cargo test -p hereabouts-tests --test cni`; one module: `... --test cni -- cooldown::`. `tests/README.md`
 //! lists every test binary.
 
+mod agent;
 mod cni;
 mod cni_cost;
 mod cooldown;

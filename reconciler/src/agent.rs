@@ -1,0 +1,241 @@
+//! The node agent: serves the CNI binary's invocations on a unix socket (`hereabouts_cni::agent` is the wire), with
+//! one long-lived client per kubeconfig instead of a process, a TLS handshake and a config read per ADD. It runs the
+//! very verbs the binary runs (`hereabouts_cni::dispatch`), with the same guarded writes and the same host lock, so
+//! its state is a cache, never the truth, and the binary can always do the work itself instead.
+//!
+//! It serves the modes that need only the API server (one pool per range, node slices). A config that uses the
+//! host's routing table (the routing-table datastore, `announce_routes`) or an IaaS provider is declined: the
+//! agent runs in its pod's network, not the host's, and the binary does those itself.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use hereabouts_cni::agent::{Accepted, Answer, Handed, MAX_REQUEST_BYTES};
+use hereabouts_cni::env::Command;
+use hereabouts_cni::{CniEnv, dispatch, output};
+use hereabouts_ipam::config::{self, Mode, ReleaseMode};
+use hereabouts_ipam::routetable::{KernelTable, TableError};
+use hereabouts_ipam::store::{ConnectError, KubeStore, connect};
+use hereabouts_ipam::verbs::Host;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::InvocationLabels;
+
+/// How many invocations the agent does at once; more are declined, and their binaries do them.
+pub const DEFAULT_CONCURRENCY: usize = 128;
+
+/// `agent` flags (and `run --agent-socket`).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The unix socket to serve (made 0600; a stale one is replaced).
+    #[arg(long, default_value = hereabouts_cni::agent::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// The node this agent runs on: the name ADDs key slices and reservations by when the runtime passes none.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// How many invocations are served at once.
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+}
+
+/// The agent's view of the host: the API servers of the kubeconfigs it was handed, one client each, made again
+/// when the file changes (install-cni rotates the token in it); the host's lock files; never the routing table.
+#[derive(Debug, Clone, Default)]
+pub struct AgentHost {
+    clients: Arc<Mutex<HashMap<PathBuf, Connected>>>,
+}
+
+/// A kubeconfig's store, and the file's modification time and length when it was read.
+#[derive(Debug, Clone)]
+struct Connected {
+    modified: Option<SystemTime>,
+    len: u64,
+    store: KubeStore,
+}
+
+impl Host for AgentHost {
+    type Store = KubeStore;
+    type Table = KernelTable;
+
+    async fn connect(&self, kubeconfig: &Path) -> Result<KubeStore, ConnectError> {
+        let stamp = std::fs::metadata(kubeconfig).ok().map(|m| (m.modified().ok(), m.len()));
+        if let Some((modified, len)) = stamp
+            && let Some(known) = self.clients.lock().expect("not poisoned").get(kubeconfig)
+            && (known.modified, known.len) == (modified, len)
+        {
+            return Ok(known.store.clone());
+        }
+        let (client, namespace) = connect(kubeconfig).await?;
+        let store = KubeStore::new(client, &namespace);
+        if let Some((modified, len)) = stamp {
+            let known = Connected { modified, len, store: store.clone() };
+            self.clients.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), known);
+        }
+        Ok(store)
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        Err(TableError::Netlink {
+            op: "use the host's routing table",
+            detail: "the agent declines such configs".into(),
+        })
+    }
+
+    fn lock_dir(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(hereabouts_ipam::lock::DEFAULT_DIR))
+    }
+}
+
+/// Why the agent leaves an invocation to the binary, if it does.
+fn declined(handed: &Handed, env: &CniEnv) -> Option<&'static str> {
+    if env.command == Command::Version {
+        return Some("VERSION is answered by the binary");
+    }
+    let input = config::Input { stdin: handed.stdin.as_bytes(), cni_args: &env.args };
+    let host_bound = match config::load(&input) {
+        Ok(cfg) => match &cfg.mode {
+            Mode::Pools(p) => p.kube.announce.is_some(),
+            Mode::Slices(s) => s.kube.announce.is_some(),
+            Mode::Provider(_) | Mode::RouteTable(_) => true,
+        },
+        // a config the strict loader refuses: the agent says so as the binary would, unless DEL or GC would
+        // still need the host for it
+        Err(_) => match config::load_for_release(&input).mode {
+            ReleaseMode::Pools(k) | ReleaseMode::Slices(k) => k.announce.is_some(),
+            ReleaseMode::RouteTable(_) => true,
+        },
+    };
+    host_bound.then_some("the config uses the host's routing table or an IaaS provider")
+}
+
+/// `agent`: serves until SIGTERM or SIGINT.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        stop.cancel();
+    });
+    serve(&args, Family::default(), shutdown).await
+}
+
+/// Serves `args.socket` until `shutdown`.
+pub async fn serve(
+    args: &Args,
+    invocations: Family<InvocationLabels, Counter>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = bind(&args.socket)?;
+    tracing::info!(socket = %args.socket.display(), node = %args.node_name, "agent serving the CNI");
+    let host = AgentHost::default();
+    let slots = Arc::new(Semaphore::new(args.concurrency.max(1)));
+    let node: Arc<str> = args.node_name.clone().into();
+    loop {
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "agent: accept failed");
+                    continue;
+                }
+            },
+        };
+        let (host, slots, node, invocations) = (host.clone(), slots.clone(), node.clone(), invocations.clone());
+        tokio::spawn(async move {
+            if let Err(e) = handle(stream, &host, &slots, &node, &invocations).await {
+                tracing::debug!(error = %e, "agent: connection ended");
+            }
+        });
+    }
+    // invocations under way finish on their own tasks until the process exits; new ones go to the binary
+    let _ = std::fs::remove_file(&args.socket);
+    Ok(())
+}
+
+fn bind(socket: &Path) -> anyhow::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    // a socket left by an agent that died answers nobody: replace it
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("remove the stale {}", socket.display())),
+    }
+    let listener = UnixListener::bind(socket).with_context(|| format!("bind {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod 0600 {}", socket.display()))?;
+    Ok(listener)
+}
+
+async fn handle(
+    stream: UnixStream,
+    host: &AgentHost,
+    slots: &Semaphore,
+    node: &str,
+    invocations: &Family<InvocationLabels, Counter>,
+) -> anyhow::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(read.take(MAX_REQUEST_BYTES)).read_line(&mut line).await?;
+    let handed: Handed = serde_json::from_str(&line).context("the request does not parse")?;
+    let mut vars: BTreeMap<String, String> = handed.env.clone();
+    // the binary's fallback reads the host name; the agent's pod has its own, so the agent names its node
+    vars.entry("NODENAME".into()).or_insert_with(|| node.to_string());
+    let env = match CniEnv::from_lookup(|name| vars.get(name).cloned()) {
+        Ok(env) => env,
+        Err(e) => {
+            // the binary finds the same mistake and says it in its own words
+            return decline(&mut write, e.details, "invalid", invocations).await;
+        }
+    };
+    let command = format!("{:?}", env.command).to_uppercase();
+    if let Some(why) = declined(&handed, &env) {
+        return decline(&mut write, why.into(), &command, invocations).await;
+    }
+    let Ok(_slot) = slots.try_acquire() else {
+        return decline(&mut write, "the agent is at its concurrency limit".into(), &command, invocations).await;
+    };
+    send(&mut write, &Accepted { accepted: true, reason: None }).await?;
+    let stdin = handed.stdin.as_bytes();
+    let started = std::time::Instant::now();
+    let outcome = dispatch(&env, stdin, host, |_, _| {}).await;
+    let answer = match outcome {
+        Ok(stdout) => Answer { stdout, ok: true },
+        Err(e) => Answer { stdout: Some(e.to_json(&output::requested_version(stdin))), ok: false },
+    };
+    tracing::info!(command = %command, container_id = %env.container_id, ok = answer.ok,
+        ms = started.elapsed().as_millis() as u64, "served");
+    let labels = InvocationLabels { command, outcome: if answer.ok { "ok" } else { "failed" }.into() };
+    invocations.get_or_create(&labels).inc();
+    send(&mut write, &answer).await
+}
+
+async fn decline(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    reason: String,
+    command: &str,
+    invocations: &Family<InvocationLabels, Counter>,
+) -> anyhow::Result<()> {
+    invocations.get_or_create(&InvocationLabels { command: command.into(), outcome: "declined".into() }).inc();
+    send(write, &Accepted { accepted: false, reason: Some(reason) }).await
+}
+
+async fn send(write: &mut tokio::net::unix::OwnedWriteHalf, line: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec(line)?;
+    bytes.push(b'\n');
+    write.write_all(&bytes).await?;
+    write.flush().await?;
+    Ok(())
+}

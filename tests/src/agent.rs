@@ -1,0 +1,63 @@
+//! `hereabouts-reconciler agent` as a process: the node agent the CNI binary hands its invocations to.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::plugin::workspace_bin;
+use crate::wait;
+
+/// A running agent; killed when dropped.
+#[derive(Debug)]
+pub struct Agent {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts an agent for node `node` serving `socket` (its log beside it), and waits until the socket is there.
+    pub async fn start(socket: &Path, node: &str) -> Self {
+        let log = socket.with_extension("log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(workspace_bin("hereabouts-reconciler"))
+            .arg("agent")
+            .arg("--socket")
+            .arg(socket)
+            .args(["--node-name", node])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("start hereabouts-reconciler agent");
+        let me = Self { child: Some(child), socket: socket.to_path_buf(), log };
+        let up = wait::until(Duration::from_secs(20), "the agent's socket", || async {
+            me.logs().contains("agent serving the CNI").then_some(())
+        })
+        .await;
+        if let Err(e) = up {
+            panic!("{e}\n--- agent log ---\n{}", me.logs());
+        }
+        me
+    }
+
+    /// What it logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: a crash, leaving its socket file behind.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,150 @@
+//! The node agent (`hereabouts-reconciler agent`): the binary hands it each invocation on its socket and prints
+//! its answer, and does the work itself whenever no agent answers — absent, crashed, silent, or killed mid-burst.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use futures::stream;
+use hereabouts_tests::agent::Agent;
+use hereabouts_tests::fixture::CniFixture;
+use hereabouts_tests::plugin::Invocation;
+use serde_json::json;
+
+async fn agent_of(fx: &CniFixture, name: &str) -> Agent {
+    Agent::start(&fx.cluster.dir().join(format!("{}-{name}.sock", fx.ns)), "node-a").await
+}
+
+/// `inv` on node-a, handed to the agent at `socket`.
+fn via(inv: Invocation, socket: &Path) -> Invocation {
+    inv.with_env("NODENAME", "node-a").with_env("HEREABOUTS_AGENT_SOCKET", socket.to_str().unwrap())
+}
+
+/// The invocations of `container` the agent says it served.
+fn served(agent: &Agent, command: &str, container: &str) -> usize {
+    let logs = agent.logs();
+    logs.lines()
+        .filter(|l| l.contains("served") && l.contains(command) && l.contains(&format!("={container} ")))
+        .count()
+}
+
+#[tokio::test]
+async fn add_check_and_del_are_served_by_the_agent_as_the_binary_serves_them() {
+    let fx = CniFixture::new("agent-verbs").await;
+    let agent = agent_of(&fx, "verbs").await;
+    let config = fx.netconf("1.1.0", "agnet", json!({"range": "198.18.120.0/29"}));
+    let add = via(fx.invocation("ADD", &config, "p1", "c1"), &agent.socket).run().await;
+    assert!(add.success, "{}\n{}", add.stdout, add.stderr);
+    assert_eq!(served(&agent, "ADD", "c1"), 1, "{}", agent.logs());
+    // the binary on its own, beside the agent, on the same pool
+    let direct = fx.invocation("ADD", &config, "p2", "c2").with_env("NODENAME", "node-a").run().await;
+    assert!(direct.success && direct.ips() != add.ips(), "{} / {}", direct.stdout, add.stdout);
+    assert_eq!(served(&agent, "ADD", "c2"), 0);
+    // a retried ADD through the agent gets its address back; CHECK finds it
+    let again = via(fx.invocation("ADD", &config, "p1", "c1"), &agent.socket).run().await;
+    assert_eq!(again.ips(), add.ips(), "{}", again.stdout);
+    let check = via(fx.invocation("CHECK", &config, "p1", "c1"), &agent.socket).run().await;
+    assert!(check.success, "{}", check.stdout);
+
+    // a mistake in the config: the agent's answer is the binary's, and nothing is written
+    let bad = fx.netconf("1.1.0", "agnet", json!({"range": "198.18.120.0/29", "exclude": ["not-a-cidr"]}));
+    let before = fx.object_count().await;
+    let from_agent = via(fx.invocation("ADD", &bad, "p3", "c3"), &agent.socket).run().await;
+    let from_binary = fx.invocation("ADD", &bad, "p3", "c3").with_env("NODENAME", "node-a").run().await;
+    assert_eq!(from_agent.error_code(), 7, "{}", from_agent.stdout);
+    assert_eq!(from_agent.stdout, from_binary.stdout);
+    assert_eq!(served(&agent, "ADD", "c3"), 1, "the agent answered it");
+    assert_eq!(fx.object_count().await, before, "nothing written");
+
+    let del = via(fx.invocation("DEL", &config, "p1", "c1"), &agent.socket).run().await;
+    assert!(del.success, "{}", del.stdout);
+    assert_eq!(served(&agent, "DEL", "c1"), 1);
+    let pool = fx.pool("198.18.120.0-29").await;
+    let owners: Vec<&str> = pool.spec.allocations.values().map(|a| a.podref.as_str()).collect();
+    assert_eq!(owners, [format!("{}/p2", fx.ns)], "p1's address given back, p2's kept");
+}
+
+#[tokio::test]
+async fn the_binary_does_the_work_when_no_agent_answers() {
+    let fx = CniFixture::new("agent-gone").await;
+    let config = fx.netconf("1.1.0", "agone", json!({"range": "198.18.121.0/28"}));
+    let dir = fx.cluster.dir().join(format!("{}-sockets", fx.ns));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // no socket at all
+    let out = via(fx.invocation("ADD", &config, "p1", "c1"), &dir.join("none.sock")).run().await;
+    assert!(out.success && !out.stderr.contains("done here instead"), "{}\n{}", out.stdout, out.stderr);
+
+    // the socket of an agent that crashed
+    let mut agent = agent_of(&fx, "crashed").await;
+    agent.kill();
+    assert!(agent.socket.exists(), "a crash leaves the socket file");
+    let out = via(fx.invocation("ADD", &config, "p2", "c2"), &agent.socket).run().await;
+    assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("done here instead"), "{}", out.stderr);
+
+    // a peer that takes the connection and never says a word: the binary waits only for the acceptance
+    let silent = dir.join("silent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&silent).unwrap();
+    let held = std::thread::spawn(move || listener.accept().map(|(stream, _)| stream));
+    let started = Instant::now();
+    let out = via(fx.invocation("ADD", &config, "p3", "c3"), &silent).run().await;
+    assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    drop(held.join());
+
+    let ips: BTreeSet<IpAddr> = fx
+        .pools()
+        .await
+        .iter()
+        .flat_map(|p| p.spec.allocations.keys().cloned())
+        .map(|k| format!("198.18.121.{k}").parse().unwrap())
+        .collect();
+    assert_eq!(ips.len(), 3, "three pods, three addresses");
+}
+
+/// An agent killed while it serves a burst (a crash, an OOM kill, a DaemonSet pod replaced): every ADD still
+/// succeeds — those it was serving are done again by their binaries, the later ones by the binary at once — and
+/// no address is held twice or by a pod twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_burst_fails_no_add_and_gives_no_address_twice() {
+    let fx = CniFixture::new("agent-kill").await;
+    let mut agent = agent_of(&fx, "burst").await;
+    let socket = agent.socket.clone();
+    let config = fx.netconf("1.1.0", "akill", json!({"range": "198.18.122.0/24", "node_slice_size": "/28"}));
+    let pods: Vec<String> = (0..48).map(|i| format!("p{i}")).collect();
+    let burst = stream::iter(pods.iter().map(|pod| {
+        let inv = via(fx.invocation("ADD", &config, pod, &format!("c-{pod}")), &socket);
+        async move { inv.run().await }
+    }))
+    .buffered(16)
+    .collect::<Vec<_>>();
+    let killer = async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while agent.logs().lines().filter(|l| l.contains("served")).count() < 12 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        agent.kill();
+    };
+    let (outputs, ()) = futures::join!(burst, killer);
+    let mut ips = BTreeSet::new();
+    for (out, pod) in outputs.iter().zip(&pods) {
+        assert!(out.success, "{pod}: {}\n{}", out.stdout, out.stderr);
+        assert!(ips.insert(out.ips()[0]), "{pod} got an address already given: {}", out.stdout);
+    }
+    let served = agent.logs().lines().filter(|l| l.contains("served")).count();
+    assert!((12..48).contains(&served), "killed mid-burst: {served} served by the agent");
+    let pools = fx.pools().await;
+    let mut holders: Vec<String> =
+        pools.iter().flat_map(|p| p.spec.allocations.values().map(|a| a.podref.clone())).collect();
+    holders.sort();
+    let expected: Vec<String> = {
+        let mut all: Vec<String> = pods.iter().map(|p| format!("{}/{p}", fx.ns)).collect();
+        all.sort();
+        all
+    };
+    assert_eq!(holders, expected, "one entry per pod, none left by the agent's half-done ADDs");
+    eprintln!("agent killed after {served} of 48 ADDs; the binary did the rest");
+}
