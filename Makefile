@@ -46,7 +46,7 @@ deny:
 ## hereabouts vs upstream Whereabouts, side by side on the test control plane (release binaries); tables and JSON
 ## in hack/bench/results/. BENCH_ARGS="--quick" for a short smoke run, "--rounds N" for more rounds.
 bench: testenv
-	cargo build --release -p hereabouts-cni
+	cargo build --release -p hereabouts-cni -p hereabouts-reconciler
 	cargo run --release -p hereabouts-bench -- $(BENCH_ARGS)
 
 ## far more generated cases than CI runs (release build): the whole protocol under injected faults on the in-memory

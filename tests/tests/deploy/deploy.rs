@@ -369,8 +369,28 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_ne!(sc.privileged, Some(true), "install-cni is not privileged");
     assert_eq!(sc.allow_privilege_escalation, Some(false));
 
+    // the node agent: on the host's socket, with the host's CNI files where the host has them, as root without
+    // capabilities (the kubeconfig is root's, 0600), and nothing of the API server but what that kubeconfig names
+    assert_eq!(pod.containers.len(), 2, "the reconciler and the agent");
+    let agent = container(&pod.containers, "agent");
+    let args = command_line(agent);
+    assert_eq!(&args[..2], ["hereabouts-reconciler", "agent"]);
+    assert_eq!(flag(&args, "--socket").as_deref(), Some(hereabouts_cni::agent::DEFAULT_SOCKET));
+    assert_eq!(flag(&args, "--node-name").as_deref(), Some("$(NODE_NAME)"));
+    let run = mount_of(agent, "/run/hereabouts");
+    assert_eq!(host_path(&run.name), ("/run/hereabouts".to_string(), Some("DirectoryOrCreate".to_string())));
+    let conf = mount_of(agent, "/etc/cni/net.d");
+    assert_eq!(conf.read_only, Some(true), "the agent reads the host's CNI files, never writes them");
+    assert_eq!(host_path(&conf.name).0, "/etc/cni/net.d", "mounted where the host has it");
+    let sc = agent.security_context.clone().unwrap_or_default();
+    assert_eq!(sc.run_as_user, Some(0));
+    assert_ne!(sc.privileged, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]));
+    assert!(agent.resources.clone().unwrap_or_default().limits.is_some_and(|r| r.contains_key("memory")));
+
     // the reconciler
-    assert_eq!(pod.containers.len(), 1);
     let reconciler = container(&pod.containers, "reconciler");
     let args = command_line(reconciler);
     assert_eq!(&args[..2], ["hereabouts-reconciler", "run"]);

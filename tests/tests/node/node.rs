@@ -74,6 +74,12 @@ async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
     assert_eq!(pool_entries(cluster).await, vec![], "DEL through the kubelet gave every address back");
     assert_eq!(reservations(cluster).await, Vec::<String>::new(), "and every reservation");
     assert_eq!(cni_failures(cluster, &ns).await, vec![], "no ADD or DEL failed");
+    // the kubelet ran the plugin through Multus; the plugin handed each invocation to the node's agent
+    let agent = node.container_logs(SYSTEM, "hereabouts-", "agent");
+    for command in ["ADD", "DEL"] {
+        let served = agent.lines().filter(|l| l.contains("served") && l.contains(&format!("command={command}")));
+        assert!(served.count() >= names.len(), "the agent served every {command}:\n{agent}");
+    }
 }
 
 /// A rolling update of the DaemonSet to a new image tag while pods come and go on the node: no ADD and no DEL
