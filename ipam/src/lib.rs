@@ -28,6 +28,7 @@ pub mod cut;
 pub mod entropy;
 pub mod error;
 pub mod lock;
+pub mod marks;
 pub mod names;
 pub mod pools;
 pub mod provider;

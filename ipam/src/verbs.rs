@@ -38,6 +38,11 @@ pub trait Host {
     /// Where the host lock's files go; `None`: invocations do not take turns.
     fn lock_dir(&self) -> Option<PathBuf>;
 
+    /// Where the attachment marks go ([`crate::marks`]); `None`: every ADD looks for an earlier try's entry.
+    fn marks_dir(&self) -> Option<PathBuf> {
+        None
+    }
+
     /// The node's routing daemon, as the node's flat file describes it (the routing-table datastore).
     fn routing_daemon(&self, daemon: &crate::config::Daemon) -> impl RoutingDaemon + Send + Sync {
         Bird::new(&daemon.socket, daemon.settle)
@@ -69,6 +74,10 @@ impl Host for LiveHost {
 
     fn lock_dir(&self) -> Option<PathBuf> {
         Some(PathBuf::from(lock::DEFAULT_DIR))
+    }
+
+    fn marks_dir(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(crate::marks::DEFAULT_DIR))
     }
 }
 
@@ -159,7 +168,10 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 None => (cfg.clone(), mode.clone()),
             };
             let _lock = host_lock(host, &store, slices::locked(&cfg), &req.node, &budget).await;
-            let assigned = slices::add(&store, &cfg, &mode, req, &budget).await;
+            let first = host
+                .marks_dir()
+                .is_some_and(|dir| crate::marks::first_add(&dir, &cfg.name, &req.container_id, &req.ifname));
+            let assigned = slices::add(&store, &cfg, &mode, req, &budget, first).await;
             announced(host, &store, &cfg, &mode.kube, &Sliced, req, &budget, assigned?).await?
         }
         Mode::Provider(mode) => {
@@ -266,11 +278,16 @@ async fn release(
         let removed = remove_routes(host, cfg, routes, req, valid).await?;
         tracing::info!(removed, "host routes removed");
     }
-    match &cfg.mode {
-        ReleaseMode::Slices(kube) => release_in(host, cfg, kube, &Sliced, req, valid).await,
-        ReleaseMode::Pools(kube) => release_in(host, cfg, kube, &OnePool, req, valid).await,
-        ReleaseMode::RouteTable(_) => Ok(0),
+    let released = match &cfg.mode {
+        ReleaseMode::Slices(kube) => release_in(host, cfg, kube, &Sliced, req, valid).await?,
+        ReleaseMode::Pools(kube) => release_in(host, cfg, kube, &OnePool, req, valid).await?,
+        ReleaseMode::RouteTable(_) => 0,
+    };
+    // only once released: an ADD of the same attachment after a DEL that failed must still look for its entry
+    if let (None, Some(dir)) = (valid, host.marks_dir()) {
+        crate::marks::remove(&dir, &cfg.name, &req.container_id, &req.ifname);
     }
+    Ok(released)
 }
 
 /// DEL or GC of the routing-table records and host routes of `routes`. Never fails: what cannot be removed is

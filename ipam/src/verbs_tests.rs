@@ -192,6 +192,69 @@ async fn every_slice_claimed_and_a_pool_not_made_yet_is_waited_for_not_called_fu
     assert!(third.contains(&ip), "{ip} borrowed in node-d's slice {third}");
 }
 
+/// A machine with attachment marks ([`crate::marks`]) in `dir`.
+struct MarkedHost(MemoryStore, PathBuf);
+
+impl Host for MarkedHost {
+    type Store = MemoryStore;
+    type Table = KernelTable;
+
+    async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
+        Ok(self.0.clone())
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        Err(TableError::Netlink { op: "open a netlink socket", detail: "not in these tests".into() })
+    }
+
+    fn lock_dir(&self) -> Option<PathBuf> {
+        None
+    }
+
+    fn marks_dir(&self) -> Option<PathBuf> {
+        Some(self.1.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_borrowed_entry() {
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    let marks = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    // every LIST of reservations refused: a first ADD that looked for a borrowed entry would fail
+    let plan = (1..=64).fold(FaultPlan::quiet(1), |p, n| p.at(Op::ListReservations, n, Fault::Refused));
+    let first = MarkedHost(store.handle("first-adds", plan), marks.path().to_path_buf());
+    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
+    for node in ["node-a", "node-b", "node-c", "node-d"] {
+        add(&first, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
+    }
+    let owner_of = |ip: std::net::IpAddr| {
+        let slices = store.node_slices()[0].status.clone().unwrap().allocations;
+        slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
+    };
+    let mut n = 4;
+    let (cfg, borrowed) = loop {
+        let cfg = config(ipam.clone(), &format!("p{n}"));
+        let ip = add(&first, &cfg, &request(&format!("c{n}"), "node-a")).await.unwrap()[0].ip;
+        n += 1;
+        if owner_of(ip) != "node-a" {
+            break (cfg, ip);
+        }
+        assert!(n < 8, "a /30 holds at most four");
+    };
+    // a slice frees; the runtime retries the same ADD: its mark is there, so it looks, and finds its entry
+    let lender = owner_of(borrowed);
+    reassign(&store, |_, node| if node == "node-a" || node == lender { node.to_string() } else { String::new() });
+    let retry = MarkedHost(store.clone(), marks.path().to_path_buf());
+    let again = add(&retry, &cfg, &request(&format!("c{}", n - 1), "node-a")).await.unwrap()[0].ip;
+    assert_eq!(again, borrowed, "the retried ADD keeps its borrowed address");
+    let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();
+    assert_eq!(entries, n, "one entry per attachment");
+    // its DEL takes the mark: a later ADD of that container is a first one again
+    del(&retry, &ReleaseConfig::from(cfg.clone()), &request(&format!("c{}", n - 1), "node-a")).await.unwrap();
+    assert!(crate::marks::first_add(marks.path(), &cfg.name, &format!("c{}", n - 1), "net1"));
+}
+
 #[tokio::test]
 async fn the_node_slice_pool_spells_the_slice_size_as_the_config_does() {
     for spelled in ["26", "/26"] {

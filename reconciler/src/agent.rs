@@ -92,6 +92,10 @@ impl Host for AgentHost {
     fn lock_dir(&self) -> Option<PathBuf> {
         Some(PathBuf::from(hereabouts_ipam::lock::DEFAULT_DIR))
     }
+
+    fn marks_dir(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(hereabouts_ipam::marks::DEFAULT_DIR))
+    }
 }
 
 /// Why the agent leaves an invocation to the binary, if it does.

@@ -37,6 +37,8 @@ pub(super) struct SlicedAdd<'a, S> {
     pub requested: Option<IpAddr>,
     /// Addresses earlier ranges of this ADD gave.
     pub given: &'a [IpAddr],
+    /// The attachment's first ADD on this node: it has borrowed nothing yet.
+    pub first_add: bool,
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
@@ -178,7 +180,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             }
             first.get_or_insert(pool);
         }
-        if let Some(found) = self.find_borrowed(slices).await? {
+        if !self.first_add
+            && let Some(found) = self.find_borrowed(slices).await?
+        {
             return Ok(found);
         }
         Ok((None, first))

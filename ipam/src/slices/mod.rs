@@ -31,10 +31,11 @@ pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore>(
     mode: &SliceMode,
     req: &Request,
     budget: &Budget,
+    first_add: bool,
 ) -> Result<Vec<Assigned>, IpamError> {
     let podref = cfg.pod.to_string();
     let who = Claimant::new(cfg, &mode.kube, req, &podref);
-    each_range(store, cfg, budget, &InSlices { store, who: &who, mode, budget }).await
+    each_range(store, cfg, budget, &InSlices { store, who: &who, mode, budget, first_add }).await
 }
 
 /// The claim of the range's address in a slice.
@@ -43,6 +44,8 @@ struct InSlices<'a, S> {
     who: &'a Claimant<'a>,
     mode: &'a SliceMode,
     budget: &'a Budget,
+    /// The attachment's first ADD on this node ([`crate::marks`]): no earlier try's entry to look for.
+    first_add: bool,
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> {
@@ -55,7 +58,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> 
     ) -> Result<IpAddr, IpamError> {
         let requested = self.who.cfg.requested_for(index);
         let (store, who, budget, size) = (self.store, self.who, self.budget, &self.mode.size);
-        add::SlicedAdd { store, who, range, budget, size, requested, given }.run(journal).await
+        let first_add = self.first_add;
+        add::SlicedAdd { store, who, range, budget, size, requested, given, first_add }.run(journal).await
     }
 }
 
