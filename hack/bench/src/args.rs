@@ -142,12 +142,14 @@ pub enum Variant {
     HereaboutsSlice,
     /// `node_slice_size`: Whereabouts' fast IPAM, slices assigned by its node-slice controller.
     WhereaboutsFast,
+    /// `node_slice_size`, each node's invocations handed to its node agent.
+    HereaboutsAgent,
 }
 
 impl Variant {
     pub fn plugin(self) -> Plugin {
         match self {
-            Variant::Hereabouts | Variant::HereaboutsSlice => Plugin::Hereabouts,
+            Variant::Hereabouts | Variant::HereaboutsSlice | Variant::HereaboutsAgent => Plugin::Hereabouts,
             Variant::Whereabouts | Variant::WhereaboutsFast => Plugin::Whereabouts,
         }
     }
@@ -159,6 +161,7 @@ impl Variant {
             Variant::Whereabouts => "whereabouts",
             Variant::HereaboutsSlice => "hereabouts-slice",
             Variant::WhereaboutsFast => "whereabouts-fast",
+            Variant::HereaboutsAgent => "hereabouts-agent",
         }
     }
 
@@ -169,6 +172,7 @@ impl Variant {
             Variant::Whereabouts => "Whereabouts",
             Variant::HereaboutsSlice => "hereabouts slice",
             Variant::WhereaboutsFast => "Whereabouts fast IPAM",
+            Variant::HereaboutsAgent => "hereabouts slice + agent",
         }
     }
 
@@ -179,6 +183,7 @@ impl Variant {
             Variant::Whereabouts => "whereabouts",
             Variant::HereaboutsSlice => "hereabouts_slice",
             Variant::WhereaboutsFast => "whereabouts_fast_ipam",
+            Variant::HereaboutsAgent => "hereabouts_slice_agent",
         }
     }
 }

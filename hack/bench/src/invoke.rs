@@ -17,6 +17,9 @@ pub struct Round {
     pub ns: String,
     pub config: String,
     pub program: PathBuf,
+    /// The directory of the node agents' sockets (`<node>.sock`), when the round runs through agents; else the
+    /// binary does every invocation itself.
+    pub agents: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -92,12 +95,18 @@ pub async fn invoke(r: &Round, op: &Op, limits: Limits) -> OpResult {
     let mut cmd = tokio::process::Command::new(&r.program);
     cmd.env_clear()
         .env("CNI_COMMAND", op.command)
-        .env("CNI_CONTAINERID", format!("{}-c", op.pod))
+        // unique across rounds and variants, as a runtime's sandbox IDs are (the node's attachment marks are
+        // keyed by it, and rounds reuse pod names)
+        .env("CNI_CONTAINERID", format!("{}-{}-c", r.ns, op.pod))
         .env("CNI_NETNS", format!("/var/run/netns/{}", op.pod))
         .env("CNI_IFNAME", "net1")
         .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}", r.ns, op.pod))
         .env("CNI_PATH", "/opt/cni/bin")
         .env("NODENAME", &op.node)
+        .env(
+            "HEREABOUTS_AGENT_SOCKET",
+            r.agents.as_ref().map(|d| d.join(format!("{}.sock", op.node))).unwrap_or_default(),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -106,15 +106,20 @@ impl Report {
         if self.results.contains_key("W1s") {
             let title = format!(
                 "W1s burst in node slices: W1 ({} ADDs, {} at a time, {} nodes, 198.18.4.0/22, overlapping on) with \
-                 node_slice_size {}; Whereabouts single-pool W1 beside it",
+                 node_slice_size {}, by the binary alone and handed to each node's agent; Whereabouts single-pool \
+                 W1 beside it",
                 s.burst_adds,
                 s.burst_parallel,
                 s.nodes,
                 crate::workloads::W1S_SLICE
             );
-            t.columns(&["hereabouts slice", "Whereabouts", "Wh. fast IPAM"], &[(0, 1, "Hs/W"), (0, 2, "Hs/Wf")]);
+            t.columns(
+                &["hereabouts slice", "+ agent", "Whereabouts", "Wh. fast IPAM"],
+                &[(0, 3, "Hs/Wf"), (1, 2, "Ha/W"), (1, 3, "Ha/Wf")],
+            );
             let cols = vec![
                 (Variant::HereaboutsSlice, self.get("W1s", Variant::HereaboutsSlice)),
+                (Variant::HereaboutsAgent, self.get("W1s", Variant::HereaboutsAgent)),
                 (Variant::Whereabouts, self.w1s_single()),
                 (Variant::WhereaboutsFast, self.get("W1s", Variant::WhereaboutsFast)),
             ];

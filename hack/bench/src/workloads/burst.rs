@@ -33,7 +33,16 @@ impl Bench {
     /// every node one before the burst, as it would in a cluster.
     pub async fn burst_sliced(&self, variant: Variant, round: usize, range: &str) -> anyhow::Result<RoundResult> {
         let ipam = json!({"range": range, "enable_overlapping_ranges": true, "node_slice_size": W1S_SLICE});
-        let r = self.round(variant.plugin(), "w1s", ipam).await?;
+        let mut r = self.round(variant.plugin(), "w1s", ipam).await?;
+        if variant == Variant::HereaboutsAgent {
+            let nodes: Vec<String> = (0..self.sizes.nodes).map(|i| format!("node-{i}")).collect();
+            let agents =
+                super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes).await?;
+            r.agents = Some(agents.dir.clone());
+            let res = self.burst_in(&r, round).await;
+            agents.stop();
+            return res;
+        }
         if variant != Variant::WhereaboutsFast {
             return self.burst_in(&r, round).await;
         }

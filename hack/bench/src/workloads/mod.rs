@@ -1,6 +1,7 @@
 //! The workloads. Each round runs in a fresh namespace with the same identity, range and options for both
 //! plugins; the API server's counters are read just before and just after the measured invocations.
 
+mod agents;
 mod burst;
 pub mod ceiling;
 mod churn;
@@ -57,7 +58,7 @@ impl Bench {
             full["configuration_path"] = json!(flat);
         }
         let config = json!({"cniVersion": "1.0.0", "name": "bench", "type": "macvlan", "ipam": full}).to_string();
-        Ok(Round { ns, config, program: self.programs[&plugin].clone() })
+        Ok(Round { ns, config, program: self.programs[&plugin].clone(), agents: None })
     }
 
     fn limits(&self) -> Limits {
