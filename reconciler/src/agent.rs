@@ -104,20 +104,29 @@ fn declined(handed: &Handed, env: &CniEnv) -> Option<&'static str> {
         return Some("VERSION is answered by the binary");
     }
     let input = config::Input { stdin: handed.stdin.as_bytes(), cni_args: &env.args };
-    let host_bound = match config::load(&input) {
+    let (host_bound, kubeconfig) = match config::load(&input) {
         Ok(cfg) => match &cfg.mode {
-            Mode::Pools(p) => p.kube.announce.is_some(),
-            Mode::Slices(s) => s.kube.announce.is_some(),
-            Mode::Provider(_) | Mode::RouteTable(_) => true,
+            Mode::Pools(p) => (p.kube.announce.is_some(), Some(p.kube.kubeconfig.clone())),
+            Mode::Slices(s) => (s.kube.announce.is_some(), Some(s.kube.kubeconfig.clone())),
+            Mode::Provider(_) | Mode::RouteTable(_) => (true, None),
         },
         // a config the strict loader refuses: the agent says so as the binary would, unless DEL or GC would
         // still need the host for it
         Err(_) => match config::load_for_release(&input).mode {
-            ReleaseMode::Pools(k) | ReleaseMode::Slices(k) => k.announce.is_some(),
-            ReleaseMode::RouteTable(_) => true,
+            ReleaseMode::Pools(k) | ReleaseMode::Slices(k) => (k.announce.is_some(), None),
+            ReleaseMode::RouteTable(_) => (true, None),
         },
     };
-    host_bound.then_some("the config uses the host's routing table or an IaaS provider")
+    if host_bound {
+        return Some("the config uses the host's routing table or an IaaS provider");
+    }
+    // what the agent cannot see of the host's files (a flat file or kubeconfig outside the directories mounted into
+    // its container) would make its answer differ from the binary's
+    match kubeconfig {
+        Some(Some(path)) if !path.exists() => Some("the config's kubeconfig is not where the agent can read it"),
+        Some(None) => Some("the config names no kubeconfig the agent can read (its flat file may lie elsewhere)"),
+        _ => None,
+    }
 }
 
 /// `agent`: serves until SIGTERM or SIGINT.
@@ -242,4 +251,52 @@ async fn send(write: &mut tokio::net::unix::OwnedWriteHalf, line: &impl serde::S
     write.write_all(&bytes).await?;
     write.flush().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(command: &str) -> CniEnv {
+        let vars: BTreeMap<&str, &str> = [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_ARGS", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"),
+        ]
+        .into();
+        CniEnv::from_lookup(|name| vars.get(name).map(|v| v.to_string())).unwrap()
+    }
+
+    fn handed(ipam: serde_json::Value) -> Handed {
+        let mut ipam = ipam;
+        ipam["type"] = "hereabouts".into();
+        let stdin = serde_json::json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": ipam});
+        Handed { env: BTreeMap::new(), stdin: stdin.to_string() }
+    }
+
+    #[test]
+    fn it_serves_what_needs_only_the_api_server_and_the_files_it_can_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, "").unwrap();
+        let kube = serde_json::json!({"kubeconfig": kubeconfig});
+        let plain = handed(serde_json::json!({"range": "198.18.0.0/24", "kubernetes": kube}));
+        assert_eq!(declined(&plain, &env("ADD")), None);
+        assert_eq!(declined(&plain, &env("DEL")), None);
+        let sliced =
+            handed(serde_json::json!({"range": "198.18.0.0/24", "node_slice_size": "/28", "kubernetes": kube}));
+        assert_eq!(declined(&sliced, &env("ADD")), None);
+        // a mistake in the config is answered as the binary would answer it
+        let bad = handed(serde_json::json!({"range": "198.18.0.0/33", "kubernetes": kube}));
+        assert_eq!(declined(&bad, &env("ADD")), None);
+
+        let unseen = serde_json::json!({"kubeconfig": dir.path().join("absent")});
+        let elsewhere = handed(serde_json::json!({"range": "198.18.0.0/24", "kubernetes": unseen}));
+        assert!(declined(&elsewhere, &env("ADD")).is_some(), "a kubeconfig it cannot see");
+        let table = handed(serde_json::json!({"range": "198.18.0.0/24", "datastore": "routetable"}));
+        assert!(declined(&table, &env("ADD")).is_some(), "the host's routing table");
+        assert!(declined(&table, &env("DEL")).is_some());
+        assert!(declined(&plain, &env("VERSION")).is_some());
+    }
 }
