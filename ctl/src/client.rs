@@ -68,8 +68,8 @@ pub async fn sticky(client: &Client, entry: &hereabouts_ipam::crd::IpAllocation)
 /// entry or a reservation is) are refused as untrustworthy: NTP keeps machines far closer.
 pub const MAX_SKEW: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(5);
 
-/// The API server's time less this machine's, from the `Date` of an answer (one-second resolution), measured at the
-/// middle of the request.
+/// The API server's time less this machine's, from the `Date` of an answer (one-second resolution, taken at its
+/// start), measured at the middle of the request.
 pub async fn server_skew(client: &Client) -> anyhow::Result<k8s_openapi::jiff::SignedDuration> {
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
     let request = http::Request::get("/version").body(Vec::new().into()).context("build GET /version")?;
@@ -85,8 +85,9 @@ pub async fn server_skew(client: &Client) -> anyhow::Result<k8s_openapi::jiff::S
         .parse_timestamp(date)
         .with_context(|| format!("the API server's Date {date:?}"))?;
     let middle = sent + SignedDuration::from_nanos(received.duration_since(sent).as_nanos() as i64 / 2);
-    // the Date is the second the answer was made in: its middle is the best guess
-    Ok((server + SignedDuration::from_millis(500)).duration_since(middle))
+    // the Date is the second the answer was made in, truncated: its start judges every age up to a second younger
+    // than it is, never older, so a grace or an orphan age is never cut short by the header's resolution
+    Ok(server.duration_since(middle))
 }
 
 /// Judges ages on the API server's clock from now on: refuses when this machine's is more than [`MAX_SKEW`] away

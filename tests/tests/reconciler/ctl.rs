@@ -213,7 +213,21 @@ async fn ipam_check_finds_each_planted_inconsistency_and_repair_fixes_exactly_th
     let names: BTreeSet<String> = fx.reservations().await.into_iter().filter_map(|r| r.metadata.name).collect();
     assert!(names.contains("198.18.101.4"), "the orphan candidate is still there: {names:?}");
     let ages = ["--grace", "0s", "--orphan-age", "0s", "--unsafe-ages"];
-    let check = ctl(&admin, &ns, &[&["ipam", "check"][..], &ages].concat()).await;
+    // ages are judged on the API server's clock, known to the second (its Date header) and taken at the second's
+    // start: what was written within the last second is not yet older than a 0 s grace
+    let aged = hereabouts_tests::wait::until(
+        std::time::Duration::from_secs(10),
+        "the planted entries a second old",
+        || async {
+            let check = ctl(&admin, &ns, &[&["ipam", "check"][..], &ages].concat()).await;
+            check.stdout.contains("6 found").then_some(check)
+        },
+    )
+    .await;
+    let check = match aged {
+        Ok(check) => check,
+        Err(_) => ctl(&admin, &ns, &[&["ipam", "check"][..], &ages].concat()).await,
+    };
     eprintln!("$ kubectl hereabouts -n {ns} ipam check --grace 0s --orphan-age 0s --unsafe-ages\n{}", check.stdout);
     assert!(!check.success, "findings make the exit status 1");
     let expected = [
