@@ -44,6 +44,10 @@ pub struct Args {
     /// How many invocations are served at once.
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
+    /// `agent` alone: where /healthz, /readyz (ready once the socket is served) and /metrics
+    /// (`hereabouts_agent_invocations_total`) are served, without authentication; unset, nowhere.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// The agent's view of the host: the API servers of the kubeconfigs it was handed, one client each, made again
@@ -138,16 +142,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
         stop.cancel();
     });
-    serve(&args, Family::default(), shutdown).await
+    let health = Arc::new(crate::http::Health { ready: false.into(), metrics: crate::metrics::Metrics::new() });
+    if let Some(addr) = args.listen {
+        let server = crate::http::serve(addr, health.clone(), shutdown.clone()).await?;
+        tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::error!(error = %e, "agent: the HTTP endpoint stopped");
+            }
+        });
+    }
+    let invocations = health.metrics.agent_invocations.clone();
+    serve(&args, invocations, Some(&health.ready), shutdown).await
 }
 
 /// Serves `args.socket` until `shutdown`.
 pub async fn serve(
     args: &Args,
     invocations: Family<InvocationLabels, Counter>,
+    ready: Option<&std::sync::atomic::AtomicBool>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let listener = bind(&args.socket)?;
+    if let Some(ready) = ready {
+        ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     tracing::info!(socket = %args.socket.display(), node = %args.node_name, "agent serving the CNI");
     let host = AgentHost::default();
     let slots = Arc::new(Semaphore::new(args.concurrency.max(1)));

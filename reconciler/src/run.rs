@@ -295,11 +295,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             socket: socket.clone(),
             node_name: args.node_name.clone(),
             concurrency: args.agent_concurrency,
+            listen: None,
         };
         let invocations = health.metrics.agent_invocations.clone();
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            if let Err(e) = crate::agent::serve(&agent, invocations, stop).await {
+            if let Err(e) = crate::agent::serve(&agent, invocations, None, stop).await {
                 // the binary does the work itself: the node keeps working, only slower
                 tracing::error!(error = format!("{e:#}"), "the agent cannot serve");
             }

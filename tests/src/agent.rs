@@ -13,25 +13,29 @@ pub struct Agent {
     child: Option<Child>,
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// Where its /healthz, /readyz and /metrics are served.
+    pub listen: String,
 }
 
 impl Agent {
     /// Starts an agent for node `node` serving `socket` (its log beside it), and waits until the socket is there.
     pub async fn start(socket: &Path, node: &str) -> Self {
         let log = socket.with_extension("log");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(workspace_bin("hereabouts-reconciler"))
             .arg("agent")
             .arg("--socket")
             .arg(socket)
-            .args(["--node-name", node])
+            .args(["--node-name", node, "--listen", &listen])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
             .expect("start hereabouts-reconciler agent");
-        let me = Self { child: Some(child), socket: socket.to_path_buf(), log };
+        let me = Self { child: Some(child), socket: socket.to_path_buf(), log, listen };
         let up = wait::until(Duration::from_secs(20), "the agent's socket", || async {
             me.logs().contains("agent serving the CNI").then_some(())
         })
@@ -40,6 +44,18 @@ impl Agent {
             panic!("{e}\n--- agent log ---\n{}", me.logs());
         }
         me
+    }
+
+    /// `path` of its HTTP endpoint, if it answers 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(&self.listen).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.listen).ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        head.contains(" 200 ").then(|| body.to_string())
     }
 
     /// What it logged so far.

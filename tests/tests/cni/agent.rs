@@ -61,6 +61,17 @@ async fn add_check_and_del_are_served_by_the_agent_as_the_binary_serves_them() {
     let del = via(fx.invocation("DEL", &config, "p1", "c1"), &agent.socket).run().await;
     assert!(del.success, "{}", del.stdout);
     assert_eq!(served(&agent, "DEL", "c1"), 1);
+    // and counts them: ADD c1 twice and CHECK ok, ADD c3 failed, DEL ok
+    assert_eq!(agent.get("/readyz").as_deref(), Some("ok"));
+    let metrics = agent.get("/metrics").unwrap_or_default();
+    for line in [
+        r#"hereabouts_agent_invocations_total{command="ADD",outcome="ok"} 2"#,
+        r#"hereabouts_agent_invocations_total{command="ADD",outcome="failed"} 1"#,
+        r#"hereabouts_agent_invocations_total{command="CHECK",outcome="ok"} 1"#,
+        r#"hereabouts_agent_invocations_total{command="DEL",outcome="ok"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
     let pool = fx.pool("198.18.120.0-29").await;
     let owners: Vec<&str> = pool.spec.allocations.values().map(|a| a.podref.as_str()).collect();
     assert_eq!(owners, [format!("{}/p2", fx.ns)], "p1's address given back, p2's kept");

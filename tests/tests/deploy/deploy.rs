@@ -389,6 +389,15 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_eq!(sc.read_only_root_filesystem, Some(true));
     assert_eq!(sc.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]));
     assert!(agent.resources.clone().unwrap_or_default().limits.is_some_and(|r| r.contains_key("memory")));
+    // its endpoints on a port of its own, probed there
+    assert_eq!(flag(&args, "--listen").as_deref(), Some("0.0.0.0:9301"));
+    let agent_ports = agent.ports.clone().unwrap_or_default();
+    let port = agent_ports.iter().find(|p| p.name.as_deref() == Some("agent-metrics")).expect("a port agent-metrics");
+    assert_eq!(port.container_port, 9301);
+    for (probe, path) in [(&agent.liveness_probe, "/healthz"), (&agent.readiness_probe, "/readyz")] {
+        let get = probe.as_ref().and_then(|p| p.http_get.clone()).expect("an httpGet probe");
+        assert_eq!((get.path.as_deref(), get.port), (Some(path), IntOrString::String("agent-metrics".into())));
+    }
 
     // the reconciler
     let reconciler = container(&pod.containers, "reconciler");

@@ -140,6 +140,10 @@ fn each_value_lands_where_the_objects_use_it() {
     for probe in ["livenessProbe", "readinessProbe"] {
         assert_eq!(reconciler[probe]["httpGet"]["host"], "127.0.0.1", "listening everywhere, probed on loopback");
     }
+    let agent = pod["containers"].as_array().unwrap().iter().find(|c| c["name"] == "agent").expect("the agent");
+    let args: Vec<&str> = agent["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(args.contains(&"--listen=0.0.0.0:9301"), "the agent's endpoints on the metrics host: {args:?}");
+    assert_eq!(agent["livenessProbe"]["httpGet"]["host"], "127.0.0.1");
 }
 
 /// The CNI's cluster-wide rights come only with their values: by default neither ClusterRole is rendered (nor
