@@ -116,6 +116,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 keep("W1s", Variant::Whereabouts, round, r);
             }
         }
+        if want("large") {
+            for v in workloads::large::LARGE_VARIANTS {
+                let r = bench.large(v, round).await?;
+                keep("large", v, round, r);
+            }
+        }
         if want("w4") {
             for plugin in Plugin::BOTH {
                 let r = bench.burst(plugin, round, "w4", "198.18.8.0/22", false, json!({})).await?;

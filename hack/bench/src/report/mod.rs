@@ -125,6 +125,19 @@ impl Report {
             ];
             doc["W1s"] = burst_section(&mut t, &mut failures, "W1s", &title, &cols);
         }
+        if self.results.contains_key("large") {
+            use crate::workloads::large::*;
+            let title = format!(
+                "Large burst (Spiderpool's benchmark shape): {LARGE_ADDS} ADDs over {LARGE_NODES} nodes, \
+                 {LARGE_PARALLEL} at a time, {LARGE_RANGE}, overlapping on; slices {LARGE_SLICE}"
+            );
+            t.columns(
+                &["hereabouts", "h. slice", "h. slice + agent", "Whereabouts", "Wh. fast IPAM"],
+                &[(2, 3, "Ha/W"), (2, 4, "Ha/Wf")],
+            );
+            let cols: Vec<(Variant, Summary)> = LARGE_VARIANTS.iter().map(|&v| (v, self.get("large", v))).collect();
+            doc["large"] = burst_section(&mut t, &mut failures, "large", &title, &cols);
+        }
         if self.has("W1", Variant::Hereabouts) || self.has("W1s", Variant::HereaboutsSlice) {
             doc["time_per_add"] = self.time_per_add(&mut t);
         }

@@ -7,6 +7,7 @@ pub mod ceiling;
 mod churn;
 mod fill;
 mod growth;
+pub mod large;
 mod nodeslice;
 mod startup;
 

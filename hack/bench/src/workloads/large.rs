@@ -1,0 +1,67 @@
+//! The large burst, in the shape of Spiderpool's published benchmark: 1,000 pods over 10 nodes, here as 1,000 CNI
+//! ADD processes with at most 100 under way (ten per node, as kubelets start a Deployment's pods), for each way of
+//! running: hereabouts with one pool, in node slices by the binary alone and through each node's agent, Whereabouts
+//! with one pool and in fast IPAM.
+
+use serde_json::json;
+
+use super::Bench;
+use super::agents::Agents;
+use crate::args::Variant;
+use crate::invoke::{self, Op};
+use crate::results::RoundResult;
+
+pub const LARGE_RANGE: &str = "198.18.32.0/20";
+/// One /24 per node: Whereabouts' fast IPAM gets exactly one slice per node and never borrows, so each node's
+/// slice must hold its hundred pods.
+pub const LARGE_SLICE: &str = "/24";
+pub const LARGE_ADDS: usize = 1000;
+pub const LARGE_NODES: usize = 10;
+pub const LARGE_PARALLEL: usize = 100;
+
+/// The variants the large burst runs, in order.
+pub const LARGE_VARIANTS: [Variant; 5] = [
+    Variant::Hereabouts,
+    Variant::HereaboutsSlice,
+    Variant::HereaboutsAgent,
+    Variant::Whereabouts,
+    Variant::WhereaboutsFast,
+];
+
+impl Bench {
+    pub async fn large(&self, variant: Variant, round: usize) -> anyhow::Result<RoundResult> {
+        let sliced = matches!(variant, Variant::HereaboutsSlice | Variant::HereaboutsAgent | Variant::WhereaboutsFast);
+        let mut ipam = json!({"range": LARGE_RANGE, "enable_overlapping_ranges": true});
+        if sliced {
+            ipam["node_slice_size"] = json!(LARGE_SLICE);
+        }
+        let mut r = self.round(variant.plugin(), "large", ipam).await?;
+        let nodes: Vec<String> = (0..LARGE_NODES).map(|i| format!("node-{i}")).collect();
+        let agents = match variant {
+            Variant::HereaboutsAgent => {
+                let agents = Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes).await?;
+                r.agents = Some(agents.dir.clone());
+                Some(agents)
+            }
+            _ => None,
+        };
+        let slices = match variant {
+            Variant::WhereaboutsFast => Some(self.whereabouts_slices(&r, LARGE_RANGE, LARGE_SLICE, &nodes).await?),
+            _ => None,
+        };
+        let ops: Vec<Op> =
+            (0..LARGE_ADDS).map(|i| Op::add(format!("r{round}-p{i}"), nodes[i % LARGE_NODES].clone())).collect();
+        let before = self.snapshot().await;
+        let limits = self.limits();
+        let outs = invoke::parallel(&r, &ops, LARGE_PARALLEL, limits).await;
+        let wall = limits.t0.elapsed().as_secs_f64();
+        let res = self.finish(&r, &outs, wall, &before, false).await;
+        if let Some(agents) = agents {
+            agents.stop();
+        }
+        if let Some(slices) = slices {
+            slices.stop(&self.admin, &r.ns).await;
+        }
+        res
+    }
+}
