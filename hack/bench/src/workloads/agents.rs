@@ -49,8 +49,20 @@ impl Agents {
         Ok(me)
     }
 
-    pub fn stop(mut self) {
+    /// Stops the agents; returns the largest peak resident memory among them (VmHWM), in MiB, when it could be
+    /// read.
+    pub fn stop(mut self) -> Option<f64> {
+        let peak = self
+            .children
+            .iter()
+            .filter_map(|c| {
+                let status = std::fs::read_to_string(format!("/proc/{}/status", c.id())).ok()?;
+                let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+                line.split_whitespace().nth(1)?.parse::<f64>().ok()
+            })
+            .fold(None, |max: Option<f64>, kib| Some(max.map_or(kib, |m| m.max(kib))));
         self.kill();
+        peak.map(|kib| kib / 1024.0)
     }
 
     fn kill(&mut self) {

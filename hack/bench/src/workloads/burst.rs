@@ -40,7 +40,12 @@ impl Bench {
                 super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes).await?;
             r.agents = Some(agents.dir.clone());
             let res = self.burst_in(&r, round).await;
-            agents.stop();
+            if let Some(mib) = agents.stop() {
+                self.note(format!(
+                    "W1s: the agents' peak resident memory, the largest of {}: {mib:.1} MiB",
+                    nodes.len()
+                ));
+            }
             return res;
         }
         if variant != Variant::WhereaboutsFast {

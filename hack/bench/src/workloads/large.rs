@@ -56,8 +56,10 @@ impl Bench {
         let outs = invoke::parallel(&r, &ops, LARGE_PARALLEL, limits).await;
         let wall = limits.t0.elapsed().as_secs_f64();
         let res = self.finish(&r, &outs, wall, &before, false).await;
-        if let Some(agents) = agents {
-            agents.stop();
+        if let Some(mib) = agents.and_then(Agents::stop) {
+            self.note(format!(
+                "large burst: the agents' peak resident memory, the largest of {LARGE_NODES}: {mib:.1} MiB"
+            ));
         }
         if let Some(slices) = slices {
             slices.stop(&self.admin, &r.ns).await;
