@@ -32,6 +32,10 @@ use crate::metrics::InvocationLabels;
 /// How many invocations the agent does at once; more are declined, and their binaries do them.
 pub const DEFAULT_CONCURRENCY: usize = 128;
 
+/// How long a connection may take to send its request: the binary writes it at once, so a peer that does not is
+/// not one, and is dropped rather than kept.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `agent` flags (and `run --agent-socket`).
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -219,7 +223,9 @@ async fn handle(
 ) -> anyhow::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    BufReader::new(read.take(MAX_REQUEST_BYTES)).read_line(&mut line).await?;
+    tokio::time::timeout(REQUEST_TIMEOUT, BufReader::new(read.take(MAX_REQUEST_BYTES)).read_line(&mut line))
+        .await
+        .context("no request within 5 s")??;
     let handed: Handed = serde_json::from_str(&line).context("the request does not parse")?;
     let mut vars: BTreeMap<String, String> = handed.env.clone();
     // the binary's fallback reads the host name; the agent's pod has its own, so the agent names its node
@@ -291,6 +297,20 @@ mod tests {
         ipam["type"] = "hereabouts".into();
         let stdin = serde_json::json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": ipam});
         Handed { env: BTreeMap::new(), stdin: stdin.to_string() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_sends_no_request_is_dropped_and_an_unreadable_one_refused() {
+        let invocations = Family::default();
+        let slots = Semaphore::new(1);
+        let (server, _client) = UnixStream::pair().unwrap();
+        let silent = handle(server, &AgentHost::default(), &slots, "node-a", &invocations).await;
+        assert!(silent.unwrap_err().to_string().contains("no request"), "dropped after the timeout");
+
+        let (server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"not json\n").await.unwrap();
+        let garbled = handle(server, &AgentHost::default(), &slots, "node-a", &invocations).await;
+        assert!(garbled.unwrap_err().to_string().contains("does not parse"));
     }
 
     #[test]
