@@ -7,8 +7,39 @@ use super::*;
 use crate::crd::{IpAllocation, IpPool, IpPoolSpec, OverlappingRangeIpReservationSpec};
 use crate::store::{Claim, MemoryStore, ReservationStore};
 
-/// One machine: the shared in-memory store, no routing table, no host lock.
+/// One machine: the shared in-memory store, no routing table, no host lock, and no attachment marks.
 struct TestHost(MemoryStore);
+
+impl TestHost {
+    /// The same machine with attachment marks ([`crate::marks`]) in `dir`.
+    fn marked(self, dir: &Path) -> MarkedHost {
+        MarkedHost(self, dir.to_path_buf())
+    }
+}
+
+/// A [`TestHost`] that keeps attachment marks in a directory.
+struct MarkedHost(TestHost, PathBuf);
+
+impl Host for MarkedHost {
+    type Store = MemoryStore;
+    type Table = KernelTable;
+
+    async fn connect(&self, kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
+        self.0.connect(kubeconfig).await
+    }
+
+    fn table(&self) -> Result<KernelTable, TableError> {
+        self.0.table()
+    }
+
+    fn lock_dir(&self) -> Option<PathBuf> {
+        self.0.lock_dir()
+    }
+
+    fn marks_dir(&self) -> Option<PathBuf> {
+        Some(self.1.clone())
+    }
+}
 
 impl Host for TestHost {
     type Store = MemoryStore;
@@ -192,30 +223,6 @@ async fn every_slice_claimed_and_a_pool_not_made_yet_is_waited_for_not_called_fu
     assert!(third.contains(&ip), "{ip} borrowed in node-d's slice {third}");
 }
 
-/// A machine with attachment marks ([`crate::marks`]) in `dir`.
-struct MarkedHost(MemoryStore, PathBuf);
-
-impl Host for MarkedHost {
-    type Store = MemoryStore;
-    type Table = KernelTable;
-
-    async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
-        Ok(self.0.clone())
-    }
-
-    fn table(&self) -> Result<KernelTable, TableError> {
-        Err(TableError::Netlink { op: "open a netlink socket", detail: "not in these tests".into() })
-    }
-
-    fn lock_dir(&self) -> Option<PathBuf> {
-        None
-    }
-
-    fn marks_dir(&self) -> Option<PathBuf> {
-        Some(self.1.clone())
-    }
-}
-
 #[tokio::test]
 async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_borrowed_entry() {
     use crate::store::memory::{Fault, FaultPlan, Op};
@@ -223,7 +230,7 @@ async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_bor
     let store = MemoryStore::new(NS);
     // every LIST of reservations refused: a first ADD that looked for a borrowed entry would fail
     let plan = (1..=64).fold(FaultPlan::quiet(1), |p, n| p.at(Op::ListReservations, n, Fault::Refused));
-    let first = MarkedHost(store.handle("first-adds", plan), marks.path().to_path_buf());
+    let first = TestHost(store.handle("first-adds", plan)).marked(marks.path());
     let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
     for node in ["node-a", "node-b", "node-c", "node-d"] {
         add(&first, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
@@ -245,7 +252,7 @@ async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_bor
     // a slice frees; the runtime retries the same ADD: its mark is there, so it looks, and finds its entry
     let lender = owner_of(borrowed);
     reassign(&store, |_, node| if node == "node-a" || node == lender { node.to_string() } else { String::new() });
-    let retry = MarkedHost(store.clone(), marks.path().to_path_buf());
+    let retry = TestHost(store.clone()).marked(marks.path());
     let again = add(&retry, &cfg, &request(&format!("c{}", n - 1), "node-a")).await.unwrap()[0].ip;
     assert_eq!(again, borrowed, "the retried ADD keeps its borrowed address");
     let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();
