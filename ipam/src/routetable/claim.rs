@@ -5,14 +5,14 @@
 //! install a host route for it; each then sees the other's route, learned through the routing daemon. The earlier
 //! claim keeps it. A claim's time travels in the route itself: the plugin installs its route with metric
 //! `2 × t` (t: milliseconds since the Unix epoch, modulo 2³¹, even), the daemon carries the metric to its peers
-//! (BGP MED in the README's BIRD configuration) and installs a learned claim with metric `MED + 1` (odd). So a
+//! (BGP MED in the shipped BIRD configuration) and installs a learned claim with metric `MED + 1` (odd). So a
 //! learned route never has the metric of a local claim (the kernel refuses two routes with one prefix and one
 //! metric in one table, which would hide a tie), and every node reads a claim's time as `metric / 2`.
 //!
 //! A claimant keeps its address only if every other route to it is strictly later: equal times, or a route of
 //! unknown make (a daemon's default metric, another plugin's device route), make it withdraw. The rule is safe
 //! whatever the daemon does with the metric — at worst both withdraw and pick again — and lets exactly one of any
-//! number of colliding claims keep the address, provided each sees the earliest competing claim (the README's
+//! number of colliding claims keep the address, provided each sees the earliest competing claim (the shipped
 //! configuration makes BGP prefer the lowest MED, so the one route it installs is the earliest).
 
 use std::net::IpAddr;
@@ -149,7 +149,7 @@ mod tests {
     }
 
     proptest! {
-        /// Any number of claims to one address, each seeing the earliest of the others (what the README's BIRD
+        /// Any number of claims to one address, each seeing the earliest of the others (what the shipped BIRD
         /// configuration installs): at most one keeps it, and when the earliest time is unique, exactly one.
         #[test]
         fn at_most_one_of_colliding_claims_keeps(times in proptest::collection::vec(0u32..50, 1..8)) {

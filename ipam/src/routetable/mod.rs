@@ -3,7 +3,7 @@
 //! (`announce_routes`).
 //!
 //! With the routing-table datastore no API server is involved: an address is in use when the node's routing table
-//! has a host route to it, and a routing daemon on every node (BIRD in the tests and the README) spreads the host
+//! has a host route to it, and a routing daemon on every node (BIRD in the tests and docs/configuration.md) spreads the host
 //! routes this plugin installs, so every node sees every address in use. An ADD picks a free address at random,
 //! records it on the node ([`records`]), installs the host route with its own protocol number and a metric that
 //! carries the claim's time ([`claim`]), waits for the propagation delay and looks again: if a claim as early as

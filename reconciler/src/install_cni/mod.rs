@@ -61,7 +61,7 @@ pub struct Args {
     pub source_binary: PathBuf,
 
     /// Also install the plugin as `whereabouts`, so that NetworkAttachmentDefinitions naming `"type":
-    /// "whereabouts"` are served by it (the switch-over from Whereabouts, README "Migrating"). Only once
+    /// "whereabouts"` are served by it (the switch-over from Whereabouts, docs/migrating.md). Only once
     /// Whereabouts' own DaemonSet is gone: both would write the same file.
     #[arg(long, env = "HEREABOUTS_INSTALL_AS_WHEREABOUTS")]
     pub install_as_whereabouts: bool,
