@@ -3,6 +3,11 @@
 //! very verbs the binary runs (`hereabouts_cni::dispatch`), with the same guarded writes and the same host lock, so
 //! its state is a cache, never the truth, and the binary can always do the work itself instead.
 //!
+//! Its invocations share one [`Shared`] store per kubeconfig: a first ADD plans on the pools it saw last, writes of
+//! one pool that meet go as one patch, and concurrent claims plan around each other's offsets. That replaces the
+//! host lock among its own invocations (it takes none: the binary's fallback still does, and the guards make the
+//! two safe side by side); invocations of one attachment still take turns.
+//!
 //! It serves the modes that need only the API server (one pool per range, node slices). A config that uses the
 //! host's routing table (the routing-table datastore, `announce_routes`) or an IaaS provider is declined: the
 //! agent runs in its pod's network, not the host's, and the binary does those itself.
@@ -18,7 +23,7 @@ use hereabouts_cni::env::Command;
 use hereabouts_cni::{CniEnv, dispatch, output};
 use hereabouts_ipam::config::{self, Mode, ReleaseMode};
 use hereabouts_ipam::routetable::{KernelTable, TableError};
-use hereabouts_ipam::store::{ConnectError, KubeStore, connect};
+use hereabouts_ipam::store::{ConnectError, KubeStore, PoolStore as _, Shared, connect};
 use hereabouts_ipam::verbs::Host;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -54,11 +59,13 @@ pub struct Args {
     pub listen: Option<std::net::SocketAddr>,
 }
 
-/// The agent's view of the host: the API servers of the kubeconfigs it was handed, one client each, made again
-/// when the file changes (install-cni rotates the token in it); the host's lock files; never the routing table.
+/// The agent's view of the host: the API servers of the kubeconfigs it was handed, one client and one shared
+/// store each, the client made again when the file changes (install-cni rotates the token in it); the attachment
+/// marks; never the routing table, and no host lock ([`Shared`] coordinates the agent's own invocations).
 #[derive(Debug, Clone, Default)]
 pub struct AgentHost {
     clients: Arc<Mutex<HashMap<PathBuf, Connected>>>,
+    attachments: Arc<Mutex<HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>>,
 }
 
 /// A kubeconfig's store, and the file's modification time and length when it was read.
@@ -66,23 +73,58 @@ pub struct AgentHost {
 struct Connected {
     modified: Option<SystemTime>,
     len: u64,
-    store: KubeStore,
+    store: Shared<KubeStore>,
+}
+
+impl AgentHost {
+    /// What the agent's invocations of one kubeconfig's API server have written so far, summed over kubeconfigs.
+    pub fn stats(&self) -> hereabouts_ipam::store::SharedStats {
+        let clients = self.clients.lock().expect("not poisoned");
+        clients.values().map(|c| c.store.stats()).fold(Default::default(), |a, s| hereabouts_ipam::store::SharedStats {
+            writes: a.writes + s.writes,
+            requests: a.requests + s.requests,
+            split: a.split + s.split,
+        })
+    }
+
+    /// Waits until no other invocation of the attachment `key` (container and interface) runs here: the runtime
+    /// sends one at a time, but a binary that gave up on the agent and a retry may overlap.
+    async fn attachment_turn(&self, key: String) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = {
+            let mut known = self.attachments.lock().expect("not poisoned");
+            known.retain(|_, t| t.strong_count() > 0);
+            match known.get(&key).and_then(std::sync::Weak::upgrade) {
+                Some(turn) => turn,
+                None => {
+                    let turn = Arc::new(tokio::sync::Mutex::new(()));
+                    known.insert(key, Arc::downgrade(&turn));
+                    turn
+                }
+            }
+        };
+        turn.lock_owned().await
+    }
 }
 
 impl Host for AgentHost {
-    type Store = KubeStore;
+    type Store = Shared<KubeStore>;
     type Table = KernelTable;
 
-    async fn connect(&self, kubeconfig: &Path) -> Result<KubeStore, ConnectError> {
+    async fn connect(&self, kubeconfig: &Path) -> Result<Shared<KubeStore>, ConnectError> {
         let stamp = std::fs::metadata(kubeconfig).ok().map(|m| (m.modified().ok(), m.len()));
-        if let Some((modified, len)) = stamp
-            && let Some(known) = self.clients.lock().expect("not poisoned").get(kubeconfig)
+        let known = self.clients.lock().expect("not poisoned").get(kubeconfig).cloned();
+        if let (Some((modified, len)), Some(known)) = (stamp, &known)
             && (known.modified, known.len) == (modified, len)
         {
             return Ok(known.store.clone());
         }
         let (client, namespace) = connect(kubeconfig).await?;
-        let store = KubeStore::new(client, &namespace);
+        let inner = KubeStore::new(client, &namespace);
+        // a new client for a rotated token keeps what the old one learnt
+        let store = match known {
+            Some(known) if known.store.namespace() == namespace => known.store.with_inner(inner),
+            _ => Shared::new(inner),
+        };
         if let Some((modified, len)) = stamp {
             let known = Connected { modified, len, store: store.clone() };
             self.clients.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), known);
@@ -98,7 +140,7 @@ impl Host for AgentHost {
     }
 
     fn lock_dir(&self) -> Option<PathBuf> {
-        Some(PathBuf::from(hereabouts_ipam::lock::DEFAULT_DIR))
+        None
     }
 
     fn marks_dir(&self) -> Option<PathBuf> {
@@ -247,6 +289,7 @@ async fn handle(
     send(&mut write, &Accepted { accepted: true, reason: None }).await?;
     let stdin = handed.stdin.as_bytes();
     let started = std::time::Instant::now();
+    let _turn = host.attachment_turn(format!("{}\n{}", env.container_id, env.ifname)).await;
     let outcome = dispatch(&env, stdin, host, |_, _| {}).await;
     let answer = match outcome {
         Ok(stdout) => Answer { stdout, ok: true },

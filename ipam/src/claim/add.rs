@@ -33,6 +33,9 @@ pub(crate) struct Target<'a> {
     pub given: BTreeSet<u128>,
     /// The pool as already read, if it was.
     pub read: Option<IpPool>,
+    /// `read` is a hint from the store's cache ([`PoolStore::cached_pool`]), not a read: the pool is read before
+    /// it is called full.
+    pub hinted: bool,
     /// The StatefulSet the entry records (a sticky range).
     pub statefulset: Option<String>,
 }
@@ -40,7 +43,7 @@ pub(crate) struct Target<'a> {
 impl<'a> Target<'a> {
     /// The pool `pool` of `range`, nothing known or asked yet.
     pub fn new(pool: String, range: &'a IpRange) -> Self {
-        Self { pool, range, requested: None, given: BTreeSet::new(), read: None, statefulset: None }
+        Self { pool, range, requested: None, given: BTreeSet::new(), read: None, hinted: false, statefulset: None }
     }
 }
 
@@ -193,6 +196,7 @@ where
             Some(pool) => self.policy.check(pool.clone(), self.pool())?,
             None => self.read_pool().await?,
         };
+        let mut hinted = self.target.hinted && self.target.read.is_some();
         self.set_cooldown(&mut pool).await?;
         self.retime_ahead(&mut pool).await;
         loop {
@@ -200,12 +204,20 @@ where
                 return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool())));
             }
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            // what concurrent claims of this process write, then the newest version of the pool it has seen (in
+            // that order: a write answered in between shows in the one or the other)
+            let flying = self.store.in_flight(self.pool());
+            if let Some(seen) = self.store.cached_pool(self.pool())
+                && crate::store::shared::newer(&seen.metadata, &pool.metadata)
+            {
+                pool = self.policy.check(seen, self.pool())?;
+            }
             let steer = self.policy.steer(&pool, self.target.range, &excluded);
             excluded.extend(steer.avoid);
             // released too recently (the pool's reuse cooldown): not handed out unless asked for by address
             let mut cooling = cooldown::cooling(&pool, clock::now());
             cooling.retain(|offset, _| !pool.spec.allocations.contains_key(&offset.to_string()));
-            let blocked: BTreeSet<u128> = excluded.iter().chain(cooling.keys()).copied().collect();
+            let blocked: BTreeSet<u128> = excluded.iter().chain(cooling.keys()).chain(&flying).copied().collect();
             let ask = Ask {
                 me: &self.who.me,
                 range: self.target.range,
@@ -217,6 +229,11 @@ where
                 seed,
             };
             match decide::plan(&pool, &ask) {
+                Plan::Exhausted if hinted => {
+                    // the cache's copy may miss a release: full is said only of the pool as read
+                    hinted = false;
+                    pool = self.read_pool().await?;
+                }
                 Plan::Exhausted if !cooling.is_empty() => {
                     let until = cooling.values().min().expect("not empty").to_string();
                     return Err(IpamError::CoolingDown { pool: self.pool().to_string(), count: cooling.len(), until });
@@ -300,6 +317,12 @@ where
     /// pool, guarded on what it `read`.
     async fn claim(&self, offset: u128, read: AsRead, journal: &mut Journal) -> Result<Claimed, IpamError> {
         let ip = self.target.range.addr_at(offset);
+        let Some(_held) = Held::take(self.store, self.pool(), offset) else {
+            if self.target.requested.is_some() {
+                return Err(IpamError::RequestedTaken { ip, holder: "a concurrent ADD on this node".into() });
+            }
+            return Ok(Claimed::HeldElsewhere);
+        };
         let reservation = self.who.kube.overlapping_ranges.then(|| self.reservation_name(ip));
         if let Some(name) = &reservation {
             journal.record(Written::Reservation {
@@ -578,6 +601,25 @@ where
                 None => Ok(Added::Lost(pool)),
             },
         }
+    }
+}
+
+/// An offset this claim is writing ([`PoolStore::hold`]), given up when dropped.
+struct Held<'a, S: PoolStore> {
+    store: &'a S,
+    pool: &'a str,
+    offset: u128,
+}
+
+impl<'a, S: PoolStore> Held<'a, S> {
+    fn take(store: &'a S, pool: &'a str, offset: u128) -> Option<Self> {
+        store.hold(pool, offset).then_some(Self { store, pool, offset })
+    }
+}
+
+impl<S: PoolStore> Drop for Held<'_, S> {
+    fn drop(&mut self) {
+        self.store.unhold(self.pool, self.offset);
     }
 }
 

@@ -52,8 +52,18 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
 
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
         let name = names::node_slice_pool_name(self.network_name(), &self.who.cfg.name);
-        let mut slices = self.read_slices(&name).await?;
-        let (preferred, mut read) = self.find_mine(&slices).await?;
+        // A first ADD may plan on what this process saw last (the node agent's cache): it holds no entry that a
+        // stale copy could hide, every write is guarded, and "full" is only said after a fresh read.
+        let hint = self.first_add.then(|| self.store.cached_node_slices(&name)).flatten();
+        let mut hinted = false;
+        let mut slices = match hint.map(|h| self.check(&h)) {
+            Some(Ok(slices)) => {
+                hinted = true;
+                slices
+            }
+            _ => self.read_slices(&name).await?,
+        };
+        let (preferred, mut read, mut pool_hinted) = self.find_mine(&slices).await?;
         let mut full: BTreeSet<IpNet> = BTreeSet::new();
         let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
@@ -88,6 +98,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     target.requested = self.requested;
                     target.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
                     target.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
+                    target.hinted = std::mem::take(&mut pool_hinted) && target.read.is_some();
                     let policy = InSlice {
                         add: self,
                         node_slices: &name,
@@ -118,12 +129,34 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         Err(e) => return Err(e),
                     }
                 }
+                Next::Claim(_) | Next::Full if hinted => {
+                    // a claim, or "full", is decided on the slices as read
+                    hinted = false;
+                    slices = self.read_slices(&name).await?;
+                }
                 Next::Claim(slice) => {
                     self.budget
                         .pause(claims)
                         .await
                         .map_err(|_| IpamError::Expired(format!("node slices {name}: claim a slice")))?;
                     claims += 1;
+                    // concurrent ADDs of this process that find the node's slices full claim one between them:
+                    // whoever waited reads again, and takes the slice claimed meanwhile
+                    let turn = self.store.slice_turn(&name).await;
+                    if turn.is_some() {
+                        let now = self.read_slices(&name).await?;
+                        let mine = |s: &[Slice]| s.iter().filter(|s| s.node == self.node()).count();
+                        if mine(&now) > mine(&slices) {
+                            slices = now;
+                            continue;
+                        }
+                        slices = now;
+                        let may_borrow = self.who.kube.overlapping_ranges;
+                        let again = slices::next(&slices, self.node(), &full, &unclaimable, preferred, may_borrow, 0);
+                        if !matches!(again, Next::Claim(_)) {
+                            continue;
+                        }
+                    }
                     if let Some(holder) = self.held_elsewhere(slice.cidr).await? {
                         // most often another node claimed it since the slices were read: read them again
                         tracing::info!(node_slices = name, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
@@ -170,22 +203,30 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     /// The slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod), and that
     /// pool; else the pool of the node's first slice, read on the way. The node's own slices are read; a borrowed
     /// entry (only ever written when no slice was free) is found through this node's reservations.
-    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>), IpamError> {
+    ///
+    /// A first ADD takes the node's first slice pool from the store's cache when it is there (the third value
+    /// says so): it has no entry to find.
+    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>, bool), IpamError> {
         let mut first = None;
         for slice in slices.iter().filter(|s| s.node == self.node()) {
             let name = slice.pool_name(self.network_name());
+            if self.first_add
+                && let Some(pool) = self.store.cached_pool(&name)
+            {
+                return Ok((None, Some(pool), true));
+            }
             let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
             if pool.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
-                return Ok((Some(slice.cidr), Some(pool)));
+                return Ok((Some(slice.cidr), Some(pool), false));
             }
             first.get_or_insert(pool);
         }
         if !self.first_add
-            && let Some(found) = self.find_borrowed(slices).await?
+            && let Some((slice, pool)) = self.find_borrowed(slices).await?
         {
-            return Ok(found);
+            return Ok((slice, pool, false));
         }
-        Ok((None, first))
+        Ok((None, first, false))
     }
 
     /// The other node's slice, and its pool, that holds an entry this attachment borrowed, if any. Only a

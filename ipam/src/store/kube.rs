@@ -210,6 +210,20 @@ impl PoolStore for KubeStore {
         Self::guarded(&self.pools, POOL, name, format!("retime release {offset}"), patch).await
     }
 
+    async fn apply_pool_patch(
+        &self,
+        name: &str,
+        op: &str,
+        patch: &json_patch::Patch,
+    ) -> Result<(Patched, Option<IpPool>), StoreError> {
+        match self.pools.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch.clone())).await {
+            Ok(pool) => Ok((Patched::Applied, Some(pool))),
+            Err(kube::Error::Api(status)) if status.code == 422 => Ok((Patched::Refused(status.message), None)),
+            Err(e) if is_status(&e, 404) => Ok((Patched::Missing, None)),
+            Err(e) => Err(error(POOL, name, op, e)),
+        }
+    }
+
     async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
         match self.pools.delete(name, &at_version(version)).await {
             Ok(_) => Ok(Deleted::Deleted),

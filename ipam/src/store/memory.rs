@@ -149,6 +149,9 @@ pub struct FaultPlan {
     pub kinds: Vec<Fault>,
     /// At most this many yields to the scheduler before and after each call.
     pub max_yields: u32,
+    /// At most this long (in ms of the runtime's clock) on the way to the server and back: calls that overlap in
+    /// time, as a node agent's concurrent writes do on a real network.
+    pub max_latency_ms: u64,
     scripted: HashMap<Op, Vec<(u32, Fault)>>,
     calls: HashMap<Op, u32>,
 }
@@ -161,6 +164,7 @@ impl FaultPlan {
             rate: 0.0,
             kinds: Vec::new(),
             max_yields: 3,
+            max_latency_ms: 0,
             scripted: HashMap::new(),
             calls: HashMap::new(),
         }
@@ -370,13 +374,17 @@ impl MemoryStore {
     }
 
     async fn shuffle(&self) {
-        let yields = {
+        let (yields, latency) = {
             let mut plan = self.actor.plan.lock().unwrap();
-            let max = plan.max_yields;
-            plan.rng.below(u64::from(max) + 1)
+            let (max, latency) = (plan.max_yields, plan.max_latency_ms);
+            let latency = if latency == 0 { 0 } else { plan.rng.below(latency + 1) };
+            (plan.rng.below(u64::from(max) + 1), latency)
         };
         for _ in 0..yields {
             tokio::task::yield_now().await;
+        }
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
         }
     }
 
@@ -530,6 +538,26 @@ impl PoolStore for MemoryStore {
 
     async fn probe(&self) -> Result<(), StoreError> {
         self.call(Op::Probe, "pool", "*", |_| Ok(())).await
+    }
+
+    async fn apply_pool_patch(
+        &self,
+        name: &str,
+        _op: &str,
+        patch: &json_patch::Patch,
+    ) -> Result<(Patched, Option<IpPool>), StoreError> {
+        // faults as for the write it most often carries: an agent's batch of entries
+        let result = self
+            .call(Op::AddAllocation, "pool", name, |s| {
+                let patched = self.patch_pool(s, name, &Change::Guarded(patch))?;
+                let after = matches!(patched, Patched::Applied).then(|| s.pools.get(name).cloned()).flatten();
+                Ok((patched, after))
+            })
+            .await;
+        match result {
+            Err(e) if e.status_code() == Some(422) => Ok((Patched::Refused(e.message), None)),
+            other => other,
+        }
     }
 
     async fn add_allocation(

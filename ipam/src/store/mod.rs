@@ -16,7 +16,9 @@ pub mod guard;
 mod kube;
 pub mod memory;
 pub mod resolve;
+pub mod shared;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 
 pub use self::kube::KubeStore;
@@ -25,6 +27,7 @@ pub use connect::{ConnectError, DEFAULT_NAMESPACE, connect, namespace_of};
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use memory::MemoryStore;
 pub use resolve::{ResolveError, pin_server_address};
+pub use shared::{Shared, SharedStats, Turn};
 
 use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
@@ -310,6 +313,37 @@ pub trait PoolStore: Send + Sync {
         read: &str,
         now: &str,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// Applies `patch` — the documents of one or more guards end to end, applied all or nothing — to the pool
+    /// `name` in one request; `Applied` comes with the pool as stored after. The node agent's group commit
+    /// ([`Shared`]) sends its batches through this.
+    fn apply_pool_patch(
+        &self,
+        name: &str,
+        op: &str,
+        patch: &json_patch::Patch,
+    ) -> impl Future<Output = Result<(Patched, Option<IpPool>), StoreError>> + Send;
+
+    /// The pool `name` as this process last saw it, without a request: a hint for the plan of an attachment's
+    /// first ADD, never evidence — what a plan on it decides is written with guards, and what it cannot find
+    /// (a free address, the pool itself) is read fresh before anyone is told. `None`: nothing is kept.
+    fn cached_pool(&self, _name: &str) -> Option<IpPool> {
+        None
+    }
+
+    /// Offsets of pool `pool` that claims of this process are writing right now: not to be planned by another.
+    fn in_flight(&self, _pool: &str) -> BTreeSet<u128> {
+        BTreeSet::new()
+    }
+
+    /// Marks `offset` of `pool` as being written by one claim of this process until [`PoolStore::unhold`]:
+    /// `false` when another claim of this process already holds it.
+    fn hold(&self, _pool: &str, _offset: u128) -> bool {
+        true
+    }
+
+    /// Ends what [`PoolStore::hold`] began.
+    fn unhold(&self, _pool: &str, _offset: u128) {}
 }
 
 /// The OverlappingRangeIPReservations of the namespace: the cluster-wide claim on each address.
@@ -386,6 +420,19 @@ pub trait SliceStore: Send + Sync {
         version: &str,
         kept: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
+    /// The NodeSlicePool `name` as this process last saw it, without a request: a hint, as
+    /// [`PoolStore::cached_pool`]. `None`: nothing is kept.
+    fn cached_node_slices(&self, _name: &str) -> Option<NodeSlicePool> {
+        None
+    }
+
+    /// Waits for this process's turn to claim a slice of the NodeSlicePool `name`, so that concurrent ADDs of one
+    /// node that all find its slices full claim one slice, not one each. `None`: the store has no turns (each
+    /// process does one invocation, and the host lock makes them take turns).
+    fn slice_turn(&self, _name: &str) -> impl Future<Output = Option<Turn>> + Send {
+        async { None }
+    }
 }
 
 /// The cloud sub-interface records of provider-backed pools (IaaS provider mode).

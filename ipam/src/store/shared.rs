@@ -1,0 +1,620 @@
+//! A store shared by the concurrent invocations of one long-lived process — the node agent — so that what one
+//! invocation learnt or is writing helps the others (docs/design.md, "The node agent"):
+//!
+//! - **Group commit.** Guarded writes of one pool (entries added, replaced, removed) that arrive while a write of
+//!   that pool is on the wire wait for it, then go as one JSON patch: the guards' documents end to end, which the
+//!   API server applies all or nothing, exactly as it would apply them one after the other. When the batch is
+//!   refused (one guard failed), each write is sent again alone, in order, so that each caller gets the answer its
+//!   own guard earns; an answer lost is lost for every write of the batch, and each caller reads back, as always.
+//! - **A hint cache.** The newest version of each pool and NodeSlicePool this process received (a read, a create,
+//!   a batch's answer). Only [`PoolStore::cached_pool`] and [`SliceStore::cached_node_slices`] return it; every
+//!   `get_*` still reads the server, so the read-backs and re-reads the protocol relies on are never served from
+//!   memory. A failed write forgets the object.
+//! - **Offsets in flight.** Concurrent claims of one pool plan around each other's offsets instead of racing for
+//!   the lowest free one, and concurrent ADDs that find the node's slices full claim one slice between them
+//!   ([`SliceStore::slice_turn`]).
+//!
+//! Nothing here is the truth: the guards decide, the state is lost with the process, and the binary can always do
+//! the same work alone.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use json_patch::Patch;
+use tokio::sync::oneshot;
+
+use super::{
+    AsRead, Claim, CoreObject, CoreStore, Created, Deleted, ObjectMeta, Patched, PodEvent, PoolStore, ReleaseRecord,
+    ReservationStore, SliceStore, StoreError, SubInterfaceStore, Version, guard,
+};
+use crate::crd::{
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
+    SubInterfaceRecord,
+};
+
+/// `inner`, shared: clones share the cache, the queues and the offsets in flight.
+#[derive(Clone)]
+pub struct Shared<S> {
+    inner: S,
+    state: Arc<State>,
+}
+
+impl<S> std::fmt::Debug for Shared<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("stats", &self.stats()).finish_non_exhaustive()
+    }
+}
+
+/// What the group commit did, for the agent's metrics and the tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedStats {
+    /// Guarded pool writes asked for.
+    pub writes: u64,
+    /// Requests that carried them (batches and writes sent alone).
+    pub requests: u64,
+    /// Batches of more than one write that the server refused, whose writes were sent again alone.
+    pub split: u64,
+}
+
+/// A turn to claim a slice ([`SliceStore::slice_turn`]): the next waiter's begins when it is dropped.
+#[derive(Debug)]
+pub struct Turn(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
+
+#[derive(Default)]
+struct State {
+    pools: Mutex<HashMap<String, IpPool>>,
+    slices: Mutex<HashMap<String, NodeSlicePool>>,
+    in_flight: Mutex<HashMap<String, BTreeSet<u128>>>,
+    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    writes: AtomicU64,
+    requests: AtomicU64,
+    split: AtomicU64,
+}
+
+/// One pool's writes waiting to be sent, and who sends now.
+#[derive(Default)]
+struct Queue {
+    sending: tokio::sync::Mutex<()>,
+    waiting: Mutex<Vec<Waiting>>,
+}
+
+struct Waiting {
+    op: String,
+    patch: Patch,
+    answer: oneshot::Sender<Result<Patched, StoreError>>,
+}
+
+/// Whether `new` is a later version of an object than `old` (resourceVersions are etcd revisions; one that is not
+/// a number is taken as newer).
+pub(crate) fn newer(new: &ObjectMeta, old: &ObjectMeta) -> bool {
+    let revision = |m: &ObjectMeta| m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+    match (revision(new), revision(old)) {
+        (Some(n), Some(o)) => n > o,
+        _ => true,
+    }
+}
+
+fn copy(e: &StoreError) -> StoreError {
+    StoreError::new(e.kind, &e.name, e.op.clone(), e.failure, e.message.clone())
+}
+
+impl<S> Shared<S> {
+    /// A new shared view over `inner`, nothing known yet.
+    pub fn new(inner: S) -> Self {
+        Self { inner, state: Arc::default() }
+    }
+
+    /// The same shared view over another handle of the store (the agent's client made again).
+    pub fn with_inner<T>(&self, inner: T) -> Shared<T> {
+        Shared { inner, state: self.state.clone() }
+    }
+
+    /// The store underneath.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// What the group commit did so far.
+    pub fn stats(&self) -> SharedStats {
+        SharedStats {
+            writes: self.state.writes.load(Ordering::Relaxed),
+            requests: self.state.requests.load(Ordering::Relaxed),
+            split: self.state.split.load(Ordering::Relaxed),
+        }
+    }
+
+    fn remember_pool(&self, pool: &IpPool) {
+        let Some(name) = pool.metadata.name.clone() else { return };
+        let mut pools = self.state.pools.lock().expect("not poisoned");
+        if pools.get(&name).is_none_or(|known| newer(&pool.metadata, &known.metadata)) {
+            pools.insert(name, pool.clone());
+        }
+    }
+
+    fn forget_pool(&self, name: &str) {
+        self.state.pools.lock().expect("not poisoned").remove(name);
+    }
+
+    fn remember_slices(&self, slices: &NodeSlicePool) {
+        let Some(name) = slices.metadata.name.clone() else { return };
+        let mut known = self.state.slices.lock().expect("not poisoned");
+        if known.get(&name).is_none_or(|k| newer(&slices.metadata, &k.metadata)) {
+            known.insert(name, slices.clone());
+        }
+    }
+
+    fn forget_slices(&self, name: &str) {
+        self.state.slices.lock().expect("not poisoned").remove(name);
+    }
+
+    fn queue(&self, pool: &str) -> Arc<Queue> {
+        self.state.queues.lock().expect("not poisoned").entry(pool.to_string()).or_default().clone()
+    }
+}
+
+impl<S: PoolStore> Shared<S> {
+    /// Sends the guarded write `patch` of pool `pool`, with whatever writes of the pool queue up meanwhile.
+    async fn write(&self, pool: &str, op: String, patch: Patch) -> Result<Patched, StoreError> {
+        self.state.writes.fetch_add(1, Ordering::Relaxed);
+        let queue = self.queue(pool);
+        let (answer, mut answered) = oneshot::channel();
+        queue.waiting.lock().expect("not poisoned").push(Waiting { op: op.clone(), patch, answer });
+        {
+            let _sending = queue.sending.lock().await;
+            // a sender before us may have taken ours along
+            if let Ok(result) = answered.try_recv() {
+                return result;
+            }
+            let batch = std::mem::take(&mut *queue.waiting.lock().expect("not poisoned"));
+            self.send(pool, batch).await;
+        }
+        // the sender was dropped before it answered (its invocation ended): the batch may have been applied
+        answered.await.unwrap_or_else(|_| {
+            Err(StoreError::new(
+                "pool",
+                pool,
+                op,
+                super::Failure::Ambiguous,
+                "the batch carrying this write ended unanswered".into(),
+            ))
+        })
+    }
+
+    async fn send(&self, pool: &str, mut batch: Vec<Waiting>) {
+        if batch.len() == 1 {
+            let one = batch.pop().expect("one");
+            let result = self.send_one(pool, &one.op, &one.patch).await;
+            let _ = one.answer.send(result);
+            return;
+        }
+        let ops: Vec<_> = batch.iter().flat_map(|w| w.patch.0.iter().cloned()).collect();
+        let op = format!("{} guarded writes in one patch", batch.len());
+        self.state.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = self.inner.apply_pool_patch(pool, &op, &Patch(ops)).await;
+        tracing::debug!(
+            pool,
+            writes = batch.len(),
+            applied = matches!(sent, Ok((Patched::Applied, _))),
+            "group commit"
+        );
+        match sent {
+            Ok((Patched::Applied, after)) => {
+                if let Some(after) = &after {
+                    self.remember_pool(after);
+                }
+                for w in batch {
+                    let _ = w.answer.send(Ok(Patched::Applied));
+                }
+            }
+            Ok((Patched::Missing, _)) => {
+                self.forget_pool(pool);
+                for w in batch {
+                    let _ = w.answer.send(Ok(Patched::Missing));
+                }
+            }
+            // one guard failed (or the batch is too large for one object's request): each alone earns its answer
+            Ok((Patched::Refused(_), _)) | Err(StoreError { failure: super::Failure::TooLarge, .. }) => {
+                self.forget_pool(pool);
+                self.state.split.fetch_add(1, Ordering::Relaxed);
+                for w in batch {
+                    let result = self.send_one(pool, &w.op, &w.patch).await;
+                    let _ = w.answer.send(result);
+                }
+            }
+            Err(e) => {
+                // all or nothing: each write was applied or none was; each caller reads back what it wrote
+                self.forget_pool(pool);
+                for w in batch {
+                    let _ = w.answer.send(Err(copy(&e)));
+                }
+            }
+        }
+    }
+
+    async fn send_one(&self, pool: &str, op: &str, patch: &Patch) -> Result<Patched, StoreError> {
+        self.state.requests.fetch_add(1, Ordering::Relaxed);
+        match self.inner.apply_pool_patch(pool, op, patch).await {
+            Ok((patched, after)) => {
+                match &after {
+                    Some(after) => self.remember_pool(after),
+                    None => self.forget_pool(pool),
+                }
+                Ok(patched)
+            }
+            Err(e) => {
+                self.forget_pool(pool);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<S: PoolStore> PoolStore for Shared<S> {
+    fn namespace(&self) -> &str {
+        self.inner.namespace()
+    }
+
+    async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
+        let read = self.inner.get_pool(name).await?;
+        match &read {
+            Some(pool) => self.remember_pool(pool),
+            None => self.forget_pool(name),
+        }
+        Ok(read)
+    }
+
+    async fn create_pool(
+        &self,
+        name: &str,
+        range: &str,
+        network_name: &str,
+        usable: u128,
+        node_name: Option<&str>,
+    ) -> Result<Created<IpPool>, StoreError> {
+        let created = self.inner.create_pool(name, range, network_name, usable, node_name).await?;
+        if let Created::Created(pool) = &created {
+            self.remember_pool(pool);
+        }
+        Ok(created)
+    }
+
+    async fn list_pools(&self) -> Result<Vec<IpPool>, StoreError> {
+        self.inner.list_pools().await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        self.inner.probe().await
+    }
+
+    async fn add_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        entry: &IpAllocation,
+        read: &AsRead,
+    ) -> Result<Patched, StoreError> {
+        self.write(pool, format!("add allocation {offset}"), guard::add_entry(offset, entry, read)).await
+    }
+
+    async fn replace_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        expected: &IpAllocation,
+        entry: &IpAllocation,
+    ) -> Result<Patched, StoreError> {
+        self.write(pool, format!("replace allocation {offset}"), guard::replace_entry(offset, expected, entry)).await
+    }
+
+    async fn remove_allocation(
+        &self,
+        pool: &str,
+        offset: u128,
+        held: &IpAllocation,
+        record: Option<&ReleaseRecord>,
+    ) -> Result<Patched, StoreError> {
+        if record.is_some_and(|r| !r.map_exists) {
+            // the map is made with a merge patch first: not a guard's document, so not batched
+            self.forget_pool(pool);
+            return self.inner.remove_allocation(pool, offset, held, record).await;
+        }
+        self.write(pool, format!("remove allocation {offset}"), guard::remove_entry(offset, held, record)).await
+    }
+
+    async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Option<IpPool>, StoreError> {
+        self.forget_pool(name);
+        let after = self.inner.set_pool_cooldown(name, seconds).await?;
+        if let Some(pool) = &after {
+            self.remember_pool(pool);
+        }
+        Ok(after)
+    }
+
+    async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        self.forget_pool(name);
+        self.inner.delete_pool(name, version).await
+    }
+
+    async fn retime_release(&self, name: &str, offset: u128, read: &str, now: &str) -> Result<Patched, StoreError> {
+        self.forget_pool(name);
+        self.inner.retime_release(name, offset, read, now).await
+    }
+
+    async fn apply_pool_patch(
+        &self,
+        name: &str,
+        op: &str,
+        patch: &Patch,
+    ) -> Result<(Patched, Option<IpPool>), StoreError> {
+        self.forget_pool(name);
+        self.inner.apply_pool_patch(name, op, patch).await
+    }
+
+    fn cached_pool(&self, name: &str) -> Option<IpPool> {
+        self.state.pools.lock().expect("not poisoned").get(name).cloned()
+    }
+
+    fn in_flight(&self, pool: &str) -> BTreeSet<u128> {
+        self.state.in_flight.lock().expect("not poisoned").get(pool).cloned().unwrap_or_default()
+    }
+
+    fn hold(&self, pool: &str, offset: u128) -> bool {
+        self.state.in_flight.lock().expect("not poisoned").entry(pool.to_string()).or_default().insert(offset)
+    }
+
+    fn unhold(&self, pool: &str, offset: u128) {
+        let mut held = self.state.in_flight.lock().expect("not poisoned");
+        if let Some(offsets) = held.get_mut(pool) {
+            offsets.remove(&offset);
+            if offsets.is_empty() {
+                held.remove(pool);
+            }
+        }
+    }
+}
+
+impl<S: SliceStore> SliceStore for Shared<S> {
+    async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
+        let read = self.inner.get_node_slices(name).await?;
+        match &read {
+            Some(slices) => self.remember_slices(slices),
+            None => self.forget_slices(name),
+        }
+        Ok(read)
+    }
+
+    async fn create_node_slices(
+        &self,
+        name: &str,
+        spec: &NodeSlicePoolSpec,
+        slices: &[NodeSliceAllocation],
+    ) -> Result<Created<NodeSlicePool>, StoreError> {
+        let created = self.inner.create_node_slices(name, spec, slices).await?;
+        if let Created::Created(made) = &created {
+            self.remember_slices(made);
+        }
+        Ok(created)
+    }
+
+    async fn move_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+    ) -> Result<Patched, StoreError> {
+        self.forget_slices(name);
+        self.inner.move_slice(name, index, slice, to).await
+    }
+
+    async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
+        self.inner.list_node_slices().await
+    }
+
+    async fn keep_node_slices_owners(
+        &self,
+        name: &str,
+        version: &str,
+        kept: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    ) -> Result<Patched, StoreError> {
+        self.forget_slices(name);
+        self.inner.keep_node_slices_owners(name, version, kept).await
+    }
+
+    fn cached_node_slices(&self, name: &str) -> Option<NodeSlicePool> {
+        self.state.slices.lock().expect("not poisoned").get(name).cloned()
+    }
+
+    async fn slice_turn(&self, name: &str) -> Option<Turn> {
+        let turn = self.state.turns.lock().expect("not poisoned").entry(name.to_string()).or_default().clone();
+        Some(Turn(turn.lock_owned().await))
+    }
+}
+
+impl<S: ReservationStore> ReservationStore for Shared<S> {
+    async fn get_reservation(&self, name: &str) -> Result<Option<OverlappingRangeIpReservation>, StoreError> {
+        self.inner.get_reservation(name).await
+    }
+
+    async fn create_reservation(
+        &self,
+        name: &str,
+        claim: &Claim,
+    ) -> Result<Created<OverlappingRangeIpReservation>, StoreError> {
+        self.inner.create_reservation(name, claim).await
+    }
+
+    async fn take_over_reservation(
+        &self,
+        current: &OverlappingRangeIpReservation,
+        claim: &Claim,
+    ) -> Result<Patched, StoreError> {
+        self.inner.take_over_reservation(current, claim).await
+    }
+
+    async fn delete_reservation(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {
+        self.inner.delete_reservation(name, version).await
+    }
+
+    async fn list_reservations(&self, node: Option<&str>) -> Result<Vec<OverlappingRangeIpReservation>, StoreError> {
+        self.inner.list_reservations(node).await
+    }
+}
+
+impl<S: SubInterfaceStore + PoolStore> SubInterfaceStore for Shared<S> {
+    async fn set_sub_interface(
+        &self,
+        name: &str,
+        offset: u128,
+        record: &SubInterfaceRecord,
+    ) -> Result<Patched, StoreError> {
+        self.forget_pool(name);
+        self.inner.set_sub_interface(name, offset, record).await
+    }
+
+    async fn remove_sub_interface(&self, name: &str, offset: u128, node: &str) -> Result<Patched, StoreError> {
+        self.forget_pool(name);
+        self.inner.remove_sub_interface(name, offset, node).await
+    }
+}
+
+impl<S: CoreStore> CoreStore for Shared<S> {
+    async fn warn_pod(&self, pod: &PodEvent<'_>, reason: &str, message: &str) -> Result<(), StoreError> {
+        self.inner.warn_pod(pod, reason, message).await
+    }
+
+    async fn core_metadata(
+        &self,
+        kind: CoreObject,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ObjectMeta>, StoreError> {
+        self.inner.core_metadata(kind, namespace, name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::{Fault, FaultPlan, MemoryStore, Op};
+
+    fn entry(container: &str) -> IpAllocation {
+        IpAllocation {
+            id: container.into(),
+            podref: format!("ns/{container}"),
+            ifname: "net1".into(),
+            ..Default::default()
+        }
+    }
+
+    /// A store whose requests take up to 5 ms, so that concurrent writes meet; `plan` adds faults.
+    fn slow(base: &MemoryStore, plan: FaultPlan) -> Shared<MemoryStore> {
+        let mut plan = plan;
+        plan.max_latency_ms = 5;
+        Shared::new(base.handle("agent", plan))
+    }
+
+    async fn pool_with(base: &MemoryStore) {
+        let made = base.create_pool("p", "198.18.0.0/24", "", 254, None).await.unwrap();
+        assert!(matches!(made, Created::Created(_)));
+    }
+
+    /// `n` concurrent adds of distinct offsets, each with its answer.
+    async fn add_at_once(store: &Shared<MemoryStore>, offsets: &[u128]) -> Vec<Result<Patched, StoreError>> {
+        let adds = offsets.iter().map(|&o| {
+            let store = store.clone();
+            async move { store.add_allocation("p", o, &entry(&format!("c{o}")), &AsRead::default()).await }
+        });
+        futures::future::join_all(adds).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_that_meet_go_as_one_patch_and_each_is_answered() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let store = slow(&base, FaultPlan::quiet(7));
+        let offsets: Vec<u128> = (1..=16).collect();
+        let answers = add_at_once(&store, &offsets).await;
+        assert!(answers.iter().all(|a| matches!(a, Ok(Patched::Applied))), "{answers:?}");
+        let pool = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
+        assert_eq!(pool.spec.allocations.len(), 16);
+        let stats = store.stats();
+        assert_eq!(stats.writes, 16);
+        assert!(stats.requests < 16, "the writes that waited went together: {stats:?}");
+        assert_eq!(stats.split, 0);
+        let cached = store.cached_pool("p").expect("the batch's answer is kept");
+        assert_eq!(cached.spec.allocations.len(), 16, "the cache holds the pool as the last batch left it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_with_one_failing_guard_is_split_and_only_that_write_is_refused() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        // offset 3 is another pod's already
+        let taken = base.add_allocation("p", 3, &entry("other"), &AsRead::default()).await.unwrap();
+        assert_eq!(taken, Patched::Applied);
+        let store = slow(&base, FaultPlan::quiet(11));
+        let answers = add_at_once(&store, &[1, 2, 3, 4, 5, 6]).await;
+        for (offset, answer) in [1u128, 2, 3, 4, 5, 6].iter().zip(&answers) {
+            match offset {
+                3 => assert!(matches!(answer, Ok(Patched::Refused(_))), "offset 3: {answer:?}"),
+                _ => assert!(matches!(answer, Ok(Patched::Applied)), "offset {offset}: {answer:?}"),
+            }
+        }
+        let pool = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
+        assert_eq!(pool.spec.allocations["3"].id, "other", "the other pod's entry stays");
+        assert_eq!(pool.spec.allocations.len(), 6);
+        assert!(store.stats().split >= 1, "{:?}", store.stats());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_answer_is_lost_for_every_write_of_the_batch_and_all_or_none_was_applied() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        // the second request (the batch of those that waited behind the first) is applied, its answer lost
+        let store = slow(&base, FaultPlan::quiet(5).at(Op::AddAllocation, 2, Fault::LostResponse));
+        let answers = add_at_once(&store, &[1, 2, 3, 4, 5]).await;
+        let lost: Vec<_> = answers.iter().filter(|a| a.as_ref().is_err_and(StoreError::is_ambiguous)).collect();
+        assert!(lost.len() > 1, "the lost batch carried several writes: {answers:?}");
+        assert_eq!(answers.iter().filter(|a| matches!(a, Ok(Patched::Applied))).count() + lost.len(), 5);
+        let pool = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
+        assert_eq!(pool.spec.allocations.len(), 5, "the batch was applied whole");
+        assert!(store.cached_pool("p").is_none(), "an answer lost forgets the pool: the next plan reads it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn offsets_in_flight_are_held_once_and_reads_always_go_to_the_server() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let store = Shared::new(base.handle("agent", FaultPlan::quiet(1)));
+        assert!(store.hold("p", 4));
+        assert!(!store.hold("p", 4), "a second claim of this process does not take offset 4");
+        assert_eq!(store.in_flight("p"), BTreeSet::from([4]));
+        store.unhold("p", 4);
+        assert!(store.in_flight("p").is_empty());
+
+        let read = store.get_pool("p").await.unwrap().unwrap();
+        assert_eq!(store.cached_pool("p").map(|p| p.metadata.resource_version), Some(read.metadata.resource_version));
+        // another process writes: the cache is a hint, a read is a read
+        base.add_allocation("p", 9, &entry("elsewhere"), &AsRead::default()).await.unwrap();
+        assert!(store.cached_pool("p").unwrap().spec.allocations.is_empty());
+        assert_eq!(store.get_pool("p").await.unwrap().unwrap().spec.allocations.len(), 1);
+        assert_eq!(store.cached_pool("p").unwrap().spec.allocations.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_claims_of_a_slice_take_turns() {
+        let store = Shared::new(MemoryStore::new("ns"));
+        let first = store.slice_turn("net").await.expect("the agent's store has turns");
+        let waiting = tokio::spawn({
+            let store = store.clone();
+            async move { store.slice_turn("net").await.is_some() }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the second waits while the first claims");
+        drop(first);
+        assert!(waiting.await.unwrap());
+    }
+}
