@@ -52,5 +52,5 @@ bench: testenv
 ## far more generated cases than CI runs (release build): the whole protocol under injected faults on the in-memory
 ## store, and generated configs, CNI_ARGS and environments through the CNI parse path. SIM_CASES / FUZZ_CASES.
 fuzz:
-	HEREABOUTS_SIM_CASES=$${SIM_CASES:-100000} cargo test --release -p hereabouts-reconciler --test simulation -- --nocapture
+	HEREABOUTS_SIM_CASES=$${SIM_CASES:-100000} cargo test --release -p hereabouts-ipam --test simulation -- --nocapture
 	HEREABOUTS_FUZZ_CASES=$${FUZZ_CASES:-1000000} cargo test --release -p hereabouts-cni --test parse_fuzz -- --nocapture

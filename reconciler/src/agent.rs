@@ -295,8 +295,10 @@ async fn handle(
         Ok(stdout) => Answer { stdout, ok: true },
         Err(e) => Answer { stdout: Some(e.to_json(&output::requested_version(stdin))), ok: false },
     };
+    let shared = host.stats();
     tracing::info!(command = %command, container_id = %env.container_id, ok = answer.ok,
-        ms = started.elapsed().as_millis() as u64, "served");
+        ms = started.elapsed().as_millis() as u64, pool_writes = shared.writes, pool_requests = shared.requests,
+        "served");
     let labels = InvocationLabels { command, outcome: if answer.ok { "ok" } else { "failed" }.into() };
     invocations.get_or_create(&labels).inc();
     send(&mut write, &answer).await

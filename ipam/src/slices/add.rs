@@ -54,7 +54,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let name = names::node_slice_pool_name(self.network_name(), &self.who.cfg.name);
         // A first ADD may plan on what this process saw last (the node agent's cache): it holds no entry that a
         // stale copy could hide, every write is guarded, and "full" is only said after a fresh read.
-        let hint = self.first_add.then(|| self.store.cached_node_slices(&name)).flatten();
+        let hint = if self.first_add { self.store.hint_node_slices(&name).await } else { None };
         let mut hinted = false;
         let mut slices = match hint.map(|h| self.check(&h)) {
             Some(Ok(slices)) => {
@@ -129,8 +129,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         Err(e) => return Err(e),
                     }
                 }
-                Next::Claim(_) | Next::Full if hinted => {
-                    // a claim, or "full", is decided on the slices as read
+                Next::Full if hinted => {
+                    // "full" is decided on the slices as read (a claim is too: its turn below reads them)
                     hinted = false;
                     slices = self.read_slices(&name).await?;
                 }
@@ -143,9 +143,23 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     // concurrent ADDs of this process that find the node's slices full claim one between them:
                     // whoever waited reads again, and takes the slice claimed meanwhile
                     let turn = self.store.slice_turn(&name).await;
+                    if turn.is_none() && hinted {
+                        // no turns, so no hints either; kept for a store that gives one without the other
+                        hinted = false;
+                        slices = self.read_slices(&name).await?;
+                        continue;
+                    }
                     if turn.is_some() {
-                        let now = self.read_slices(&name).await?;
+                        hinted = false;
                         let mine = |s: &[Slice]| s.iter().filter(|s| s.node == self.node()).count();
+                        // the claim before ours read the slices back: a slice of ours it shows is taken as a hint
+                        let seen = self.store.cached_node_slices(&name).and_then(|c| self.check(&c).ok());
+                        if let Some(seen) = seen.filter(|seen| mine(seen) > mine(&slices)) {
+                            slices = seen;
+                            hinted = true;
+                            continue;
+                        }
+                        let now = self.read_slices(&name).await?;
                         if mine(&now) > mine(&slices) {
                             slices = now;
                             continue;
@@ -211,7 +225,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         for slice in slices.iter().filter(|s| s.node == self.node()) {
             let name = slice.pool_name(self.network_name());
             if self.first_add
-                && let Some(pool) = self.store.cached_pool(&name)
+                && let Some(pool) = self.store.hint_pool(&name).await
             {
                 return Ok((None, Some(pool), true));
             }

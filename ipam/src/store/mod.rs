@@ -331,6 +331,12 @@ pub trait PoolStore: Send + Sync {
         None
     }
 
+    /// [`PoolStore::cached_pool`], else one read shared by every caller that asks at the same time (the first
+    /// ADDs of a burst): a hint all the same, and `None` when the read fails or the store keeps nothing.
+    fn hint_pool(&self, _name: &str) -> impl Future<Output = Option<IpPool>> + Send {
+        async { None }
+    }
+
     /// Offsets of pool `pool` that claims of this process are writing right now: not to be planned by another.
     fn in_flight(&self, _pool: &str) -> BTreeSet<u128> {
         BTreeSet::new()
@@ -425,6 +431,12 @@ pub trait SliceStore: Send + Sync {
     /// [`PoolStore::cached_pool`]. `None`: nothing is kept.
     fn cached_node_slices(&self, _name: &str) -> Option<NodeSlicePool> {
         None
+    }
+
+    /// [`SliceStore::cached_node_slices`], else one read shared by every caller that asks at the same time, as
+    /// [`PoolStore::hint_pool`].
+    fn hint_node_slices(&self, _name: &str) -> impl Future<Output = Option<NodeSlicePool>> + Send {
+        async { None }
     }
 
     /// Waits for this process's turn to claim a slice of the NodeSlicePool `name`, so that concurrent ADDs of one

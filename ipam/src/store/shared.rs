@@ -68,6 +68,8 @@ struct State {
     in_flight: Mutex<HashMap<String, BTreeSet<u128>>>,
     queues: Mutex<HashMap<String, Arc<Queue>>>,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One hint read at a time per object: the callers behind it take what it read.
+    fills: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     writes: AtomicU64,
     requests: AtomicU64,
     split: AtomicU64,
@@ -147,6 +149,11 @@ impl<S> Shared<S> {
 
     fn forget_slices(&self, name: &str) {
         self.state.slices.lock().expect("not poisoned").remove(name);
+    }
+
+    async fn fill_turn(&self, key: String) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self.state.fills.lock().expect("not poisoned").entry(key).or_default().clone();
+        turn.lock_owned().await
     }
 
     fn queue(&self, pool: &str) -> Arc<Queue> {
@@ -356,6 +363,17 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         self.state.pools.lock().expect("not poisoned").get(name).cloned()
     }
 
+    async fn hint_pool(&self, name: &str) -> Option<IpPool> {
+        if let Some(known) = self.cached_pool(name) {
+            return Some(known);
+        }
+        let _turn = self.fill_turn(format!("pool/{name}")).await;
+        match self.cached_pool(name) {
+            Some(known) => Some(known),
+            None => self.get_pool(name).await.ok().flatten(),
+        }
+    }
+
     fn in_flight(&self, pool: &str) -> BTreeSet<u128> {
         self.state.in_flight.lock().expect("not poisoned").get(pool).cloned().unwrap_or_default()
     }
@@ -425,6 +443,17 @@ impl<S: SliceStore> SliceStore for Shared<S> {
 
     fn cached_node_slices(&self, name: &str) -> Option<NodeSlicePool> {
         self.state.slices.lock().expect("not poisoned").get(name).cloned()
+    }
+
+    async fn hint_node_slices(&self, name: &str) -> Option<NodeSlicePool> {
+        if let Some(known) = self.cached_node_slices(name) {
+            return Some(known);
+        }
+        let _turn = self.fill_turn(format!("nodeslicepool/{name}")).await;
+        match self.cached_node_slices(name) {
+            Some(known) => Some(known),
+            None => self.get_node_slices(name).await.ok().flatten(),
+        }
     }
 
     async fn slice_turn(&self, name: &str) -> Option<Turn> {
