@@ -993,3 +993,31 @@ fn a_release_since_the_plan_makes_the_claim_fail() {
     let found = without.expect_err("without the add's test of the release record the address is handed out cooling");
     assert!(found.contains("after") && found.contains("gave it up"), "{found}");
 }
+
+/// The case the agents' simulation found (kept in the regressions file too): a slice-mode ADD through the agent
+/// re-creates its slice pool while the NodeSlicePool is lost, writes its entry, finds the slice no longer its own
+/// and gives the entry back — but the give-back is refused. Before, the ADD went on to claim another slice and
+/// returned that address, leaving the attachment a second entry; the repeated ADD then found the first one. Now
+/// the ADD fails, and the runtime's DEL removes what is left.
+#[test]
+fn a_give_back_that_fails_fails_the_add() {
+    let p = |network, node, end, recreated, start_ms, live_ms| PodScript {
+        network,
+        node,
+        static_pod: false,
+        repeat_add: true,
+        end,
+        recreated,
+        start_ms,
+        live_ms,
+        agent: true,
+    };
+    let scripts = vec![
+        p(0, 2, End::Del, false, 10222, 20502),
+        p(5, 2, End::Stay, true, 14901, 33175),
+        PodScript { agent: false, ..p(0, 2, End::Del, false, 10802, 11899) },
+        PodScript { static_pod: true, ..p(1, 1, End::Del, false, 10000, 20594) },
+        p(6, 2, End::Del, true, 16169, 22936),
+    ];
+    run_case_counted(6985009796720228492, 0.065420209187733, scripts, false).unwrap();
+}

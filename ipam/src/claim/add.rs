@@ -385,6 +385,14 @@ where
                     range: self.target.range.cidr().to_string(),
                 });
             };
+            // concurrent claims of this process create it once; the read above forgot any older copy, so one
+            // seen now was made (or read) since
+            let turn = self.store.create_turn(self.pool()).await;
+            if turn.is_some()
+                && let Some(made) = self.store.cached_pool(self.pool())
+            {
+                return self.policy.check(made, self.pool());
+            }
             if !self.policy.may_create(self.store, self.budget).await? {
                 return Err(IpamError::Exhausted {
                     pool: self.pool().to_string(),

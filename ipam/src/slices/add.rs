@@ -120,10 +120,15 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                             if policy.missing.load(Ordering::Relaxed) {
                                 unborn.insert(slice.cidr);
                             }
-                            // A slice pool that vanished under a claim leaves that claim's reservation in the
-                            // journal; slice mode has one range, so all the journal holds is such leftovers.
-                            for e in std::mem::take(journal).roll_back(self.store, self.budget).await {
-                                tracing::warn!(error = %e, "giving back what a vanished slice pool left");
+                            // A slice pool that vanished under a claim (or an entry given back because its slice
+                            // moved) leaves that claim's writes in the journal; slice mode has one range, so all the
+                            // journal holds is such leftovers. One that cannot be given back fails the ADD: taking
+                            // another address would leave the attachment two entries, and the next ADD would find
+                            // the other one. The runtime's DEL of the sandbox removes what is left.
+                            let errors = std::mem::take(journal).roll_back(self.store, self.budget).await;
+                            if let Some(first) = errors.into_iter().next() {
+                                tracing::warn!(error = %first, "what a vanished slice pool left could not be given back");
+                                return Err(first);
                             }
                         }
                         Err(e) => return Err(e),

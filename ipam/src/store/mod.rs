@@ -350,6 +350,13 @@ pub trait PoolStore: Send + Sync {
 
     /// Ends what [`PoolStore::hold`] began.
     fn unhold(&self, _pool: &str, _offset: u128) {}
+
+    /// Waits for this process's turn to create the missing pool `name`, so that concurrent ADDs that find it
+    /// missing create it once: the one after takes what the one before created ([`PoolStore::cached_pool`]).
+    /// `None`: the store has no turns.
+    fn create_turn(&self, _name: &str) -> impl Future<Output = Option<Turn>> + Send {
+        async { None }
+    }
 }
 
 /// The OverlappingRangeIPReservations of the namespace: the cluster-wide claim on each address.

@@ -12,7 +12,7 @@
 //!   memory. A failed write forgets the object.
 //! - **Offsets in flight.** Concurrent claims of one pool plan around each other's offsets instead of racing for
 //!   the lowest free one, and concurrent ADDs that find the node's slices full claim one slice between them
-//!   ([`SliceStore::slice_turn`]).
+//!   ([`SliceStore::slice_turn`]), or a pool missing create it once ([`PoolStore::create_turn`]).
 //!
 //! Nothing here is the truth: the guards decide, the state is lost with the process, and the binary can always do
 //! the same work alone.
@@ -32,6 +32,11 @@ use crate::crd::{
     IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, OverlappingRangeIpReservation,
     SubInterfaceRecord,
 };
+
+/// How long a write waits, at most, for claims of its pool whose writes are about to be queued: a few of the
+/// reservation creates they wait on (~4 ms of server time each on a busy API server).
+const LINGER_STEP: std::time::Duration = std::time::Duration::from_millis(1);
+const LINGER_STEPS: u32 = 4;
 
 /// `inner`, shared: clones share the cache, the queues and the offsets in flight.
 #[derive(Clone)]
@@ -57,7 +62,8 @@ pub struct SharedStats {
     pub split: u64,
 }
 
-/// A turn to claim a slice ([`SliceStore::slice_turn`]): the next waiter's begins when it is dropped.
+/// A turn to claim a slice or create a pool ([`SliceStore::slice_turn`], [`PoolStore::create_turn`]): the next
+/// waiter's begins when it is dropped.
 #[derive(Debug)]
 pub struct Turn(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
 
@@ -151,6 +157,11 @@ impl<S> Shared<S> {
         self.state.slices.lock().expect("not poisoned").remove(name);
     }
 
+    async fn turn(&self, key: String) -> Turn {
+        let turn = self.state.turns.lock().expect("not poisoned").entry(key).or_default().clone();
+        Turn(turn.lock_owned().await)
+    }
+
     async fn fill_turn(&self, key: String) -> tokio::sync::OwnedMutexGuard<()> {
         let turn = self.state.fills.lock().expect("not poisoned").entry(key).or_default().clone();
         turn.lock_owned().await
@@ -174,7 +185,17 @@ impl<S: PoolStore> Shared<S> {
             if let Ok(result) = answered.try_recv() {
                 return result;
             }
-            let batch = std::mem::take(&mut *queue.waiting.lock().expect("not poisoned"));
+            let mut batch = std::mem::take(&mut *queue.waiting.lock().expect("not poisoned"));
+            // claims of this pool that hold an offset but whose write is not queued yet (their reservation is on
+            // the wire) are waited for a little, so that they go in this patch rather than alone in the next
+            for _ in 0..LINGER_STEPS {
+                let holding = self.state.in_flight.lock().expect("not poisoned").get(pool).map_or(0, BTreeSet::len);
+                if holding <= batch.len() {
+                    break;
+                }
+                tokio::time::sleep(LINGER_STEP).await;
+                batch.append(&mut queue.waiting.lock().expect("not poisoned"));
+            }
             self.send(pool, batch).await;
         }
         // the sender was dropped before it answered (its invocation ended): the batch may have been applied
@@ -374,6 +395,10 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         }
     }
 
+    async fn create_turn(&self, name: &str) -> Option<Turn> {
+        Some(self.turn(format!("create/{name}")).await)
+    }
+
     fn in_flight(&self, pool: &str) -> BTreeSet<u128> {
         self.state.in_flight.lock().expect("not poisoned").get(pool).cloned().unwrap_or_default()
     }
@@ -457,8 +482,7 @@ impl<S: SliceStore> SliceStore for Shared<S> {
     }
 
     async fn slice_turn(&self, name: &str) -> Option<Turn> {
-        let turn = self.state.turns.lock().expect("not poisoned").entry(name.to_string()).or_default().clone();
-        Some(Turn(turn.lock_owned().await))
+        Some(self.turn(format!("claim/{name}")).await)
     }
 }
 
