@@ -145,7 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         if want("w3s") {
             for &level in &sizes.sliced_growth_levels {
-                for v in [Variant::HereaboutsSlice, Variant::WhereaboutsFast] {
+                for v in [Variant::HereaboutsSlice, Variant::HereaboutsAgent, Variant::WhereaboutsFast] {
                     let r = bench.growth_sliced(v, round, level).await?;
                     log_round(&format!("W3s@{level}"), v.name(), round, &r);
                     sliced_growth.entry(v).or_default().entry(level).or_default().push(r);

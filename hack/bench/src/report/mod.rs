@@ -310,10 +310,11 @@ impl Report {
 
     fn sliced_growth_section(&self, t: &mut Table, failures: &mut Failures) -> Value {
         let s = &self.sizes;
-        t.columns(&["hereabouts slice", "Wh. fast IPAM"], &[(0, 1, "Hs/Wf")]);
+        t.columns(&["hereabouts slice", "+ agent", "Wh. fast IPAM"], &[(0, 2, "Hs/Wf"), (1, 2, "Ha/Wf")]);
         t.section(&format!(
             "W3s growth in slices: {} single ADDs into {} in {} slices over {} nodes, N allocations pre-filled {} per \
-             slice (slices assigned round-robin); each ADD on a node owning a slice with room; overlapping off",
+             slice (slices assigned round-robin); each ADD on a node owning a slice with room; overlapping off; by \
+             the binary alone and handed to each node's agent",
             s.growth_adds,
             crate::workloads::W3S_RANGE,
             crate::workloads::W3S_SLICE,
@@ -325,41 +326,40 @@ impl Report {
         let at = |v: Variant, level: usize| {
             summary(self.sliced_growth.get(&v).and_then(|m| m.get(&level)).map(Vec::as_slice).unwrap_or(&[]))
         };
-        let base = (at(Variant::HereaboutsSlice, levels[0]).lat[0], at(Variant::WhereaboutsFast, levels[0]).lat[0]);
+        let variants = [Variant::HereaboutsSlice, Variant::HereaboutsAgent, Variant::WhereaboutsFast];
+        let base: Vec<f64> = variants.iter().map(|&v| at(v, levels[0]).lat[0]).collect();
         for &level in levels {
-            let (h, w) = (at(Variant::HereaboutsSlice, level), at(Variant::WhereaboutsFast, level));
-            let (ph, pw) = ((h.lat[0], h.lat[2]), (w.lat[0], w.lat[2]));
-            t.num(&format!("N={level}: ADD p50, ms"), &[ph.0, pw.0], 0);
-            t.num(&format!("N={level}: ADD p99, ms"), &[ph.1, pw.1], 0);
-            t.num(&format!("N={level}: ADD max, ms"), &[h.lat[3], w.lat[3]], 0);
-            t.num(&format!("N={level}: p50 / p50 at N={}", levels[0]), &[ph.0 / base.0, pw.0 / base.1], 2);
-            t.num(&format!("N={level}: API requests per ADD"), &[h.req_per_op, w.req_per_op], 2);
-            t.num(&format!("N={level}: API server time per ADD, ms"), &[h.server_ms_per_op(), w.server_ms_per_op()], 0);
+            let r: Vec<_> = variants.iter().map(|&v| at(v, level)).collect();
+            let each = |f: &dyn Fn(&_) -> f64| r.iter().map(f).collect::<Vec<f64>>();
+            t.num(&format!("N={level}: ADD p50, ms"), &each(&|x: &Summary| x.lat[0]), 0);
+            t.num(&format!("N={level}: ADD p99, ms"), &each(&|x: &Summary| x.lat[2]), 0);
+            t.num(&format!("N={level}: ADD max, ms"), &each(&|x: &Summary| x.lat[3]), 0);
+            let growth: Vec<f64> = r.iter().zip(&base).map(|(x, b)| x.lat[0] / b).collect();
+            t.num(&format!("N={level}: p50 / p50 at N={}", levels[0]), &growth, 2);
+            t.num(&format!("N={level}: API requests per ADD"), &each(&|x: &Summary| x.req_per_op), 2);
+            t.num(&format!("N={level}: API server time per ADD, ms"), &each(&|x: &Summary| x.server_ms_per_op()), 0);
             t.num(
                 &format!("N={level}: response bytes per ADD"),
-                &[metrics::sum(&h.per_op, "respbytes "), metrics::sum(&w.per_op, "respbytes ")],
+                &each(&|x: &Summary| metrics::sum(&x.per_op, "respbytes ")),
                 0,
             );
             if let Some(single) = self.growth.get(&Variant::Hereabouts).and_then(|m| m.get(&level)) {
                 let p50 = summary(single).lat[0];
                 t.text(
                     &format!("N={level}: hereabouts single pool (W3) ADD p50, ms"),
-                    vec![fmt(p50, 0), String::new()],
+                    vec![fmt(p50, 0), String::new(), String::new()],
                 );
             }
             t.text(
                 &format!("N={level}: failed / held twice"),
-                vec![
-                    format!("{} / {}", h.failed, h.dup_results + h.pool_conflicts),
-                    format!("{} / {}", w.failed, w.dup_results + w.pool_conflicts),
-                ],
+                r.iter().map(|x| format!("{} / {}", x.failed, x.dup_results + x.pool_conflicts)).collect(),
             );
-            failures.add(&format!("W3s@{level}"), Variant::HereaboutsSlice.label(), &h);
-            failures.add(&format!("W3s@{level}"), Variant::WhereaboutsFast.label(), &w);
-            doc.insert(
-                level.to_string(),
-                json!({Variant::HereaboutsSlice.json_key(): summary_json(&h), Variant::WhereaboutsFast.json_key(): summary_json(&w)}),
-            );
+            let mut row = serde_json::Map::new();
+            for (v, x) in variants.iter().zip(&r) {
+                failures.add(&format!("W3s@{level}"), v.label(), x);
+                row.insert(v.json_key().to_string(), summary_json(x));
+            }
+            doc.insert(level.to_string(), Value::Object(row));
         }
         Value::Object(doc)
     }

@@ -53,7 +53,7 @@ impl Bench {
     /// with room (below that many slices, an empty one, its pool created empty as W3 creates its pool).
     pub async fn growth_sliced(&self, variant: Variant, round: usize, level: usize) -> anyhow::Result<RoundResult> {
         let ipam = json!({"range": W3S_RANGE, "enable_overlapping_ranges": false, "node_slice_size": W3S_SLICE});
-        let r = self.round(variant.plugin(), &format!("w3s-{level}"), ipam).await?;
+        let mut r = self.round(variant.plugin(), &format!("w3s-{level}"), ipam).await?;
         let nodes = self.sizes.sliced_growth_nodes;
         let adders: Vec<String> = (0..self.sizes.growth_adds.min(nodes)).map(|i| format!("node-{i}")).collect();
         let all = slices(W3S_RANGE, W3S_SLICE.trim_start_matches('/').parse()?)?;
@@ -83,7 +83,21 @@ impl Bench {
         create_node_slice_pool(&self.admin, &r.ns, NODE_SLICES, W3S_RANGE, W3S_SLICE, &owners).await?;
         create_pools(&self.admin, &r.ns, pools).await.with_context(|| format!("pre-fill {level} allocations"))?;
         eprintln!("bench: W3s pre-fill of {level} in {} slices took {:.1} s", owners.len(), t0.elapsed().as_secs_f64());
-        self.single_adds(&r, round, &adders, level).await
+        if variant != Variant::HereaboutsAgent {
+            return self.single_adds(&r, round, &adders, level).await;
+        }
+        let agents =
+            super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &adders).await?;
+        r.agents = Some(agents.dir.clone());
+        let res = self.single_adds(&r, round, &adders, level).await;
+        if let Some(mib) = agents.stop() {
+            self.note(format!(
+                "W3s@{level}: the agents' peak resident memory, the largest of {} ({level} allocations in the \
+                 cluster's slice pools): {mib:.1} MiB",
+                adders.len()
+            ));
+        }
+        res
     }
 
     /// `growth_adds` ADDs one after the other, over `nodes` in turn; the `level` pre-filled entries are not
