@@ -99,6 +99,15 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     target.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
                     target.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
                     target.hinted = std::mem::take(&mut pool_hinted) && target.read.is_some();
+                    if target.read.is_none()
+                        && self.first_add
+                        && slice.node == self.node()
+                        && let Some(seen) = self.store.cached_pool(&pool)
+                    {
+                        // a pool of ours another ADD of this process just made or wrote: a hint, as above
+                        target.read = Some(seen);
+                        target.hinted = true;
+                    }
                     let policy = InSlice {
                         add: self,
                         node_slices: &name,
@@ -229,10 +238,13 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let mut first = None;
         for slice in slices.iter().filter(|s| s.node == self.node()) {
             let name = slice.pool_name(self.network_name());
-            if self.first_add
-                && let Some(pool) = self.store.hint_pool(&name).await
-            {
-                return Ok((None, Some(pool), true));
+            if self.first_add {
+                // nothing to look for: the first slice pool as last seen is all the claim needs, and one missing
+                // (or unseen) is read by the claim itself
+                match self.store.hint_pool(&name).await {
+                    Some(pool) => return Ok((None, Some(pool), true)),
+                    None => continue,
+                }
             }
             let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
             if pool.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {

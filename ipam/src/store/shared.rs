@@ -76,6 +76,10 @@ struct State {
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// One hint read at a time per object: the callers behind it take what it read.
     fills: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Objects a hint read found absent, with the number of that read ([`State::reads`]): callers that waited
+    /// behind it take "absent" too, rather than each reading again.
+    absent: Mutex<HashMap<String, u64>>,
+    reads: AtomicU64,
     writes: AtomicU64,
     requests: AtomicU64,
     split: AtomicU64,
@@ -160,6 +164,16 @@ impl<S> Shared<S> {
     async fn turn(&self, key: String) -> Turn {
         let turn = self.state.turns.lock().expect("not poisoned").entry(key).or_default().clone();
         Turn(turn.lock_owned().await)
+    }
+
+    /// Whether a hint read of `key` that began after the caller asked (`asked`) found it absent.
+    fn absent_since(&self, key: &str, asked: u64) -> bool {
+        self.state.absent.lock().expect("not poisoned").get(key).is_some_and(|&read| read > asked)
+    }
+
+    fn mark_absent(&self, key: String) {
+        let read = self.state.reads.fetch_add(1, Ordering::Relaxed);
+        self.state.absent.lock().expect("not poisoned").insert(key, read);
     }
 
     async fn fill_turn(&self, key: String) -> tokio::sync::OwnedMutexGuard<()> {
@@ -388,11 +402,20 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         if let Some(known) = self.cached_pool(name) {
             return Some(known);
         }
-        let _turn = self.fill_turn(format!("pool/{name}")).await;
-        match self.cached_pool(name) {
-            Some(known) => Some(known),
-            None => self.get_pool(name).await.ok().flatten(),
+        let key = format!("pool/{name}");
+        let asked = self.state.reads.fetch_add(1, Ordering::Relaxed);
+        let _turn = self.fill_turn(key.clone()).await;
+        if let Some(known) = self.cached_pool(name) {
+            return Some(known);
         }
+        if self.absent_since(&key, asked) {
+            return None;
+        }
+        let read = self.get_pool(name).await.ok().flatten();
+        if read.is_none() {
+            self.mark_absent(key);
+        }
+        read
     }
 
     async fn create_turn(&self, name: &str) -> Option<Turn> {
@@ -474,11 +497,20 @@ impl<S: SliceStore> SliceStore for Shared<S> {
         if let Some(known) = self.cached_node_slices(name) {
             return Some(known);
         }
-        let _turn = self.fill_turn(format!("nodeslicepool/{name}")).await;
-        match self.cached_node_slices(name) {
-            Some(known) => Some(known),
-            None => self.get_node_slices(name).await.ok().flatten(),
+        let key = format!("nodeslicepool/{name}");
+        let asked = self.state.reads.fetch_add(1, Ordering::Relaxed);
+        let _turn = self.fill_turn(key.clone()).await;
+        if let Some(known) = self.cached_node_slices(name) {
+            return Some(known);
         }
+        if self.absent_since(&key, asked) {
+            return None;
+        }
+        let read = self.get_node_slices(name).await.ok().flatten();
+        if read.is_none() {
+            self.mark_absent(key);
+        }
+        read
     }
 
     async fn slice_turn(&self, name: &str) -> Option<Turn> {

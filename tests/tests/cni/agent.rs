@@ -159,3 +159,62 @@ async fn an_agent_killed_mid_burst_fails_no_add_and_gives_no_address_twice() {
     assert_eq!(holders, expected, "one entry per pod, none left by the agent's half-done ADDs");
     eprintln!("agent killed after {served} of 48 ADDs; the binary did the rest");
 }
+
+/// Thirty-two first ADDs at once through one agent against the real API server: their writes of the node's slice
+/// pool go in fewer PATCHes than ADDs (group commit). Then sixteen more while a proxy loses the answers of the next
+/// two pool PATCHes (applied, never answered): each write of a batch whose answer was lost is read back by its
+/// ADD. Every pod has one address of its own, one entry and one reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_through_the_agent_share_patches_and_read_back_a_lost_one() {
+    use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
+    let fx = CniFixture::new("agent-batch").await;
+    let proxy = FaultProxy::start(fx.cluster).await;
+    let kubeconfig = proxy.kubeconfig(fx.cluster, hereabouts_tests::Identity::Cni, &fx.ns);
+    let config = hereabouts_tests::plugin::netconf(
+        "1.1.0",
+        "abatch",
+        &kubeconfig,
+        json!({"range": "198.18.123.0/24", "node_slice_size": "/26"}),
+    );
+    let agent = agent_of(&fx, "batch").await;
+    let burst = |pods: Vec<String>| {
+        let (fx, config, socket) = (&fx, &config, agent.socket.clone());
+        stream::iter(pods.into_iter().map(move |pod| {
+            let inv = via(fx.invocation("ADD", config, &pod, &format!("c-{pod}")), &socket);
+            async move { inv.run().await }
+        }))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+    };
+    let first: Vec<String> = (0..32).map(|i| format!("p{i}")).collect();
+    let mut outputs = burst(first.clone()).await;
+    let patches = proxy.seen().iter().filter(|s| s.is(Verb::Patch, "ippools")).count();
+    assert!(patches < 32, "32 ADDs' entries went in {patches} pool PATCHes: none shared");
+    let gets = proxy.seen().iter().filter(|s| s.is(Verb::Get, "ippools")).count();
+    eprintln!("32 ADDs through the agent: {patches} pool PATCHes, {gets} pool GETs, {} requests", proxy.seen().len());
+
+    proxy.add_rule(Rule { times: 2, ..Rule::nth(Verb::Patch, "ippools", 1, Action::DropResponse) });
+    let second: Vec<String> = (32..48).map(|i| format!("p{i}")).collect();
+    outputs.extend(burst(second.clone()).await);
+    let seen = proxy.seen();
+    let dropped =
+        seen.iter().filter(|s| s.is(Verb::Patch, "ippools") && s.action == Some(Action::DropResponse)).count();
+    assert_eq!(dropped, 2, "two pool PATCH answers lost: {seen:?}");
+
+    let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
+    for out in &outputs {
+        assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+        assert!(ips.insert(out.ips()[0]), "an address given twice: {}", out.stdout);
+    }
+    let served = agent.logs().lines().filter(|l| l.contains("served") && l.contains("ADD")).count();
+    assert_eq!(served, 48, "every ADD served by the agent:\n{}", agent.logs());
+    let pools = fx.pools().await;
+    let mut holders: Vec<String> =
+        pools.iter().flat_map(|p| p.spec.allocations.values().map(|a| a.podref.clone())).collect();
+    holders.sort();
+    let mut expected: Vec<String> = first.iter().chain(&second).map(|p| format!("{}/{p}", fx.ns)).collect();
+    expected.sort();
+    assert_eq!(holders, expected, "one entry per pod");
+    let reserved: BTreeSet<String> = fx.reservations().await.iter().map(|r| r.spec.podref.clone()).collect();
+    assert_eq!(reserved, expected.into_iter().collect(), "one reservation per pod");
+}
