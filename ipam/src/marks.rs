@@ -1,33 +1,32 @@
-//! Attachment marks: an empty file per attachment (network, container, interface) on the node, made before its
-//! first ADD writes anything and removed by its DEL. An ADD that makes the mark is the attachment's first on this
-//! node since boot, so nothing of an earlier try can exist and it need not look for one across the cluster (in
-//! slice mode, a LIST of the node's reservations for a borrowed entry). An ADD that finds the mark, or cannot tell,
-//! looks: the mark only ever saves work, never decides what is safe.
+//! Attachment marks: an empty file per attachment — network, pod, interface — on the node, made before the
+//! attachment's first ADD here writes anything, and kept until the node reboots. An ADD that makes the mark is the
+//! first of that pod's interface on this node since boot, so no earlier sandbox or try of it can have written
+//! anything, and it need not look for such an entry across the cluster (in slice mode, a LIST of the node's
+//! reservations for a borrowed entry). An ADD that finds the mark, or cannot tell, looks: the mark only ever saves
+//! work, never decides what is safe.
 //!
-//! The directory is on a tmpfs (`/run`): a reboot takes the marks with the sandboxes they were for.
+//! Keyed by the pod, not the sandbox: entries are matched to an attachment by pod and interface, so a new sandbox
+//! of the pod (or a new pod of the same name, after one that vanished without DEL) must find what the earlier one
+//! holds. Not removed by DEL: a DEL of an earlier sandbox can come after the next sandbox's ADD, whose retry must
+//! still look. The files are empty, on a tmpfs (`/run`), one per pod name and interface the node ran since boot.
 
 use std::path::{Path, PathBuf};
 
 /// Where the marks live on a node.
 pub const DEFAULT_DIR: &str = "/run/hereabouts/attachments";
 
-/// The mark's path for the attachment `container`/`ifname` of network `network`.
-pub fn path(dir: &Path, network: &str, container: &str, ifname: &str) -> PathBuf {
-    crate::lock::key_path(dir, network, container, ifname)
+/// The mark's path for the attachment `pod`/`ifname` (`pod` as `namespace/name`) of network `network`.
+pub fn path(dir: &Path, network: &str, pod: &str, ifname: &str) -> PathBuf {
+    crate::lock::key_path(dir, network, pod, ifname)
 }
 
-/// Makes the mark; `true` only when this call made it (the attachment's first ADD on this node). Any failure
-/// other than "it exists" counts as "cannot tell": `false`.
-pub fn first_add(dir: &Path, network: &str, container: &str, ifname: &str) -> bool {
+/// Makes the mark; `true` only when this call made it (the attachment's first ADD on this node since boot). Any
+/// failure other than "it exists" counts as "cannot tell": `false`.
+pub fn first_add(dir: &Path, network: &str, pod: &str, ifname: &str) -> bool {
     if std::fs::create_dir_all(dir).is_err() {
         return false;
     }
-    std::fs::OpenOptions::new().write(true).create_new(true).open(path(dir, network, container, ifname)).is_ok()
-}
-
-/// Removes the mark (DEL), if there is one.
-pub fn remove(dir: &Path, network: &str, container: &str, ifname: &str) {
-    let _ = std::fs::remove_file(path(dir, network, container, ifname));
+    std::fs::OpenOptions::new().write(true).create_new(true).open(path(dir, network, pod, ifname)).is_ok()
 }
 
 #[cfg(test)]
@@ -35,15 +34,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_first_add_makes_the_mark_a_retry_finds_it_a_del_takes_it() {
+    fn the_first_add_makes_the_mark_and_every_later_add_of_the_pods_interface_finds_it() {
         let dir = tempfile::tempdir().unwrap();
         let marks = dir.path().join("attachments");
-        assert!(first_add(&marks, "net", "c1", "net1"), "first");
-        assert!(!first_add(&marks, "net", "c1", "net1"), "a retried ADD of the same attachment");
-        assert!(first_add(&marks, "net", "c1", "net2"), "another interface is another attachment");
-        assert!(first_add(&marks, "other", "c1", "net1"), "another network too");
-        remove(&marks, "net", "c1", "net1");
-        assert!(first_add(&marks, "net", "c1", "net1"), "after DEL, a new first ADD");
+        assert!(first_add(&marks, "net", "ns/web-0", "net1"), "first");
+        assert!(!first_add(&marks, "net", "ns/web-0", "net1"), "a retry, or a new sandbox of the pod");
+        assert!(first_add(&marks, "net", "ns/web-0", "net2"), "another interface is another attachment");
+        assert!(first_add(&marks, "other", "ns/web-0", "net1"), "another network too");
+        assert!(first_add(&marks, "net", "ns/web-1", "net1"), "another pod too");
     }
 
     #[test]

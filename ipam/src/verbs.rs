@@ -170,7 +170,7 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
             let _lock = host_lock(host, &store, slices::locked(&cfg), &req.node, &budget).await;
             let first = host
                 .marks_dir()
-                .is_some_and(|dir| crate::marks::first_add(&dir, &cfg.name, &req.container_id, &req.ifname));
+                .is_some_and(|dir| crate::marks::first_add(&dir, &cfg.name, &cfg.pod.to_string(), &req.ifname));
             let assigned = slices::add(&store, &cfg, &mode, req, &budget, first).await;
             announced(host, &store, &cfg, &mode.kube, &Sliced, req, &budget, assigned?).await?
         }
@@ -283,10 +283,6 @@ async fn release(
         ReleaseMode::Pools(kube) => release_in(host, cfg, kube, &OnePool, req, valid).await?,
         ReleaseMode::RouteTable(_) => 0,
     };
-    // only once released: an ADD of the same attachment after a DEL that failed must still look for its entry
-    if let (None, Some(dir)) = (valid, host.marks_dir()) {
-        crate::marks::remove(&dir, &cfg.name, &req.container_id, &req.ifname);
-    }
     Ok(released)
 }
 

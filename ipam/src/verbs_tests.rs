@@ -257,9 +257,9 @@ async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_bor
     assert_eq!(again, borrowed, "the retried ADD keeps its borrowed address");
     let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();
     assert_eq!(entries, n, "one entry per attachment");
-    // its DEL takes the mark: a later ADD of that container is a first one again
+    // its DEL leaves the mark: a new sandbox of the pod, or its DEL arriving late, still finds it
     del(&retry, &ReleaseConfig::from(cfg.clone()), &request(&format!("c{}", n - 1), "node-a")).await.unwrap();
-    assert!(crate::marks::first_add(marks.path(), &cfg.name, &format!("c{}", n - 1), "net1"));
+    assert!(!crate::marks::first_add(marks.path(), &cfg.name, &cfg.pod.to_string(), "net1"));
 }
 
 #[tokio::test]

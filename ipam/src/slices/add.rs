@@ -52,18 +52,11 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
 
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
         let name = names::node_slice_pool_name(self.network_name(), &self.who.cfg.name);
-        // A first ADD may plan on what this process saw last (the node agent's cache): it holds no entry that a
-        // stale copy could hide, every write is guarded, and "full" is only said after a fresh read.
-        let hint = if self.first_add { self.store.hint_node_slices(&name).await } else { None };
+        // The slices and the node's own pools are read, never taken from a cache: a new sandbox of the pod (a first
+        // ADD by its mark) must find its predecessor's entry, which another process may have written.
+        let mut slices = self.read_slices(&name).await?;
         let mut hinted = false;
-        let mut slices = match hint.map(|h| self.check(&h)) {
-            Some(Ok(slices)) => {
-                hinted = true;
-                slices
-            }
-            _ => self.read_slices(&name).await?,
-        };
-        let (preferred, mut read, mut pool_hinted) = self.find_mine(&slices).await?;
+        let (preferred, mut read) = self.find_mine(&slices).await?;
         let mut full: BTreeSet<IpNet> = BTreeSet::new();
         let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
@@ -98,13 +91,13 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     target.requested = self.requested;
                     target.given = self.given.iter().filter_map(|ip| sub.offset_of(*ip)).collect();
                     target.read = read.take().filter(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
-                    target.hinted = std::mem::take(&mut pool_hinted) && target.read.is_some();
                     if target.read.is_none()
                         && self.first_add
                         && slice.node == self.node()
                         && let Some(seen) = self.store.cached_pool(&pool)
                     {
-                        // a pool of ours another ADD of this process just made or wrote: a hint, as above
+                        // the attachment holds nothing in the node's pools (read above): a pool of ours another ADD
+                        // of this process just made or wrote is a hint, its plan guarded, "full" read again
                         target.read = Some(seen);
                         target.hinted = true;
                     }
@@ -231,33 +224,22 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     /// The slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod), and that
     /// pool; else the pool of the node's first slice, read on the way. The node's own slices are read; a borrowed
     /// entry (only ever written when no slice was free) is found through this node's reservations.
-    ///
-    /// A first ADD takes the node's first slice pool from the store's cache when it is there (the third value
-    /// says so): it has no entry to find.
-    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>, bool), IpamError> {
+    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>), IpamError> {
         let mut first = None;
         for slice in slices.iter().filter(|s| s.node == self.node()) {
             let name = slice.pool_name(self.network_name());
-            if self.first_add {
-                // nothing to look for: the first slice pool as last seen is all the claim needs, and one missing
-                // (or unseen) is read by the claim itself
-                match self.store.hint_pool(&name).await {
-                    Some(pool) => return Ok((None, Some(pool), true)),
-                    None => continue,
-                }
-            }
             let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
             if pool.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
-                return Ok((Some(slice.cidr), Some(pool), false));
+                return Ok((Some(slice.cidr), Some(pool)));
             }
             first.get_or_insert(pool);
         }
         if !self.first_add
-            && let Some((slice, pool)) = self.find_borrowed(slices).await?
+            && let Some(found) = self.find_borrowed(slices).await?
         {
-            return Ok((slice, pool, false));
+            return Ok(found);
         }
-        Ok((None, first, false))
+        Ok((None, first))
     }
 
     /// The other node's slice, and its pool, that holds an entry this attachment borrowed, if any. Only a
@@ -279,7 +261,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             let name = reservation.metadata.name.as_deref().unwrap_or_default();
             let Some(ip) = names::reservation_address(name, self.network_name(), self.range) else { continue };
             let Some(slice) = slices::slice_of(slices, ip).filter(|s| s.node != self.node()) else { continue };
-            let pool_name = slice.pool_name(self.network_name());
+            // a slice listed free (its NodeSlicePool lost and rebuilt by another node) that holds our entry holds
+            // it in our own pool of it: the leader gives such a slice back, and meanwhile it is claimed again
+            let owner = if slice.node.is_empty() { self.node() } else { slice.node.as_str() };
+            let pool_name = names::slice_pool_name(self.network_name(), owner, slice.cidr);
             let pool = self.get(&pool_name, || self.store.get_pool(&pool_name)).await?;
             if let Some(pool) = pool.filter(|p| p.spec.allocations.values().any(|a| me.is_attachment(a))) {
                 return Ok(Some((Some(slice.cidr), Some(pool))));

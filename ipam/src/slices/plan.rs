@@ -135,7 +135,9 @@ pub enum Next {
 /// in use by another node's pool (`unclaimable`). `seed` spreads
 /// concurrent nodes over the free slices they claim and the slices they borrow from, so they do not all race for
 /// the lowest one. The slice holding `preferred` (the attachment's entry, found before; own or borrowed) comes
-/// first, then the node's own slices in list order (the pool of the first stays warm). Borrowing only when
+/// first — claimed when it is listed free (a NodeSlicePool lost and rebuilt lists a slice in use as free until the
+/// leader gives it back), so that the attachment keeps its address — then the node's own slices in list order (the
+/// pool of the first stays warm). Borrowing only when
 /// `may_borrow`: a borrowed entry is found again through its reservation, so a network without reservations
 /// does not borrow.
 pub fn next(
@@ -148,8 +150,13 @@ pub fn next(
     seed: u64,
 ) -> Next {
     let open = |s: &&Slice| !full.contains(&s.cidr);
-    if let Some(s) = slices.iter().filter(open).find(|s| Some(s.cidr) == preferred && !s.node.is_empty()) {
-        return if s.node == node { Next::Own(s.clone()) } else { Next::Borrow(s.clone()) };
+    if let Some(s) = slices.iter().filter(open).find(|s| Some(s.cidr) == preferred) {
+        match s.node.as_str() {
+            "" if !unclaimable.contains(&s.cidr) => return Next::Claim(s.clone()),
+            "" => {}
+            owner if owner == node => return Next::Own(s.clone()),
+            _ => return Next::Borrow(s.clone()),
+        }
     }
     let mut own: Vec<&Slice> = slices.iter().filter(|s| s.node == node).filter(open).collect();
     own.sort_by_key(|s| Some(s.cidr) != preferred);
@@ -260,6 +267,23 @@ mod tests {
         );
         let all: BTreeSet<IpNet> = s.iter().map(|s| s.cidr).collect();
         assert_eq!(next(&taken, "a", &all, &none_claimed(), None, true, 7), Next::Full);
+    }
+
+    #[test]
+    fn the_slice_of_the_attachments_entry_listed_free_is_claimed_first() {
+        // a NodeSlicePool lost and rebuilt by another node lists the slice holding our entry as free
+        let s = mk(&[("10.0.0.0/26", "b"), ("10.0.0.64/26", ""), ("10.0.0.128/26", ""), ("10.0.0.192/26", "")]);
+        let none = BTreeSet::new();
+        let ours = Some(net("10.0.0.128/26"));
+        assert_eq!(next(&s, "a", &none, &none_claimed(), ours, true, 1), Next::Claim(s[2].clone()));
+        assert_eq!(
+            next(&s, "a", &none, &none_claimed(), ours, true, 2),
+            Next::Claim(s[2].clone()),
+            "whatever the seed"
+        );
+        // found in use by another node's pool: not claimed, as any free slice
+        let unclaimable: BTreeSet<IpNet> = [net("10.0.0.128/26")].into();
+        assert_ne!(next(&s, "a", &none, &unclaimable, ours, true, 1), Next::Claim(s[2].clone()));
     }
 
     #[test]

@@ -324,17 +324,11 @@ pub trait PoolStore: Send + Sync {
         patch: &json_patch::Patch,
     ) -> impl Future<Output = Result<(Patched, Option<IpPool>), StoreError>> + Send;
 
-    /// The pool `name` as this process last saw it, without a request: a hint for the plan of an attachment's
-    /// first ADD, never evidence — what a plan on it decides is written with guards, and what it cannot find
-    /// (a free address, the pool itself) is read fresh before anyone is told. `None`: nothing is kept.
+    /// The pool `name` as this process last saw it, without a request: a hint for a plan, never evidence — what a
+    /// plan on it decides is written with guards, and what it cannot find (a free address, the pool itself) is
+    /// read fresh before anyone is told. `None`: nothing is kept.
     fn cached_pool(&self, _name: &str) -> Option<IpPool> {
         None
-    }
-
-    /// [`PoolStore::cached_pool`], else one read shared by every caller that asks at the same time (the first
-    /// ADDs of a burst): a hint all the same, and `None` when the read fails or the store keeps nothing.
-    fn hint_pool(&self, _name: &str) -> impl Future<Output = Option<IpPool>> + Send {
-        async { None }
     }
 
     /// Offsets of pool `pool` that claims of this process are writing right now: not to be planned by another.
@@ -438,12 +432,6 @@ pub trait SliceStore: Send + Sync {
     /// [`PoolStore::cached_pool`]. `None`: nothing is kept.
     fn cached_node_slices(&self, _name: &str) -> Option<NodeSlicePool> {
         None
-    }
-
-    /// [`SliceStore::cached_node_slices`], else one read shared by every caller that asks at the same time, as
-    /// [`PoolStore::hint_pool`].
-    fn hint_node_slices(&self, _name: &str) -> impl Future<Output = Option<NodeSlicePool>> + Send {
-        async { None }
     }
 
     /// Waits for this process's turn to claim a slice of the NodeSlicePool `name`, so that concurrent ADDs of one

@@ -9,7 +9,9 @@
 //! - **A hint cache.** The newest version of each pool and NodeSlicePool this process received (a read, a create,
 //!   a batch's answer). Only [`PoolStore::cached_pool`] and [`SliceStore::cached_node_slices`] return it; every
 //!   `get_*` still reads the server, so the read-backs and re-reads the protocol relies on are never served from
-//!   memory. A failed write forgets the object.
+//!   memory. A failed write forgets the object. Plans use it only where the attachment is known to hold nothing
+//!   in the object (its search reads fresh): a claim planning again, a pool another claim just created, a slice
+//!   another claim just took.
 //! - **Offsets in flight.** Concurrent claims of one pool plan around each other's offsets instead of racing for
 //!   the lowest free one, and concurrent ADDs that find the node's slices full claim one slice between them
 //!   ([`SliceStore::slice_turn`]), or a pool missing create it once ([`PoolStore::create_turn`]).
@@ -74,12 +76,6 @@ struct State {
     in_flight: Mutex<HashMap<String, BTreeSet<u128>>>,
     queues: Mutex<HashMap<String, Arc<Queue>>>,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// One hint read at a time per object: the callers behind it take what it read.
-    fills: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Objects a hint read found absent, with the number of that read ([`State::reads`]): callers that waited
-    /// behind it take "absent" too, rather than each reading again.
-    absent: Mutex<HashMap<String, u64>>,
-    reads: AtomicU64,
     writes: AtomicU64,
     requests: AtomicU64,
     split: AtomicU64,
@@ -164,21 +160,6 @@ impl<S> Shared<S> {
     async fn turn(&self, key: String) -> Turn {
         let turn = self.state.turns.lock().expect("not poisoned").entry(key).or_default().clone();
         Turn(turn.lock_owned().await)
-    }
-
-    /// Whether a hint read of `key` that began after the caller asked (`asked`) found it absent.
-    fn absent_since(&self, key: &str, asked: u64) -> bool {
-        self.state.absent.lock().expect("not poisoned").get(key).is_some_and(|&read| read > asked)
-    }
-
-    fn mark_absent(&self, key: String) {
-        let read = self.state.reads.fetch_add(1, Ordering::Relaxed);
-        self.state.absent.lock().expect("not poisoned").insert(key, read);
-    }
-
-    async fn fill_turn(&self, key: String) -> tokio::sync::OwnedMutexGuard<()> {
-        let turn = self.state.fills.lock().expect("not poisoned").entry(key).or_default().clone();
-        turn.lock_owned().await
     }
 
     fn queue(&self, pool: &str) -> Arc<Queue> {
@@ -398,26 +379,6 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         self.state.pools.lock().expect("not poisoned").get(name).cloned()
     }
 
-    async fn hint_pool(&self, name: &str) -> Option<IpPool> {
-        if let Some(known) = self.cached_pool(name) {
-            return Some(known);
-        }
-        let key = format!("pool/{name}");
-        let asked = self.state.reads.fetch_add(1, Ordering::Relaxed);
-        let _turn = self.fill_turn(key.clone()).await;
-        if let Some(known) = self.cached_pool(name) {
-            return Some(known);
-        }
-        if self.absent_since(&key, asked) {
-            return None;
-        }
-        let read = self.get_pool(name).await.ok().flatten();
-        if read.is_none() {
-            self.mark_absent(key);
-        }
-        read
-    }
-
     async fn create_turn(&self, name: &str) -> Option<Turn> {
         Some(self.turn(format!("create/{name}")).await)
     }
@@ -491,26 +452,6 @@ impl<S: SliceStore> SliceStore for Shared<S> {
 
     fn cached_node_slices(&self, name: &str) -> Option<NodeSlicePool> {
         self.state.slices.lock().expect("not poisoned").get(name).cloned()
-    }
-
-    async fn hint_node_slices(&self, name: &str) -> Option<NodeSlicePool> {
-        if let Some(known) = self.cached_node_slices(name) {
-            return Some(known);
-        }
-        let key = format!("nodeslicepool/{name}");
-        let asked = self.state.reads.fetch_add(1, Ordering::Relaxed);
-        let _turn = self.fill_turn(key.clone()).await;
-        if let Some(known) = self.cached_node_slices(name) {
-            return Some(known);
-        }
-        if self.absent_since(&key, asked) {
-            return None;
-        }
-        let read = self.get_node_slices(name).await.ok().flatten();
-        if read.is_none() {
-            self.mark_absent(key);
-        }
-        read
     }
 
     async fn slice_turn(&self, name: &str) -> Option<Turn> {

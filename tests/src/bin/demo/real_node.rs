@@ -85,6 +85,12 @@ async fn run(step: &mut Step, cluster: &'static TestCluster, node: &Node) -> any
         ));
         pods.push((name.clone(), uid, ip));
     }
+    let agent = node.container_logs(SYSTEM, "hereabouts-", "agent");
+    let served = agent.lines().filter(|l| l.contains("served") && l.contains("command=ADD")).count();
+    detail(&format!(
+        "the node agent (container `agent` of the DaemonSet pod) served {served} of the {PODS} ADDs: the plugin \
+         handed them over /run/hereabouts/agent.sock"
+    ));
 
     step.say("web-0 pings every other pod on its secondary address");
     for (name, _, ip) in &pods[1..] {
