@@ -12,6 +12,9 @@
 //!   memory. A failed write forgets the object. Plans use it only where the attachment is known to hold nothing
 //!   in the object (its search reads fresh): a claim planning again, a pool another claim just created, a slice
 //!   another claim just took.
+//! - **Shared reads.** Reads of one object that arrive while a read of it is on the wire wait for it, then share
+//!   the next one: sent after each of them asked, it is as fresh for each as a read of its own (never the one that
+//!   was already on the wire, which may predate a caller's own write).
 //! - **Offsets in flight.** Concurrent claims of one pool plan around each other's offsets instead of racing for
 //!   the lowest free one, and concurrent ADDs that find the node's slices full claim one slice between them
 //!   ([`SliceStore::slice_turn`]), or a pool missing create it once ([`PoolStore::create_turn`]).
@@ -76,6 +79,7 @@ struct State {
     in_flight: Mutex<HashMap<String, BTreeSet<u128>>>,
     queues: Mutex<HashMap<String, Arc<Queue>>>,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    reads: Mutex<HashMap<String, Arc<Reads>>>,
     writes: AtomicU64,
     requests: AtomicU64,
     split: AtomicU64,
@@ -86,6 +90,20 @@ struct State {
 struct Queue {
     sending: tokio::sync::Mutex<()>,
     waiting: Mutex<Vec<Waiting>>,
+}
+
+/// One object's reads waiting to be sent, and who reads now: readers that arrive while a read is on the wire share
+/// the next one, which is sent after each of them asked — as fresh for each as a read of its own.
+#[derive(Default)]
+struct Reads {
+    sending: tokio::sync::Mutex<()>,
+    waiting: Mutex<Vec<oneshot::Sender<Result<Read, StoreError>>>>,
+}
+
+#[derive(Clone)]
+enum Read {
+    Pool(Option<Box<IpPool>>),
+    Slices(Option<Box<NodeSlicePool>>),
 }
 
 struct Waiting {
@@ -160,6 +178,33 @@ impl<S> Shared<S> {
     async fn turn(&self, key: String) -> Turn {
         let turn = self.state.turns.lock().expect("not poisoned").entry(key).or_default().clone();
         Turn(turn.lock_owned().await)
+    }
+
+    /// `read` of the object `key`, shared with the readers that wait with this one (group commit for reads).
+    async fn read<F>(&self, key: String, read: impl FnOnce() -> F) -> Result<Read, StoreError>
+    where
+        F: std::future::Future<Output = Result<Read, StoreError>>,
+    {
+        let reads = self.state.reads.lock().expect("not poisoned").entry(key.clone()).or_default().clone();
+        let (answer, mut answered) = oneshot::channel();
+        reads.waiting.lock().expect("not poisoned").push(answer);
+        {
+            let _sending = reads.sending.lock().await;
+            if let Ok(result) = answered.try_recv() {
+                return result;
+            }
+            let readers = std::mem::take(&mut *reads.waiting.lock().expect("not poisoned"));
+            let result = read().await;
+            for reader in readers {
+                let _ = reader.send(match &result {
+                    Ok(read) => Ok(read.clone()),
+                    Err(e) => Err(copy(e)),
+                });
+            }
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(StoreError::new("object", &key, "get", super::Failure::Unavailable, "the shared read ended".into()))
+        })
     }
 
     fn queue(&self, pool: &str) -> Arc<Queue> {
@@ -280,12 +325,15 @@ impl<S: PoolStore> PoolStore for Shared<S> {
     }
 
     async fn get_pool(&self, name: &str) -> Result<Option<IpPool>, StoreError> {
-        let read = self.inner.get_pool(name).await?;
+        let read = self
+            .read(format!("pool/{name}"), || async { Ok(Read::Pool(self.inner.get_pool(name).await?.map(Box::new))) })
+            .await?;
+        let Read::Pool(read) = read else { unreachable!("a pool's key reads a pool") };
         match &read {
             Some(pool) => self.remember_pool(pool),
             None => self.forget_pool(name),
         }
-        Ok(read)
+        Ok(read.map(|p| *p))
     }
 
     async fn create_pool(
@@ -404,12 +452,17 @@ impl<S: PoolStore> PoolStore for Shared<S> {
 
 impl<S: SliceStore> SliceStore for Shared<S> {
     async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
-        let read = self.inner.get_node_slices(name).await?;
+        let read = self
+            .read(format!("nodeslicepool/{name}"), || async {
+                Ok(Read::Slices(self.inner.get_node_slices(name).await?.map(Box::new)))
+            })
+            .await?;
+        let Read::Slices(read) = read else { unreachable!("a NodeSlicePool's key reads one") };
         match &read {
             Some(slices) => self.remember_slices(slices),
             None => self.forget_slices(name),
         }
-        Ok(read)
+        Ok(read.map(|s| *s))
     }
 
     async fn create_node_slices(
@@ -628,6 +681,26 @@ mod tests {
         assert!(store.cached_pool("p").unwrap().spec.allocations.is_empty());
         assert_eq!(store.get_pool("p").await.unwrap().unwrap().spec.allocations.len(), 1);
         assert_eq!(store.cached_pool("p").unwrap().spec.allocations.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readers_that_meet_share_a_read_sent_after_they_asked() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        // the second request is refused with 429: the first reader reads alone, the seven that arrived while its
+        // read was on the wire share the next one, so all seven see the refusal (without sharing, one would)
+        let store = slow(&base, FaultPlan::quiet(3).at(Op::GetPool, 2, Fault::TooMany));
+        let reads = (0..8).map(|_| {
+            let store = store.clone();
+            async move { store.get_pool("p").await }
+        });
+        let answers = futures::future::join_all(reads).await;
+        assert!(matches!(answers[0], Ok(Some(_))), "{:?}", answers[0]);
+        let refused = answers.iter().filter(|a| a.as_ref().is_err_and(StoreError::is_transient)).count();
+        assert_eq!(refused, 7, "the readers that met shared one read: {answers:?}");
+        // a write by another process, then a read: it sees the write
+        base.add_allocation("p", 9, &entry("elsewhere"), &AsRead::default()).await.unwrap();
+        assert_eq!(store.get_pool("p").await.unwrap().unwrap().spec.allocations.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
