@@ -101,6 +101,24 @@ struct PodScript {
     agent: bool,
 }
 
+impl PodScript {
+    /// A pod of `network` on `node`, through the binary, started at `start_ms`, living `live_ms`, then deleted
+    /// with a DEL: the cases written out by hand change what they need from here.
+    fn on(network: usize, node: usize, start_ms: u64, live_ms: u64) -> Self {
+        PodScript {
+            network,
+            node,
+            static_pod: false,
+            repeat_add: false,
+            end: End::Del,
+            recreated: false,
+            start_ms,
+            live_ms,
+            agent: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
     /// CNI DEL, then the pod object goes.
@@ -853,15 +871,8 @@ fn arb_agent_burst() -> impl Strategy<Value = Vec<PodScript>> {
     let pod =
         (prop::sample::select(vec![0usize, 3, 5, 6]), 0usize..2, prop_oneof![Just(0u64), Just(5_000u64)], 0u64..20_000)
             .prop_map(|(network, node, start_ms, live_ms)| PodScript {
-                network,
-                node,
-                static_pod: false,
-                repeat_add: false,
-                end: End::Del,
-                recreated: false,
-                start_ms,
-                live_ms,
                 agent: true,
+                ..PodScript::on(network, node, start_ms, live_ms)
             });
     proptest::collection::vec(pod, 8..20)
 }
@@ -964,15 +975,8 @@ fn a_guard_less_one_test_is_caught() {
 /// lands on the stale plan. The add's `test` of the offset's release record is what refuses it.
 fn a_claim_planned_before_a_release() -> Result<(), String> {
     let pod = |network, start_ms, live_ms, repeat_add| PodScript {
-        network,
-        node: 0,
-        static_pod: false,
         repeat_add,
-        end: End::Del,
-        recreated: false,
-        start_ms,
-        live_ms,
-        agent: false,
+        ..PodScript::on(network, 0, start_ms, live_ms)
     };
     let scripts = vec![
         pod(0, 5000, 2321, true),
@@ -1002,15 +1006,11 @@ fn a_release_since_the_plan_makes_the_claim_fail() {
 #[test]
 fn a_give_back_that_fails_fails_the_add() {
     let p = |network, node, end, recreated, start_ms, live_ms| PodScript {
-        network,
-        node,
-        static_pod: false,
         repeat_add: true,
         end,
         recreated,
-        start_ms,
-        live_ms,
         agent: true,
+        ..PodScript::on(network, node, start_ms, live_ms)
     };
     let scripts = vec![
         p(0, 2, End::Del, false, 10222, 20502),
@@ -1032,15 +1032,11 @@ fn a_give_back_that_fails_fails_the_add() {
 #[test]
 fn a_new_pod_of_a_vanished_ones_name_finds_its_entry_in_a_slice_listed_free() {
     let p = |network, node, repeat_add, end, recreated, start_ms, live_ms, agent: bool| PodScript {
-        network,
-        node,
-        static_pod: false,
         repeat_add,
         end,
         recreated,
-        start_ms,
-        live_ms,
         agent,
+        ..PodScript::on(network, node, start_ms, live_ms)
     };
     let scripts = vec![
         p(3, 2, false, End::Del, false, 17373, 25763, false),

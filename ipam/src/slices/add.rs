@@ -150,12 +150,6 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     // concurrent ADDs of this process that find the node's slices full claim one between them:
                     // whoever waited reads again, and takes the slice claimed meanwhile
                     let turn = self.store.slice_turn(&name).await;
-                    if turn.is_none() && hinted {
-                        // no turns, so no hints either; kept for a store that gives one without the other
-                        hinted = false;
-                        slices = self.read_slices(&name).await?;
-                        continue;
-                    }
                     if turn.is_some() {
                         hinted = false;
                         let mine = |s: &[Slice]| s.iter().filter(|s| s.node == self.node()).count();

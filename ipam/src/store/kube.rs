@@ -104,10 +104,24 @@ impl KubeStore {
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
-            Ok(_) => Ok(Patched::Applied),
-            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
-            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+        Self::guarded_returning(api, kind, name, op, &patch).await.map(|(patched, _)| patched)
+    }
+
+    /// [`KubeStore::guarded`], with the object as stored after an applied patch.
+    async fn guarded_returning<K>(
+        api: &Api<K>,
+        kind: &'static str,
+        name: &str,
+        op: String,
+        patch: &json_patch::Patch,
+    ) -> Result<(Patched, Option<K>), StoreError>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch.clone())).await {
+            Ok(after) => Ok((Patched::Applied, Some(after))),
+            Err(kube::Error::Api(status)) if status.code == 422 => Ok((Patched::Refused(status.message), None)),
+            Err(e) if is_status(&e, 404) => Ok((Patched::Missing, None)),
             Err(e) => Err(error(kind, name, op, e)),
         }
     }
@@ -216,12 +230,7 @@ impl PoolStore for KubeStore {
         op: &str,
         patch: &json_patch::Patch,
     ) -> Result<(Patched, Option<IpPool>), StoreError> {
-        match self.pools.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch.clone())).await {
-            Ok(pool) => Ok((Patched::Applied, Some(pool))),
-            Err(kube::Error::Api(status)) if status.code == 422 => Ok((Patched::Refused(status.message), None)),
-            Err(e) if is_status(&e, 404) => Ok((Patched::Missing, None)),
-            Err(e) => Err(error(POOL, name, op, e)),
-        }
+        Self::guarded_returning(&self.pools, POOL, name, op.to_string(), patch).await
     }
 
     async fn delete_pool(&self, name: &str, version: &Version) -> Result<Deleted, StoreError> {

@@ -497,7 +497,25 @@ impl MemoryStore {
 
     /// One guarded or merge patch of pool `pool`, as one call.
     async fn pool_call(&self, op: Op, pool: &str, change: Change<'_>) -> Result<Patched, StoreError> {
-        refused_as_patched(self.call(op, "pool", pool, |s| self.patch_pool(s, pool, &change)).await)
+        self.pool_call_with(op, pool, change, |_| {}).await
+    }
+
+    /// [`MemoryStore::pool_call`], `seen` shown the state right after the patch (applied or not).
+    async fn pool_call_with(
+        &self,
+        op: Op,
+        pool: &str,
+        change: Change<'_>,
+        seen: impl FnOnce(&State),
+    ) -> Result<Patched, StoreError> {
+        let result = self
+            .call(op, "pool", pool, |s| {
+                let patched = self.patch_pool(s, pool, &change);
+                seen(s);
+                patched
+            })
+            .await;
+        refused_as_patched(result)
     }
 }
 
@@ -547,17 +565,12 @@ impl PoolStore for MemoryStore {
         patch: &json_patch::Patch,
     ) -> Result<(Patched, Option<IpPool>), StoreError> {
         // faults as for the write it most often carries: an agent's batch of entries
-        let result = self
-            .call(Op::AddAllocation, "pool", name, |s| {
-                let patched = self.patch_pool(s, name, &Change::Guarded(patch))?;
-                let after = matches!(patched, Patched::Applied).then(|| s.pools.get(name).cloned()).flatten();
-                Ok((patched, after))
-            })
-            .await;
-        match result {
-            Err(e) if e.status_code() == Some(422) => Ok((Patched::Refused(e.message), None)),
-            other => other,
-        }
+        let mut after = None;
+        let patched = self
+            .pool_call_with(Op::AddAllocation, name, Change::Guarded(patch), |s| after = s.pools.get(name).cloned())
+            .await?;
+        let applied = patched == Patched::Applied;
+        Ok((patched, after.filter(|_| applied)))
     }
 
     async fn add_allocation(
