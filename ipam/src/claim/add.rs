@@ -91,6 +91,11 @@ pub(crate) trait Policy<S>: Sync {
         None
     }
 
+    /// An entry of the pool as read (offset and id) that the claim must still find: the pool was in use.
+    fn guard_in_use(&self, _pool: &IpPool) -> Option<(u128, String)> {
+        None
+    }
+
     /// Once `offset` of `pool` (as read) is claimed, what the mode does before the address is handed out. A
     /// failure is rolled back by the caller with everything else the ADD wrote.
     fn claimed(
@@ -310,7 +315,11 @@ where
         let released = cooldown::of_pool(pool)
             .and(pool.spec.released.as_ref())
             .map(|records| records.get(&offset.to_string()).cloned());
-        AsRead { released, sub_interface: self.policy.guard_record(pool, offset) }
+        AsRead {
+            released,
+            sub_interface: self.policy.guard_record(pool, offset),
+            in_use: self.policy.guard_in_use(pool),
+        }
     }
 
     /// Claims the free `offset`: cluster-wide first (the reservation, when the network reserves), then in the
@@ -599,6 +608,16 @@ where
             {
                 journal.forget_allocation(pool_name, offset);
                 tracing::info!(pool = %pool_name, offset, "address released under the claim; picking again");
+                Ok(Added::Lost(pool))
+            }
+            // the entry that showed the pool in use is gone: pick again on the pool as it is now
+            AtOffset::Free
+                if read.in_use.as_ref().is_some_and(|(other, id)| {
+                    pool.spec.allocations.get(&other.to_string()).is_none_or(|e| &e.id != id)
+                }) =>
+            {
+                journal.forget_allocation(pool_name, offset);
+                tracing::debug!(pool = %pool_name, offset, "the pool emptied under the claim; picking again");
                 Ok(Added::Lost(pool))
             }
             AtOffset::Free => match refusal {

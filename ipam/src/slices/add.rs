@@ -52,11 +52,17 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
 
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
         let name = names::node_slice_pool_name(self.network_name(), &self.who.cfg.name);
-        // The slices and the node's own pools are read, never taken from a cache: a new sandbox of the pod (a first
-        // ADD by its mark) must find its predecessor's entry, which another process may have written.
-        let mut slices = self.read_slices(&name).await?;
-        let mut hinted = false;
-        let (preferred, mut read) = self.find_mine(&slices).await?;
+        // A first ADD may plan on what this process saw last (the node agent's copies): since the node booted no
+        // invocation of this pod's interface has run here (its mark says so), so no entry of it was written after
+        // any copy was read; a copy only goes stale on what others do, which the guards and a fresh read before
+        // "full" take care of. Every other ADD reads: it must find what an earlier try or sandbox wrote.
+        let seen = if self.first_add { self.store.cached_node_slices(&name) } else { None };
+        let (mut slices, mut hinted) = match seen.map(|seen| self.check(&seen)) {
+            Some(Ok(slices)) => (slices, true),
+            _ => (self.read_slices(&name).await?, false),
+        };
+        let (found_in, mut read) = self.find_mine(&slices).await?;
+        let preferred = found_in.as_ref().map(|s| s.cidr);
         let mut full: BTreeSet<IpNet> = BTreeSet::new();
         let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
@@ -70,6 +76,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                 return Err(IpamError::Expired(format!("node slices {name}: no address claimed in time")));
             }
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if let Some(found) = &found_in {
+                pin(&mut slices, self.node(), found);
+            }
             let next = match self.requested {
                 Some(ip) => self.requested_next(&slices, ip)?,
                 None => {
@@ -96,8 +105,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         && slice.node == self.node()
                         && let Some(seen) = self.store.cached_pool(&pool)
                     {
-                        // the attachment holds nothing in the node's pools (read above): a pool of ours another ADD
-                        // of this process just made or wrote is a hint, its plan guarded, "full" read again
+                        // the attachment holds nothing in the node's pools (searched above): a pool of ours this
+                        // process has seen is a hint, its plan guarded, "full" read again
                         target.read = Some(seen);
                         target.hinted = true;
                     }
@@ -218,13 +227,22 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     /// The slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod), and that
     /// pool; else the pool of the node's first slice, read on the way. The node's own slices are read; a borrowed
     /// entry (only ever written when no slice was free) is found through this node's reservations.
-    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<IpNet>, Option<IpPool>), IpamError> {
+    async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<Slice>, Option<IpPool>), IpamError> {
         let mut first = None;
         for slice in slices.iter().filter(|s| s.node == self.node()) {
             let name = slice.pool_name(self.network_name());
+            if self.first_add
+                && let Some(seen) = self.store.cached_pool(&name)
+            {
+                // an entry from before the node booted shows in any copy; the plan takes the copy (see `run`)
+                if seen.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
+                    return Ok((Some(slice.clone()), Some(seen)));
+                }
+                continue;
+            }
             let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
             if pool.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
-                return Ok((Some(slice.cidr), Some(pool)));
+                return Ok((Some(slice.clone()), Some(pool)));
             }
             first.get_or_insert(pool);
         }
@@ -236,32 +254,31 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         Ok((None, first))
     }
 
-    /// The other node's slice, and its pool, that holds an entry this attachment borrowed, if any. Only a
-    /// network with reservations borrows; it borrowed when no slice was free, but slices may have been freed since
-    /// (a node left), so the search does not depend on the slices' state now.
-    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Option<IpNet>, Option<IpPool>)>, IpamError> {
-        if !self.who.kube.overlapping_ranges {
-            return Ok(None);
-        }
-        let Some(label) = crate::store::node_label_value(self.node()) else { return Ok(None) };
-        let listed = self
-            .budget
-            .retry(StoreError::is_transient, || self.store.list_reservations(Some(label)))
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("reservations of node {}: list", self.node()), e))?;
+    /// The slice, with the node whose pool of it holds an entry of this attachment outside the slices listed as
+    /// its node's, and that pool, if any: an entry borrowed from another node's slice (with reservations, when no
+    /// slice was free), or one in the node's own pool of a slice a NodeSlicePool, lost and rebuilt by another
+    /// node, lists as free — whatever the slices' state since (a node left, the leader gave a slice back). The
+    /// pools are the only record that cannot be lost with the entry (a reservation can be: Whereabouts' DEL
+    /// deletes one by name), so they are listed, once, and looked through.
+    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Option<Slice>, Option<IpPool>)>, IpamError> {
+        let pools = self.list_pools().await?;
         let me = &self.who.me;
-        let mine = listed.iter().filter(|r| r.spec.podref == me.podref && r.spec.ifname == me.ifname);
-        for reservation in mine {
-            let name = reservation.metadata.name.as_deref().unwrap_or_default();
-            let Some(ip) = names::reservation_address(name, self.network_name(), self.range) else { continue };
-            let Some(slice) = slices::slice_of(slices, ip).filter(|s| s.node != self.node()) else { continue };
-            // a slice listed free (its NodeSlicePool lost and rebuilt by another node) that holds our entry holds
-            // it in our own pool of it: the leader gives such a slice back, and meanwhile it is claimed again
-            let owner = if slice.node.is_empty() { self.node() } else { slice.node.as_str() };
-            let pool_name = names::slice_pool_name(self.network_name(), owner, slice.cidr);
-            let pool = self.get(&pool_name, || self.store.get_pool(&pool_name)).await?;
-            if let Some(pool) = pool.filter(|p| p.spec.allocations.values().any(|a| me.is_attachment(a))) {
-                return Ok(Some((Some(slice.cidr), Some(pool))));
+        let of_network = |p: &IpPool| {
+            let annotated = p.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));
+            annotated.is_none_or(|n| n == self.network_name())
+        };
+        let holding =
+            pools.iter().filter(|p| of_network(p) && p.spec.allocations.values().any(|a| me.is_attachment(a)));
+        for pool in holding {
+            let Some(name) = pool.metadata.name.as_deref() else { continue };
+            let Ok(range) = pool.spec.range.parse::<IpNet>() else { continue };
+            let Some(slice) = slices.iter().find(|s| s.cidr == range.trunc() && s.node != self.node()) else {
+                continue;
+            };
+            let Some(node) = names::node_of_slice_pool(name, self.network_name(), slice.cidr) else { continue };
+            // without reservations nothing is borrowed: only the node's own pools count
+            if node == self.node() || self.who.kube.overlapping_ranges {
+                return Ok(Some((Some(Slice { node: node.to_string(), ..slice.clone() }), Some(pool.clone()))));
             }
         }
         Ok(None)
@@ -375,6 +392,18 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     }
 }
 
+/// Where the attachment's entry was found, laid over the slices as listed: a slice listed free whose pool of
+/// another node holds it is that node's to this ADD (it borrows there, keeping its address). One listed free whose
+/// pool of this node holds it stays listed free: the ADD claims it back (`slices::next` takes it first).
+fn pin(slices: &mut [Slice], node: &str, found: &Slice) {
+    if found.node == node {
+        return;
+    }
+    if let Some(listed) = slices.iter_mut().find(|s| s.cidr == found.cidr && s.node.is_empty()) {
+        listed.node = found.node.clone();
+    }
+}
+
 /// The claim in one slice's pool. A borrower never creates another node's slice pool (one that is gone was
 /// deleted with its slice freed). The owner creates its missing pool only after reading again that the slice is
 /// still its own and that no other node's pool of it holds entries, and, having written its entry into the pool it
@@ -391,8 +420,10 @@ struct InSlice<'a, 'b, S> {
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> InSlice<'_, '_, S> {
+    /// Whether the slice, as the NodeSlicePool lists it `now`, is no longer the node's whose pool this claim
+    /// writes (this node's, or the lender's).
     fn moved(&self, now: Option<&Slice>) -> bool {
-        now.is_none_or(|s| s.node != self.add.node())
+        now.is_none_or(|s| s.node != self.slice.node)
     }
 
     fn full(&self) -> IpamError {
@@ -405,6 +436,11 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
         let owned = self.slice.node == self.add.node();
         self.missing.store(!owned, Ordering::Relaxed);
         owned.then_some(None)
+    }
+
+    fn guard_in_use(&self, pool: &IpPool) -> Option<(u128, String)> {
+        let offsets = pool.spec.allocations.iter().filter_map(|(k, e)| Some((k.parse::<u128>().ok()?, e)));
+        offsets.min_by_key(|(offset, _)| *offset).map(|(offset, e)| (offset, e.id.clone()))
     }
 
     async fn may_create(&self, _store: &S, _budget: &Budget) -> Result<bool, IpamError> {
@@ -426,18 +462,21 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
     async fn claimed(
         &self,
         _store: &S,
-        _pool: &IpPool,
+        pool: &IpPool,
         _range: &IpRange,
         _offset: u128,
         _budget: &Budget,
     ) -> Result<(), IpamError> {
-        if !self.created.load(Ordering::Relaxed) {
+        // A pool in use (its guard tested an entry still there) keeps its slice: no node claims a slice whose
+        // pools hold entries. The first entry of an empty pool, or of one re-created, may have landed as the slice
+        // changed hands: read the owner, and give the entry back if it is no longer the pool's node.
+        if !self.created.load(Ordering::Relaxed) && !pool.spec.allocations.is_empty() {
             return Ok(());
         }
         let now = self.add.slice_now(self.node_slices, self.slice).await?;
         if self.moved(now.as_ref()) {
             tracing::warn!(node_slices = self.node_slices, slice = %self.slice.cidr,
-                "the slice moved while this node re-created its pool: the entry is given back");
+                "the slice changed hands as the entry was written into its empty pool: the entry is given back");
             return Err(self.full());
         }
         Ok(())

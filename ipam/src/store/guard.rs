@@ -102,7 +102,8 @@ fn guarded(guard: Guard, ops: Vec<PatchOperation>) -> Patch {
 /// Adds `entry` at `offset` if, and only if, no entry is there — of two writers of one offset exactly one wins —
 /// and what else the claim decided on is still as read: in a pool with a reuse cooldown, the offset's release
 /// record (a release since the read makes the address cool again); in IaaS provider mode, the node and VLAN of
-/// its sub-interface record (a provider that marked it unbinding or moved it since makes the claim fail).
+/// its sub-interface record (a provider that marked it unbinding or moved it since makes the claim fail); in slice
+/// mode, an entry that showed the pool in use.
 pub fn add_entry(offset: u128, entry: &IpAllocation, read: &AsRead) -> Patch {
     let path = entry_path(offset);
     let mut ops = vec![test(&path, Value::Null)];
@@ -113,6 +114,9 @@ pub fn add_entry(offset: u128, entry: &IpAllocation, read: &AsRead) -> Patch {
         let record = format!("/spec/subInterfaces/{offset}");
         ops.push(test(&format!("{record}/node"), json!(seen.node)));
         ops.push(test(&format!("{record}/vlan"), json!(seen.vlan)));
+    }
+    if let Some((other, id)) = &read.in_use {
+        ops.push(test(&format!("{}/id", entry_path(*other)), json!(id)));
     }
     ops.push(add(&path, value(entry)));
     guarded(Guard::AddEntry, ops)
@@ -398,6 +402,20 @@ mod tests {
         apply(&mut released, &add_entry(3, &entry("c3", "ns/c"), &AsRead { released: Some(None), ..as_read.clone() }))
             .unwrap();
         assert!(apply(&mut released.clone(), &add_entry(2, &entry("c2", "ns/b"), &as_read)).is_ok(), "as read");
+    }
+
+    #[test]
+    fn an_add_planned_on_a_pool_in_use_fails_once_the_entry_it_saw_is_gone() {
+        let in_use = AsRead { in_use: Some((1, "c1".into())), ..AsRead::default() };
+        let mut doc = pool();
+        apply(&mut doc.clone(), &add_entry(2, &entry("c2", "ns/b"), &in_use)).unwrap();
+        apply(&mut doc, &remove_entry(1, &entry("c1", "ns/a"), None)).unwrap();
+        let before = doc.clone();
+        assert!(apply(&mut doc, &add_entry(2, &entry("c2", "ns/b"), &in_use)).is_err(), "emptied since");
+        assert_eq!(doc, before);
+        let mut other = pool();
+        other["spec"]["allocations"]["1"]["id"] = json!("c7");
+        assert!(apply(&mut other, &add_entry(2, &entry("c2", "ns/b"), &in_use)).is_err(), "another entry there now");
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub struct AsRead {
     pub released: Option<Option<String>>,
     /// In IaaS provider mode: the offset's sub-interface record as read.
     pub sub_interface: Option<SubInterfaceRecord>,
+    /// In slice mode: an entry of the pool as read (its offset and id), which must still be there. A slice whose
+    /// pools are all empty may change hands (a NodeSlicePool lost and rebuilt lists it free), so a claim that
+    /// planned on a pool in use must not land in one emptied since; one that planned on an empty pool reads the
+    /// slice's owner after writing instead.
+    pub in_use: Option<(u128, String)>,
 }
 
 /// What a create did.
