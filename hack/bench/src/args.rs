@@ -144,12 +144,17 @@ pub enum Variant {
     WhereaboutsFast,
     /// `node_slice_size`, each node's invocations handed to its node agent.
     HereaboutsAgent,
+    /// One IPPool per range, each node's invocations handed to its node agent.
+    HereaboutsPoolAgent,
 }
 
 impl Variant {
     pub fn plugin(self) -> Plugin {
         match self {
-            Variant::Hereabouts | Variant::HereaboutsSlice | Variant::HereaboutsAgent => Plugin::Hereabouts,
+            Variant::Hereabouts
+            | Variant::HereaboutsSlice
+            | Variant::HereaboutsAgent
+            | Variant::HereaboutsPoolAgent => Plugin::Hereabouts,
             Variant::Whereabouts | Variant::WhereaboutsFast => Plugin::Whereabouts,
         }
     }
@@ -162,6 +167,7 @@ impl Variant {
             Variant::HereaboutsSlice => "hereabouts-slice",
             Variant::WhereaboutsFast => "whereabouts-fast",
             Variant::HereaboutsAgent => "hereabouts-agent",
+            Variant::HereaboutsPoolAgent => "hereabouts-pool-agent",
         }
     }
 
@@ -173,6 +179,7 @@ impl Variant {
             Variant::HereaboutsSlice => "hereabouts slice",
             Variant::WhereaboutsFast => "Whereabouts fast IPAM",
             Variant::HereaboutsAgent => "hereabouts slice + agent",
+            Variant::HereaboutsPoolAgent => "hereabouts + agent",
         }
     }
 
@@ -184,6 +191,7 @@ impl Variant {
             Variant::HereaboutsSlice => "hereabouts_slice",
             Variant::WhereaboutsFast => "whereabouts_fast_ipam",
             Variant::HereaboutsAgent => "hereabouts_slice_agent",
+            Variant::HereaboutsPoolAgent => "hereabouts_agent",
         }
     }
 }

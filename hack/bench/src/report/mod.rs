@@ -132,8 +132,8 @@ impl Report {
                  {LARGE_PARALLEL} at a time, {LARGE_RANGE}, overlapping on; slices {LARGE_SLICE}"
             );
             t.columns(
-                &["hereabouts", "h. slice", "h. slice + agent", "Whereabouts", "Wh. fast IPAM"],
-                &[(2, 3, "Ha/W"), (2, 4, "Ha/Wf")],
+                &["hereabouts", "h. + agent", "h. slice", "h. slice + agent", "Whereabouts", "Wh. fast IPAM"],
+                &[(1, 4, "H+a/W"), (3, 4, "Ha/W"), (3, 5, "Ha/Wf")],
             );
             let cols: Vec<(Variant, Summary)> = LARGE_VARIANTS.iter().map(|&v| (v, self.get("large", v))).collect();
             doc["large"] = burst_section(&mut t, &mut failures, "large", &title, &cols);

@@ -1,6 +1,6 @@
 //! The large burst, in the shape of Spiderpool's published benchmark: 1,000 pods over 10 nodes, here as 1,000 CNI
 //! ADD processes with at most 100 under way (ten per node, as kubelets start a Deployment's pods), for each way of
-//! running: hereabouts with one pool, in node slices by the binary alone and through each node's agent, Whereabouts
+//! running: hereabouts with one pool (by the binary alone and through each node's agent), in node slices by the binary alone and through each node's agent, Whereabouts
 //! with one pool and in fast IPAM.
 
 use serde_json::json;
@@ -20,8 +20,9 @@ pub const LARGE_NODES: usize = 10;
 pub const LARGE_PARALLEL: usize = 100;
 
 /// The variants the large burst runs, in order.
-pub const LARGE_VARIANTS: [Variant; 5] = [
+pub const LARGE_VARIANTS: [Variant; 6] = [
     Variant::Hereabouts,
+    Variant::HereaboutsPoolAgent,
     Variant::HereaboutsSlice,
     Variant::HereaboutsAgent,
     Variant::Whereabouts,
@@ -38,7 +39,7 @@ impl Bench {
         let mut r = self.round(variant.plugin(), "large", ipam).await?;
         let nodes: Vec<String> = (0..LARGE_NODES).map(|i| format!("node-{i}")).collect();
         let agents = match variant {
-            Variant::HereaboutsAgent => {
+            Variant::HereaboutsAgent | Variant::HereaboutsPoolAgent => {
                 let agents = Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes).await?;
                 r.agents = Some(agents.dir.clone());
                 Some(agents)
