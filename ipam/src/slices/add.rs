@@ -224,9 +224,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         })
     }
 
-    /// The slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod), and that
-    /// pool; else the pool of the node's first slice, read on the way. The node's own slices are read; a borrowed
-    /// entry (only ever written when no slice was free) is found through this node's reservations.
+    /// The slice whose pool holds this attachment's entry (a retried ADD, a new sandbox of the pod), with the node
+    /// whose pool it is, and that pool; else the pool of the node's first slice, read on the way. The node's own
+    /// slices are read (a first ADD takes the agent's copies); an entry elsewhere is looked for only by an ADD
+    /// that is not the attachment's first on the node ([`Self::find_borrowed`]).
     async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<Slice>, Option<IpPool>), IpamError> {
         let mut first = None;
         for slice in slices.iter().filter(|s| s.node == self.node()) {
