@@ -218,3 +218,47 @@ async fn concurrent_adds_through_the_agent_share_patches_and_read_back_a_lost_on
     let reserved: BTreeSet<String> = fx.reservations().await.iter().map(|r| r.spec.podref.clone()).collect();
     assert_eq!(reserved, expected.into_iter().collect(), "one reservation per pod");
 }
+
+/// The agent's copies are hints. node-a's agent last saw a slice as its own with an empty pool (its pod gone); the
+/// NodeSlicePool is then lost and re-created by node-b, which claims that slice for an address it asks for. A new
+/// pod's first ADD through node-a's agent plans on the copies and writes into node-a's pool of that slice: the
+/// first entry of an empty pool is followed by a read of the slice's owner, so node-a gives it back and takes its
+/// other slice. Without reservations nothing else would keep the two nodes from handing out one slice.
+#[tokio::test]
+async fn an_entry_planned_on_a_stale_copy_in_a_slice_that_changed_hands_is_given_back() {
+    use hereabouts_ipam::crd::NodeSlicePool;
+    use kube::api::{Api, DeleteParams};
+    let fx = CniFixture::new("agent-hands").await;
+    let agent = agent_of(&fx, "hands").await;
+    let ipam = json!({"range": "198.18.124.0/29", "node_slice_size": "/30", "enable_overlapping_ranges": false});
+    let config = fx.netconf("1.1.0", "hands", ipam);
+    let first = via(fx.invocation("ADD", &config, "p1", "c1"), &agent.socket).run().await;
+    assert!(first.success, "{}\n{}", first.stdout, first.stderr);
+    let taken = first.ips()[0];
+    let slice_of = |ip: IpAddr| -> ipnet::IpNet { ipnet::IpNet::new(ip, 30).unwrap().trunc() };
+    let del = via(fx.invocation("DEL", &config, "p1", "c1"), &agent.socket).run().await;
+    assert!(del.success, "{}", del.stdout);
+
+    let slices = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+    slices.delete("hands", &DeleteParams::default()).await.unwrap();
+    let IpAddr::V4(v4) = taken else { unreachable!() };
+    let wanted = IpAddr::V4((u32::from(v4) + 1).into());
+    let mut on_b = fx.invocation("ADD", &config, "p2", "c2").with_env("NODENAME", "node-b");
+    on_b.args.push_str(&format!(";IP={wanted}"));
+    let b = on_b.run().await;
+    assert_eq!(b.ips(), [wanted], "node-b re-created the NodeSlicePool and claimed the slice: {}", b.stdout);
+
+    let third = via(fx.invocation("ADD", &config, "p3", "c3"), &agent.socket).run().await;
+    assert!(third.success, "{}\n{}", third.stdout, third.stderr);
+    assert_ne!(slice_of(third.ips()[0]), slice_of(taken), "node-a took an address of node-b's slice: {}", third.stdout);
+    let pools = fx.pools().await;
+    let holding: Vec<&str> = pools
+        .iter()
+        .filter(|p| p.spec.range.parse::<ipnet::IpNet>().is_ok_and(|r| r.trunc() == slice_of(taken)))
+        .filter(|p| !p.spec.allocations.is_empty())
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    assert_eq!(holding.len(), 1, "one node's pool of the slice holds entries: {holding:?}");
+    assert!(holding[0].contains("node-b"), "{holding:?}");
+    assert!(agent.logs().contains("changed hands"), "the agent gave its entry back:\n{}", agent.logs());
+}
