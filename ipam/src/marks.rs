@@ -1,9 +1,11 @@
 //! Attachment marks: an empty file per attachment — network, pod, interface — on the node, made before the
 //! attachment's first ADD here writes anything, and kept until the node reboots. An ADD that makes the mark is the
 //! first of that pod's interface on this node since boot, so no earlier sandbox or try of it can have written
-//! anything, and it need not look for such an entry across the cluster (in slice mode, a LIST of the node's
-//! reservations for a borrowed entry). An ADD that finds the mark, or cannot tell, looks: the mark only ever saves
-//! work, never decides what is safe.
+//! anything: it need not look for such an entry across the cluster (in slice mode, a LIST of the pools for an entry
+//! outside the node's listed slices), and in the node agent it may plan on the agent's copies. An ADD that finds
+//! the mark, or cannot tell, looks and reads. A mark removed by hand before a reboot could let an ADD miss its own
+//! entry and take a second address (a leak the reconciler cannot see while the pod lives); never an address twice:
+//! every write stays guarded.
 //!
 //! Keyed by the pod, not the sandbox: entries are matched to an attachment by pod and interface, so a new sandbox
 //! of the pod (or a new pod of the same name, after one that vanished without DEL) must find what the earlier one
