@@ -248,9 +248,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             first.get_or_insert(pool);
         }
         if !self.first_add
-            && let Some(found) = self.find_borrowed(slices).await?
+            && let Some((slice, pool)) = self.find_borrowed(slices).await?
         {
-            return Ok(found);
+            return Ok((Some(slice), Some(pool)));
         }
         Ok((None, first))
     }
@@ -261,15 +261,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     /// node, lists as free — whatever the slices' state since (a node left, the leader gave a slice back). The
     /// pools are the only record that cannot be lost with the entry (a reservation can be: Whereabouts' DEL
     /// deletes one by name), so they are listed, once, and looked through.
-    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Option<Slice>, Option<IpPool>)>, IpamError> {
+    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Slice, IpPool)>, IpamError> {
         let pools = self.list_pools().await?;
         let me = &self.who.me;
-        let of_network = |p: &IpPool| {
-            let annotated = p.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));
-            annotated.is_none_or(|n| n == self.network_name())
-        };
-        let holding =
-            pools.iter().filter(|p| of_network(p) && p.spec.allocations.values().any(|a| me.is_attachment(a)));
+        let holding = pools.iter().filter(|p| {
+            slices::of_network(p, self.network_name()) && p.spec.allocations.values().any(|a| me.is_attachment(a))
+        });
         for pool in holding {
             let Some(name) = pool.metadata.name.as_deref() else { continue };
             let Ok(range) = pool.spec.range.parse::<IpNet>() else { continue };
@@ -279,7 +276,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             let Some(node) = names::node_of_slice_pool(name, self.network_name(), slice.cidr) else { continue };
             // without reservations nothing is borrowed: only the node's own pools count
             if node == self.node() || self.who.kube.overlapping_ranges {
-                return Ok(Some((Some(Slice { node: node.to_string(), ..slice.clone() }), Some(pool.clone()))));
+                return Ok(Some((Slice { node: node.to_string(), ..slice.clone() }, pool.clone())));
             }
         }
         Ok(None)

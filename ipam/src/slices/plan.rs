@@ -73,16 +73,19 @@ pub struct Holder {
     pub pool: String,
 }
 
-/// The slice pools of `cidr` in the network `network_name` that hold something, by pool name. A pool hereabouts
-/// made says its network in an annotation, which must agree; one Whereabouts made says it by name only.
+/// Whether `pool` may be of the network `network_name`: a pool hereabouts made says its network in an annotation,
+/// which must agree; one Whereabouts made says it by name only.
+pub fn of_network(pool: &IpPool, network_name: &str) -> bool {
+    let annotated = pool.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));
+    annotated.is_none_or(|n| n == network_name)
+}
+
+/// The slice pools of `cidr` in the network `network_name` that hold something, by pool name ([`of_network`]).
 pub fn holders(pools: &[IpPool], network_name: &str, cidr: IpNet, now: Timestamp) -> Vec<Holder> {
     let mut found: Vec<Holder> = pools
         .iter()
         .filter(|p| p.spec.range.parse::<IpNet>().is_ok_and(|r| r.trunc() == cidr))
-        .filter(|p| {
-            let annotated = p.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));
-            annotated.is_none_or(|n| n == network_name)
-        })
+        .filter(|p| of_network(p, network_name))
         .filter(|p| !p.spec.allocations.is_empty() || !crate::cooldown::cooling(p, now).is_empty())
         .filter_map(|p| {
             let pool = p.metadata.name.as_deref()?;
