@@ -41,6 +41,7 @@ pub mod selector;
 pub mod slices;
 pub mod store;
 pub mod verbs;
+pub mod warm;
 
 pub use codes::Code;
 pub use config::{IpamConfig, Mode, ReleaseConfig};

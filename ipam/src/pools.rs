@@ -73,6 +73,16 @@ pub(crate) async fn each_range<S: PoolStore + ReservationStore>(
     budget: &Budget,
     one: &impl OneRange,
 ) -> Result<Vec<Assigned>, IpamError> {
+    each_range_journaled(store, cfg, budget, one).await.map(|(assigned, _)| assigned)
+}
+
+/// [`each_range`], with what it wrote on the way (the warm reserve learns where its entries went from it).
+pub(crate) async fn each_range_journaled<S: PoolStore + ReservationStore>(
+    store: &S,
+    cfg: &IpamConfig,
+    budget: &Budget,
+    one: &impl OneRange,
+) -> Result<(Vec<Assigned>, Journal), IpamError> {
     let mut journal = Journal::default();
     let mut assigned = Vec::with_capacity(cfg.ranges.len());
     for (index, range) in cfg.ranges.iter().enumerate() {
@@ -91,7 +101,7 @@ pub(crate) async fn each_range<S: PoolStore + ReservationStore>(
             }
         }
     }
-    Ok(assigned)
+    Ok((assigned, journal))
 }
 
 /// Where the entries of this mode (and of the provider's candidates) live: the range's one pool.

@@ -52,6 +52,63 @@ pub trait Host {
     fn nameservers(&self) -> Vec<std::net::IpAddr> {
         routetable::nameservers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
     }
+
+    /// Where the node agent keeps the journal of its warm reserve on `node` ([`crate::warm::journal`]), for the
+    /// binary to read: `None`, nowhere.
+    fn warm_journal(&self, _node: &str) -> Option<PathBuf> {
+        None
+    }
+
+    /// The addresses of a slot of the node's warm reserve ([`crate::warm`]) for the attachment `req` of `cfg`:
+    /// a new one for its `first` ADD on this node, the one it took already for a retry. `None`: the ADD claims
+    /// its own. Only the node agent keeps a reserve; the binary only answers a retry the agent took a slot for
+    /// (and did not answer) from the agent's journal.
+    fn take_warm(
+        &self,
+        cfg: &IpamConfig,
+        _mode: &crate::config::Slices,
+        req: &Request,
+        first: bool,
+    ) -> impl Future<Output = Option<Vec<Assigned>>> {
+        let taken = (!first).then(|| self.warm_journal(&req.node)).flatten().and_then(|dir| {
+            crate::warm::read_take(&dir, &crate::warm::take_id(&cfg.name, &req.container_id, &req.ifname))
+        });
+        async move { taken.map(|t| t.slot.assigned()) }
+    }
+
+    /// Before a DEL or CHECK of the attachment `req` of network `network`: ends what a warm take of it still has
+    /// pending ([`WarmSettled`]). The binary, whose agent is away, hands the take over itself (every write of a
+    /// hand-over may be sent twice) and leaves the journal to the agent.
+    fn settle_warm(&self, network: &str, req: &Request) -> impl Future<Output = WarmSettled> {
+        let taken = self.warm_journal(&req.node).and_then(|dir| {
+            crate::warm::read_take(&dir, &crate::warm::take_id(network, &req.container_id, &req.ifname))
+        });
+        async move {
+            let Some(take) = taken else { return WarmSettled::Nothing };
+            let Ok(store) = self.connect(&take.kubeconfig).await else { return WarmSettled::Pending };
+            let budget = Budget::new(crate::config::DEFAULT_TIMEOUT);
+            match crate::warm::hand_over(&store, std::slice::from_ref(&take), &budget).await.pop() {
+                Some(Err(crate::warm::HandOverError::Later(_) | crate::warm::HandOverError::Unsent(_))) | None => {
+                    WarmSettled::Pending
+                }
+                Some(_) => WarmSettled::HandedOver,
+            }
+        }
+    }
+}
+
+/// What [`Host::settle_warm`] did with the attachment's warm take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmSettled {
+    /// It has none pending: the verb goes on as always.
+    Nothing,
+    /// Its slot is the pod's in the API server now: the verb goes on as always.
+    HandedOver,
+    /// Its slot went back to the reserve before anything of it was written: nothing of the pod's is in the API
+    /// server, so a DEL has nothing left to release.
+    GivenBack,
+    /// The hand-over could not finish (the API server away): it stays pending and ends later.
+    Pending,
 }
 
 /// The machine itself: the API server a kubeconfig names, the kernel's routing table, the lock files under
@@ -78,6 +135,10 @@ impl Host for LiveHost {
 
     fn marks_dir(&self) -> Option<PathBuf> {
         Some(PathBuf::from(crate::marks::DEFAULT_DIR))
+    }
+
+    fn warm_journal(&self, _node: &str) -> Option<PathBuf> {
+        Some(PathBuf::from(crate::warm::DEFAULT_DIR))
     }
 }
 
@@ -161,6 +222,18 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
             announced(host, &store, &cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
         }
         Mode::Slices(mode) => {
+            let first = host
+                .marks_dir()
+                .is_some_and(|dir| crate::marks::first_add(&dir, &cfg.name, &cfg.pod.to_string(), &req.ifname));
+            // an address of its own asked for, or ranges chosen per pod or node: not what a reserve holds
+            if mode.warm > 0
+                && cfg.requested.is_empty()
+                && !mode.selection.is_active()
+                && let Some(assigned) = host.take_warm(cfg, mode, req, first).await
+            {
+                tracing::info!(ips = ?assigned.iter().map(|a| a.ip).collect::<Vec<_>>(), "ADD done from the warm reserve");
+                return Ok(assigned);
+            }
             let store = connect(host, &mode.kube, Verb::Add).await?;
             let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
             let (cfg, mode) = match chosen {
@@ -168,9 +241,6 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 None => (cfg.clone(), mode.clone()),
             };
             let _lock = host_lock(host, &store, slices::locked(&cfg), &req.node, &budget).await;
-            let first = host
-                .marks_dir()
-                .is_some_and(|dir| crate::marks::first_add(&dir, &cfg.name, &cfg.pod.to_string(), &req.ifname));
             let assigned = slices::add(&store, &cfg, &mode, req, &budget, first).await;
             announced(host, &store, &cfg, &mode.kube, &Sliced, req, &budget, assigned?).await?
         }
@@ -199,6 +269,10 @@ pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<
             pools::check(&store, &Scope::of(&cfg, &mode.kube), req, &budget).await?;
         }
         Mode::Slices(mode) => {
+            if host.settle_warm(&cfg.name, req).await == WarmSettled::Pending {
+                // the journal holds it for the pod, and the API server cannot be asked
+                return Ok(());
+            }
             let store = connect(host, &mode.kube, Verb::Check).await?;
             let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
             let (cfg, mode) = match chosen {
@@ -279,7 +353,12 @@ async fn release(
         tracing::info!(removed, "host routes removed");
     }
     let released = match &cfg.mode {
-        ReleaseMode::Slices(kube) => release_in(host, cfg, kube, &Sliced, req, valid).await?,
+        ReleaseMode::Slices(kube) => {
+            if valid.is_none() && host.settle_warm(&cfg.name, req).await == WarmSettled::GivenBack {
+                return Ok(0);
+            }
+            release_in(host, cfg, kube, &Sliced, req, valid).await?
+        }
         ReleaseMode::Pools(kube) => release_in(host, cfg, kube, &OnePool, req, valid).await?,
         ReleaseMode::RouteTable(_) => 0,
     };

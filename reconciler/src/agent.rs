@@ -53,6 +53,9 @@ pub struct Args {
     /// How many invocations are served at once.
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
+    /// Where the warm reserve's journal is kept (on the host's disk: it must outlive the agent's container).
+    #[arg(long, default_value = crate::warm::DEFAULT_DIR)]
+    pub warm_dir: PathBuf,
     /// `agent` alone: where /healthz, /readyz (ready once the socket is served) and /metrics
     /// (`hereabouts_agent_invocations_total`) are served, without authentication; unset, nowhere.
     #[arg(long)]
@@ -66,6 +69,8 @@ pub struct Args {
 pub struct AgentHost {
     clients: Arc<Mutex<HashMap<PathBuf, Connected>>>,
     attachments: Arc<Mutex<HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>>,
+    /// The warm reserves (`warm_addresses`); `None`: none are kept.
+    warm: Option<hereabouts_ipam::warm::Reserves<Shared<KubeStore>>>,
 }
 
 /// A kubeconfig's store, and the file's modification time and length when it was read.
@@ -146,6 +151,29 @@ impl Host for AgentHost {
     fn marks_dir(&self) -> Option<PathBuf> {
         Some(PathBuf::from(hereabouts_ipam::marks::DEFAULT_DIR))
     }
+
+    async fn take_warm(
+        &self,
+        cfg: &hereabouts_ipam::config::IpamConfig,
+        mode: &hereabouts_ipam::config::Slices,
+        req: &hereabouts_ipam::request::Request,
+        first: bool,
+    ) -> Option<Vec<hereabouts_ipam::request::Assigned>> {
+        let (warm, kubeconfig) = (self.warm.as_ref()?, mode.kube.kubeconfig.as_ref()?);
+        let store = self.connect(kubeconfig).await.ok()?;
+        warm.take(cfg, mode, req, first, kubeconfig, store)
+    }
+
+    async fn settle_warm(
+        &self,
+        network: &str,
+        req: &hereabouts_ipam::request::Request,
+    ) -> hereabouts_ipam::verbs::WarmSettled {
+        match &self.warm {
+            Some(warm) => warm.settle(network, req).await,
+            None => hereabouts_ipam::verbs::WarmSettled::Nothing,
+        }
+    }
 }
 
 /// Why the agent leaves an invocation to the binary, if it does.
@@ -198,7 +226,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let invocations = health.metrics.agent_invocations.clone();
-    serve(&args, invocations, Some(&health.ready), shutdown).await
+    // the agent's own identity, when it has one, tells whether Whereabouts' reconciler runs (the CNI's token may
+    // not list DaemonSets)
+    let fleet = kube::Client::try_default().await.ok();
+    serve(&args, invocations, Some(&health.ready), fleet, shutdown).await
 }
 
 /// Serves `args.socket` until `shutdown`.
@@ -206,14 +237,16 @@ pub async fn serve(
     args: &Args,
     invocations: Family<InvocationLabels, Counter>,
     ready: Option<&std::sync::atomic::AtomicBool>,
+    fleet: Option<kube::Client>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let listener = bind(&args.socket)?;
+    let host =
+        AgentHost { warm: Some(crate::warm::open(&args.node_name, &args.warm_dir, fleet)), ..Default::default() };
     if let Some(ready) = ready {
         ready.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     tracing::info!(socket = %args.socket.display(), node = %args.node_name, "agent serving the CNI");
-    let host = AgentHost::default();
     let slots = Arc::new(Semaphore::new(args.concurrency.max(1)));
     let node: Arc<str> = args.node_name.clone().into();
     loop {

@@ -16,6 +16,7 @@ pub mod schedule;
 pub mod schema;
 pub mod sub_interfaces;
 pub mod sweep;
+pub mod warm;
 
 /// An error and its sources, on one line: for logs that are written once per distinct failure.
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {

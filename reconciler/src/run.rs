@@ -112,6 +112,9 @@ pub struct Args {
     /// How many invocations the agent serves at once; more are left to the binary.
     #[arg(long, default_value_t = crate::agent::DEFAULT_CONCURRENCY)]
     agent_concurrency: usize,
+    /// Where the agent keeps its warm reserve's journal (`warm_addresses`), on the host's disk.
+    #[arg(long, default_value = crate::warm::DEFAULT_DIR)]
+    agent_warm_dir: PathBuf,
 }
 
 /// The provider client of `--iaas-provider-config`, and one call's budget (its `http_request_timeout`).
@@ -295,12 +298,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             socket: socket.clone(),
             node_name: args.node_name.clone(),
             concurrency: args.agent_concurrency,
+            warm_dir: args.agent_warm_dir.clone(),
             listen: None,
         };
         let invocations = health.metrics.agent_invocations.clone();
-        let stop = shutdown.clone();
+        let (stop, fleet) = (shutdown.clone(), client.clone());
         tasks.spawn(async move {
-            if let Err(e) = crate::agent::serve(&agent, invocations, None, stop).await {
+            if let Err(e) = crate::agent::serve(&agent, invocations, None, Some(fleet), stop).await {
                 // the binary does the work itself: the node keeps working, only slower
                 tracing::error!(error = format!("{e:#}"), "the agent cannot serve");
             }

@@ -48,6 +48,25 @@ impl Journal {
         self.0.retain(|w| !matches!(w, Written::Allocation { pool, offset, .. } if pool == of_pool && *offset == at));
     }
 
+    /// Where this journal's writes put entries of `container`, newest first: candidates, not facts (a write whose
+    /// answer was lost may not have been applied, and a claim that lost its offset moved on).
+    pub(crate) fn entries_of<'a>(&'a self, container: &'a str) -> impl Iterator<Item = (&'a str, u128)> + 'a {
+        self.0.iter().rev().filter_map(move |w| match w {
+            Written::Allocation { pool, offset, entry, .. } if entry.id == container => Some((pool.as_str(), *offset)),
+            _ => None,
+        })
+    }
+
+    /// The reservation this journal's write at `offset` of `pool` went with, if any.
+    pub(crate) fn reservation_of(&self, of_pool: &str, at: u128) -> Option<String> {
+        self.0.iter().rev().find_map(|w| match w {
+            Written::Allocation { pool, offset, reservation, .. } if pool == of_pool && *offset == at => {
+                reservation.clone()
+            }
+            _ => None,
+        })
+    }
+
     /// Undoes every write, newest first. A reservation is never given back while an entry it guards could not
     /// be removed: an entry without its reservation is how an address ends up held twice. Keeps going after an
     /// error and returns them all.

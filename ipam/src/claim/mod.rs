@@ -18,7 +18,7 @@ mod reservation;
 pub(crate) use add::{Claim, Plain, Policy, Steer, Target};
 pub(crate) use choose::choose_ranges;
 pub use choose::{RANGES_CLUSTER_ROLE, RANGES_VALUE, statefulset_ordinal};
-pub(crate) use journal::Journal;
+pub(crate) use journal::{Journal, Written};
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, reservations_of,
     restore_reservation, understand,

@@ -262,6 +262,8 @@ pub(crate) async fn gc<S: PoolStore + ReservationStore>(
             && a.network.as_deref() == Some(scope.network)
             && !valid.contains(&(a.id.as_str(), a.ifname.as_str()))
             && a.statefulset.is_none()
+            // the node's warm reserve: no sandbox holds it yet, and the reserve is not the runtime's to list
+            && crate::warm::node_of(&a.podref).is_none()
     })
     .await
 }

@@ -122,6 +122,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         pod_ranges: inline.pod_ranges.or(flat.pod_ranges),
         reuse_cooldown: inline.reuse_cooldown.or(flat.reuse_cooldown),
         sticky_statefulset: inline.sticky_statefulset.or(flat.sticky_statefulset),
+        warm_addresses: inline.warm_addresses.or(flat.warm_addresses),
         routing: inline.routing.merge(flat.routing),
         ignored,
     }

@@ -79,6 +79,9 @@ pub struct Slices {
     pub selection: RangeSelection,
     /// `node_slice_size`.
     pub size: SliceSize,
+    /// `warm_addresses` (ours): how many attachments' addresses the node agent keeps claimed in advance on each
+    /// node ([`crate::warm`]); `0`, none. The binary alone ignores it.
+    pub warm: u64,
 }
 
 /// IaaS provider candidates: the ranges are an interface's candidates, their addresses cloud sub-interfaces.
@@ -118,6 +121,7 @@ impl Mode {
                 ("pod_ranges", raw.pod_ranges.is_some()),
                 ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(raw)),
                 ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
+                ("warm_addresses", raw.warm_addresses.is_some()),
             ],
             raw.configuration_path.is_some(),
         )?;
@@ -142,9 +146,25 @@ impl Mode {
             reuse_cooldown: raw.reuse_cooldown.as_ref().map(|f| f.value),
             announce,
         };
+        let warm = raw.warm_addresses.as_ref().map_or(0, |f| f.value);
+        if let Some(f) = raw.warm_addresses.as_ref().filter(|f| f.value > 0) {
+            let key = f.origin.key("warm_addresses");
+            if size.is_none() {
+                return Err(ConfigError::invalid(
+                    key,
+                    "needs node_slice_size: the reserve is held in the node's slices",
+                ));
+            }
+            if kube.announce.is_some() {
+                return Err(ConfigError::invalid(
+                    key,
+                    "not with announce_routes: the node agent, which holds the reserve, cannot add host routes",
+                ));
+            }
+        }
         Ok(match (provider, size) {
             (Some(provider), _) => Mode::Provider(Box::new(Provider { kube, provider, placements })),
-            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size }),
+            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm }),
             (None, None) => Mode::Pools(Pools { kube, selection, owner_statefulset: None }),
         })
     }
@@ -199,8 +219,12 @@ impl Slices {
     /// `cfg` (whose mode this is) and these settings with only the ranges at `keep` (ranges chosen per pod or
     /// node).
     pub fn narrowed(&self, cfg: &super::IpamConfig, keep: &[usize]) -> (super::IpamConfig, Slices) {
-        let slices =
-            Slices { kube: self.kube.clone(), selection: self.selection.narrowed(keep), size: self.size.clone() };
+        let slices = Slices {
+            kube: self.kube.clone(),
+            selection: self.selection.narrowed(keep),
+            size: self.size.clone(),
+            warm: self.warm,
+        };
         (cfg.with_ranges(keep, Mode::Slices(slices.clone())), slices)
     }
 }

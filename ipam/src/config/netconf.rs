@@ -84,6 +84,8 @@ pub(super) struct RawIpam<'p> {
     pub reuse_cooldown: Field<'p, u64>,
     /// `sticky_statefulset`: the default of every range (`range`'s own).
     pub sticky_statefulset: Field<'p, bool>,
+    /// `warm_addresses`: how many attachments' addresses the node agent keeps claimed in advance (node slices).
+    pub warm_addresses: Field<'p, u64>,
     /// The routing-table datastore and the announcement of addresses as host routes.
     pub routing: RawRouting<'p>,
     /// Keys accepted and ignored, named as in messages.
@@ -141,6 +143,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "pod_ranges",
     "reuse_cooldown_seconds",
     "sticky_statefulset",
+    "warm_addresses",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -264,6 +267,7 @@ fn parse_key<'p>(
         "iaas_provider" => raw.iaas_provider = sourced(origin, object(v, key)?.cloned()),
         "pod_ranges" => raw.pod_ranges = sourced(origin, boolean(v, key)?),
         "sticky_statefulset" => raw.sticky_statefulset = sourced(origin, boolean(v, key)?),
+        "warm_addresses" => raw.warm_addresses = sourced(origin, uint(v, key)?.map(|n| warm(n, key)).transpose()?),
         "reuse_cooldown_seconds" => {
             raw.reuse_cooldown = sourced(origin, uint(v, key)?.map(|n| cooldown(n, key)).transpose()?);
         }
@@ -514,6 +518,14 @@ fn cooldown(n: u64, key: &str) -> Result<u64, ConfigError> {
     let max = crate::cooldown::MAX_COOLDOWN_SECONDS;
     if n > max {
         return Err(ConfigError::invalid(key, format!("{n}: must be 0 (off) to {max} (seconds, a day)")));
+    }
+    Ok(n)
+}
+
+/// `warm_addresses`: at most [`crate::warm::MAX_WARM`] per network and node.
+fn warm(n: u64, key: &str) -> Result<u64, ConfigError> {
+    if n > crate::warm::MAX_WARM {
+        return Err(ConfigError::invalid(key, format!("{n} is more than {}", crate::warm::MAX_WARM)));
     }
     Ok(n)
 }

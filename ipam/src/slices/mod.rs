@@ -38,6 +38,21 @@ pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore>(
     each_range(store, cfg, budget, &InSlices { store, who: &who, mode, budget, first_add }).await
 }
 
+/// [`add`] for the node itself (the warm reserve): entries under `podref`, which names no pod; with what was
+/// written on the way, where the entries are to be found.
+pub(crate) async fn add_for_node<S: PoolStore + ReservationStore + SliceStore>(
+    store: &S,
+    cfg: &IpamConfig,
+    mode: &SliceMode,
+    req: &Request,
+    budget: &Budget,
+    podref: &str,
+) -> Result<(Vec<Assigned>, Journal), IpamError> {
+    let who = Claimant::new(cfg, &mode.kube, req, podref);
+    let one = InSlices { store, who: &who, mode, budget, first_add: true };
+    crate::pools::each_range_journaled(store, cfg, budget, &one).await
+}
+
 /// The claim of the range's address in a slice.
 struct InSlices<'a, S> {
     store: &'a S,

@@ -45,6 +45,11 @@ impl KubeStore {
             namespace: namespace.to_string(),
         }
     }
+
+    /// The client it sends through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
 }
 
 /// How a failed request failed. etcd refuses an object over its request limit with a 500 whose message says so;

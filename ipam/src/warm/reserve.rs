@@ -1,0 +1,457 @@
+//! A node agent's warm reserves (`warm_addresses`): per network config, slots claimed in advance by a filler task; ADDs that take one, recorded in the node's journal before they answer; a hand-over
+//! task that rewrites taken slots to their pods in batches, and goes on where it left after a crash (the journal).
+//!
+//! The journal is the truth about what pods hold until the API server says so; the slots in memory are only a
+//! list of what may be handed out, rebuilt from the API server (adoption) when the agent starts.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
+
+use super::journal::NodeJournal;
+use super::{HandOverError, Slot, Take};
+use crate::budget::Budget;
+use crate::config::{IpamConfig, Slices};
+use crate::request::{Assigned, Request};
+use crate::store::{PoolStore, ReservationStore, SliceStore};
+use crate::verbs::WarmSettled;
+use crate::warm;
+
+/// Where the journal lives on the host by default: on disk, so that it outlives the agent's container.
+pub const DEFAULT_DIR: &str = "/var/lib/hereabouts/warm";
+
+/// What a reserve's store must do.
+pub trait WarmStore: PoolStore + ReservationStore + SliceStore + Clone + 'static {}
+impl<S: PoolStore + ReservationStore + SliceStore + Clone + 'static> WarmStore for S {}
+
+/// Whether the fleet lets a reserve be kept, asked of the first reserve's store: `Err` says why not.
+pub type FleetCheck<S> = Arc<dyn Fn(S) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// How long one hand-over round may take before what is left waits for the next.
+const ROUND_BUDGET: Duration = Duration::from_secs(5);
+
+/// The longest wait between fills that fail (the API server away), and between hand-over rounds that do.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// A config's reserve on this node.
+struct Network<S> {
+    cfg: IpamConfig,
+    mode: Slices,
+    store: S,
+    slots: VecDeque<Slot>,
+    filler: bool,
+}
+
+struct Inner<S> {
+    node: String,
+    journal: Mutex<Option<NodeJournal>>,
+    /// Why no reserve is kept, once that is known.
+    refused: Mutex<Option<String>>,
+    networks: Mutex<HashMap<String, Network<S>>>,
+    /// The kubeconfigs' stores the takes in the journal are handed over through.
+    stores: Mutex<HashMap<PathBuf, S>>,
+    /// Takes a hand-over write may have been sent for (all of those replayed from the journal): not to be given
+    /// back to the reserve by a DEL, only handed over.
+    attempted: Mutex<HashSet<String>>,
+    /// One hand-over at a time: the round's, or a DEL's.
+    handing: tokio::sync::Mutex<()>,
+    wake: Notify,
+    /// What the fleet check found (checked once, with the first reserve's store).
+    fleet: tokio::sync::OnceCell<Result<(), String>>,
+    fleet_check: FleetCheck<S>,
+    /// Set when the agent stops (or, in the simulation, dies): its tasks end and write nothing more.
+    stopped: AtomicBool,
+}
+
+/// The warm reserves of one agent.
+pub struct Reserves<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for Reserves<S> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<S> std::fmt::Debug for Reserves<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserves").field("node", &self.inner.node).finish_non_exhaustive()
+    }
+}
+
+impl<S: WarmStore> Reserves<S> {
+    /// The reserves of `node`, with the journal in `dir`; takes it holds from before are handed over as soon as
+    /// their stores are known ([`Reserves::know`]). A journal that cannot be opened keeps no reserve (every ADD
+    /// claims its own) and says why.
+    pub fn open(node: &str, dir: &Path, fleet_check: FleetCheck<S>) -> Self {
+        let (journal, refused) = match NodeJournal::open(dir) {
+            Ok(journal) => (Some(journal), None),
+            Err(e) => {
+                tracing::error!(error = %e, "warm reserve off: its journal cannot be used");
+                (None, Some(e.to_string()))
+            }
+        };
+        let attempted = journal.iter().flat_map(|j| j.pending().map(Take::id)).collect();
+        let reserves = Self {
+            inner: Arc::new(Inner {
+                node: node.into(),
+                journal: Mutex::new(journal),
+                refused: Mutex::new(refused),
+                networks: Mutex::default(),
+                stores: Mutex::default(),
+                attempted: Mutex::new(attempted),
+                handing: tokio::sync::Mutex::new(()),
+                wake: Notify::new(),
+                fleet: tokio::sync::OnceCell::new(),
+                fleet_check,
+                stopped: AtomicBool::new(false),
+            }),
+        };
+        tokio::spawn(reserves.clone().hand_over_loop());
+        reserves
+    }
+
+    /// Takes a slot of `cfg`'s reserve for the attachment `req` (see [`crate::verbs::Host::take_warm`]);
+    /// `store` is the config's API server.
+    pub fn take(
+        &self,
+        cfg: &IpamConfig,
+        mode: &Slices,
+        req: &Request,
+        first: bool,
+        kubeconfig: &Path,
+        store: S,
+    ) -> Option<Vec<Assigned>> {
+        if self.stopped() || self.inner.refused.lock().expect("not poisoned").is_some() {
+            return None;
+        }
+        let id = warm::take_id(&cfg.name, &req.container_id, &req.ifname);
+        let mut journal = self.inner.journal.lock().expect("not poisoned");
+        let journal = journal.as_mut()?;
+        if let Some(taken) = journal.get(&id) {
+            // a retry of an ADD that took one: the same answer
+            return Some(taken.slot.assigned());
+        }
+        if !first {
+            return None;
+        }
+        let key = reserve_key(kubeconfig, cfg, mode);
+        let slot = {
+            let mut networks = self.inner.networks.lock().expect("not poisoned");
+            let network = networks.entry(key.clone()).or_insert_with(|| Network {
+                cfg: cfg.clone(),
+                mode: mode.clone(),
+                store: store.clone(),
+                slots: VecDeque::new(),
+                filler: false,
+            });
+            let slot = network.slots.pop_front();
+            if !network.filler {
+                network.filler = true;
+                tokio::spawn(self.clone().fill_loop(key.clone()));
+            }
+            slot?
+        };
+        let take = Take {
+            reserve: key.clone(),
+            network: cfg.name.clone(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            node: req.node.clone(),
+            slot,
+            podref: cfg.pod.to_string(),
+            poduid: cfg.pod.uid.clone(),
+            container: req.container_id.clone(),
+            ifname: req.ifname.clone(),
+            at: crate::clock::now().to_string(),
+        };
+        self.inner.stores.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), store);
+        let assigned = take.slot.assigned();
+        if let Err(e) = journal.take(take.clone()) {
+            // not recorded, so not handed out: the slot stays the node's
+            tracing::error!(error = %e, "warm reserve: the take cannot be recorded; the ADD claims its own");
+            self.put_back(take);
+            return None;
+        }
+        tracing::info!(container_id = %take.container, slot = %take.slot.container, "took a warm slot");
+        self.inner.wake.notify_one();
+        Some(assigned)
+    }
+
+    /// Ends the pending take of attachment `req` of `network` before its DEL or CHECK: given back when nothing of
+    /// its hand-over was sent yet, else handed over now.
+    pub async fn settle(&self, network: &str, req: &Request) -> WarmSettled {
+        let id = warm::take_id(network, &req.container_id, &req.ifname);
+        let pending = |inner: &Inner<S>| inner.journal.lock().expect("not poisoned").as_ref()?.get(&id).cloned();
+        if pending(&self.inner).is_none() {
+            return WarmSettled::Nothing;
+        }
+        let _turn = self.inner.handing.lock().await;
+        let Some(take) = pending(&self.inner) else { return WarmSettled::HandedOver };
+        if !self.inner.attempted.lock().expect("not poisoned").contains(&id) {
+            let back = self.inner.journal.lock().expect("not poisoned").as_mut().map(|j| j.back(&id));
+            return match back {
+                Some(Ok(_)) => {
+                    self.put_back(take);
+                    WarmSettled::GivenBack
+                }
+                _ => WarmSettled::Pending,
+            };
+        }
+        let done = self.round(vec![take]).await;
+        if done == 1 { WarmSettled::HandedOver } else { WarmSettled::Pending }
+    }
+
+    /// A slot given back by a DEL that came before its hand-over: to its reserve, or to the API server when
+    /// that reserve is no longer kept.
+    fn put_back(&self, take: Take) {
+        let mut networks = self.inner.networks.lock().expect("not poisoned");
+        match networks.get_mut(&take.reserve) {
+            Some(network) => network.slots.push_back(take.slot),
+            None => {
+                let store = self.inner.stores.lock().expect("not poisoned").get(&take.kubeconfig).cloned();
+                if let Some(store) = store {
+                    let node = self.inner.node.clone();
+                    tokio::spawn(async move {
+                        for e in warm::give_back(&store, &take.slot, &node, &Budget::new(ROUND_BUDGET)).await {
+                            tracing::warn!(error = %e, "warm slot of a reserve no longer kept: not given back");
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Keeps the reserve `key` full: first what the API server holds of it already (an agent before this one
+    /// claimed it), then new claims, all at once, backing off while they fail.
+    async fn fill_loop(self, key: String) {
+        let Some((cfg, mode, store)) = self.network(&key) else { return };
+        if let Err(why) = self.fleet(&store).await {
+            tracing::error!(reason = %why, network = %cfg.name, "warm reserve refused; ADDs claim their own");
+            *self.inner.refused.lock().expect("not poisoned") = Some(why);
+            return;
+        }
+        self.adopt(&key, &cfg, &store).await;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            if self.stopped() {
+                return;
+            }
+            let missing = {
+                let mut networks = self.inner.networks.lock().expect("not poisoned");
+                let Some(network) = networks.get_mut(&key) else { return };
+                let missing = usize::try_from(mode.warm).unwrap_or(usize::MAX).saturating_sub(network.slots.len());
+                if missing == 0 {
+                    network.filler = false;
+                    return;
+                }
+                missing
+            };
+            let node = self.inner.node.clone();
+            let claims = (0..missing).map(|i| {
+                let container = format!("warm-{:016x}", crate::entropy::random(&i.to_le_bytes()));
+                let (store, cfg, mode, node) = (&store, &cfg, &mode, &node);
+                async move { warm::fill(store, cfg, mode, node, &container, &Budget::new(cfg.timeout)).await }
+            });
+            let mut filled = 0;
+            for claimed in futures::future::join_all(claims).await {
+                match claimed {
+                    Ok(slot) => {
+                        filled += 1;
+                        if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key) {
+                            network.slots.push_back(slot);
+                        }
+                    }
+                    Err(e) => tracing::warn!(network = %cfg.name, error = %e, "warm slot not claimed"),
+                }
+            }
+            if filled == 0 {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            } else {
+                backoff = Duration::from_millis(200);
+            }
+        }
+    }
+
+    fn network(&self, key: &str) -> Option<(IpamConfig, Slices, S)> {
+        let networks = self.inner.networks.lock().expect("not poisoned");
+        networks.get(key).map(|n| (n.cfg.clone(), n.mode.clone(), n.store.clone()))
+    }
+
+    /// Takes into the reserve the whole slots of this node the API server holds and the journal does not, and
+    /// gives back the parts of slots a crash cut short. Until the pools can be listed, fills wait.
+    async fn adopt(&self, key: &str, cfg: &IpamConfig, store: &S) {
+        let mut backoff = Duration::from_millis(200);
+        let pools = loop {
+            match store.list_pools().await {
+                Ok(pools) => break pools,
+                Err(e) => {
+                    tracing::warn!(error = %e, "warm reserve: cannot list pools yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        };
+        let taken: HashSet<String> = {
+            let journal = self.inner.journal.lock().expect("not poisoned");
+            journal.iter().flat_map(|j| j.pending().map(|t| t.slot.container.clone())).collect()
+        };
+        let (whole, partial) = warm::adopt(cfg, &pools, &self.inner.node, &|c| taken.contains(c));
+        if !whole.is_empty() {
+            tracing::info!(network = %cfg.name, slots = whole.len(), "warm reserve: adopted what the node held");
+        }
+        if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(key) {
+            network.slots.extend(whole);
+        }
+        for slot in partial {
+            for e in warm::give_back(store, &slot, &self.inner.node, &Budget::new(ROUND_BUDGET)).await {
+                tracing::warn!(error = %e, slot = %slot.container, "warm reserve: part of a slot not given back");
+            }
+        }
+    }
+
+    /// Refuses a reserve in a cluster that runs Whereabouts' reconciler: it would free the node's entries as
+    /// entries of no pod, and a pod told one of them could then share its address.
+    async fn fleet(&self, store: &S) -> Result<(), String> {
+        let check = (self.inner.fleet_check)(store.clone());
+        self.inner.fleet.get_or_init(|| check).await.clone()
+    }
+
+    /// Hands the journal's pending takes over, in rounds: after each take, and every second while some are left.
+    async fn hand_over_loop(self) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let _ = tokio::time::timeout(backoff, self.inner.wake.notified()).await;
+            if self.stopped() {
+                return;
+            }
+            let _turn = self.inner.handing.lock().await;
+            let pending: Vec<Take> = {
+                let journal = self.inner.journal.lock().expect("not poisoned");
+                journal.iter().flat_map(|j| j.pending().cloned()).collect()
+            };
+            if pending.is_empty() {
+                backoff = Duration::from_secs(1);
+                continue;
+            }
+            let total = pending.len();
+            let done = self.round(pending).await;
+            backoff = if done == total { Duration::from_secs(1) } else { (backoff * 2).min(MAX_BACKOFF) };
+        }
+    }
+
+    /// One hand-over of `takes` (the caller holds the turn); returns how many ended.
+    async fn round(&self, takes: Vec<Take>) -> usize {
+        let mut by_store: HashMap<PathBuf, Vec<Take>> = HashMap::new();
+        for take in takes {
+            by_store.entry(take.kubeconfig.clone()).or_default().push(take);
+        }
+        let mut ended = 0;
+        for (kubeconfig, takes) in by_store {
+            let Some(store) = self.store_of(&kubeconfig) else { continue };
+            let started = std::time::Instant::now();
+            let outcomes = warm::hand_over(&store, &takes, &Budget::new(ROUND_BUDGET)).await;
+            if self.stopped() {
+                return ended;
+            }
+            let mut handed = 0;
+            for (take, outcome) in takes.iter().zip(outcomes) {
+                match outcome {
+                    Ok(()) => handed += 1,
+                    Err(HandOverError::Unsent(e)) => {
+                        tracing::debug!(container_id = %take.container, error = %e, "hand-over waits, nothing sent");
+                        continue;
+                    }
+                    Err(HandOverError::Later(e)) => {
+                        // a DEL from now on hands it over rather than give the slot back
+                        self.inner.attempted.lock().expect("not poisoned").insert(take.id());
+                        tracing::debug!(container_id = %take.container, error = %e, "hand-over waits");
+                        continue;
+                    }
+                    Err(e @ HandOverError::Lost { .. }) => {
+                        tracing::error!(container_id = %take.container, podref = %take.podref, error = %e,
+                            "warm slot lost before its hand-over: the pod's address may be held twice");
+                    }
+                }
+                let done = self.inner.journal.lock().expect("not poisoned").as_mut().map(|j| j.done(&take.id()));
+                if let Some(Err(e)) = done {
+                    tracing::error!(error = %e, "warm journal: the hand-over's end cannot be recorded");
+                    continue;
+                }
+                self.inner.attempted.lock().expect("not poisoned").remove(&take.id());
+                ended += 1;
+            }
+            tracing::info!(takes = takes.len(), handed, ms = started.elapsed().as_millis() as u64, "warm hand-over");
+        }
+        ended
+    }
+
+    /// The store of `kubeconfig`: the one its takes came with, or the one [`Reserves::know`] was told of.
+    fn store_of(&self, kubeconfig: &Path) -> Option<S> {
+        self.inner.stores.lock().expect("not poisoned").get(kubeconfig).cloned()
+    }
+
+    /// Tells the reserves the store of `kubeconfig`: takes replayed from the journal are handed over through it.
+    pub fn know(&self, kubeconfig: &Path, store: S) {
+        self.inner.stores.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), store);
+        self.inner.wake.notify_one();
+    }
+
+    /// The kubeconfigs of takes the journal holds whose stores are not known yet.
+    pub fn unknown_kubeconfigs(&self) -> Vec<PathBuf> {
+        let journal = self.inner.journal.lock().expect("not poisoned");
+        let stores = self.inner.stores.lock().expect("not poisoned");
+        let mut paths: Vec<PathBuf> = journal
+            .iter()
+            .flat_map(|j| j.pending().map(|t| t.kubeconfig.clone()))
+            .filter(|k| !stores.contains_key(k))
+            .collect();
+        paths.dedup();
+        paths
+    }
+
+    /// Stops the reserves' tasks: nothing more is claimed, handed over or recorded.
+    pub fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        self.inner.wake.notify_one();
+    }
+
+    fn stopped(&self) -> bool {
+        self.inner.stopped.load(Ordering::SeqCst)
+    }
+
+    /// How many slots each reserve holds now, by network name (for tests and the log).
+    pub fn held(&self) -> HashMap<String, usize> {
+        let networks = self.inner.networks.lock().expect("not poisoned");
+        let mut held = HashMap::new();
+        for network in networks.values() {
+            *held.entry(network.cfg.name.clone()).or_default() += network.slots.len();
+        }
+        held
+    }
+
+    /// How many takes wait for their hand-over.
+    pub fn pending(&self) -> usize {
+        self.inner.journal.lock().expect("not poisoned").as_ref().map_or(0, |j| j.pending().count())
+    }
+}
+
+/// The reserve of a config: its API server, its network, and what decides which addresses it holds.
+fn reserve_key(kubeconfig: &Path, cfg: &IpamConfig, mode: &Slices) -> String {
+    format!(
+        "{}\n{}\n{}\n{:?}\n{:?}\n{}\n{:?}",
+        kubeconfig.display(),
+        cfg.name,
+        cfg.network_name,
+        cfg.ranges,
+        cfg.gateway,
+        mode.kube.overlapping_ranges,
+        mode.size,
+    )
+}

@@ -1,0 +1,270 @@
+//! The warm reserve over the in-memory store: claims, hand-overs and give-backs as the guarded patches make them,
+//! under lost answers; and the agent's reserves (journal, replay, DEL before the hand-over).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::config::Mode;
+use crate::store::memory::{Fault, FaultPlan, MemoryStore, Op};
+use crate::verbs::WarmSettled;
+
+const NS: &str = "kube-system";
+
+fn config(pod: &str, reserve: bool) -> (IpamConfig, SliceMode) {
+    let ipam = serde_json::json!({
+        "type": "hereabouts", "range": "198.18.0.0/24", "node_slice_size": "/28", "warm_addresses": 2,
+        "enable_overlapping_ranges": reserve, "kubernetes": {"kubeconfig": "/k"},
+    });
+    let stdin = serde_json::json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": ipam}).to_string();
+    let args = format!("K8S_POD_NAMESPACE=ns;K8S_POD_NAME={pod};K8S_POD_UID={pod}-uid");
+    let cfg = crate::config::load_with_paths(&crate::config::Input { stdin: stdin.as_bytes(), cni_args: &args }, &[])
+        .unwrap();
+    let Mode::Slices(mode) = cfg.mode.clone() else { panic!("slices") };
+    (cfg, mode)
+}
+
+fn take_of(slot: &Slot, pod: &str, container: &str) -> Take {
+    Take {
+        reserve: "r".into(),
+        network: "net".into(),
+        kubeconfig: "/k".into(),
+        node: "node-a".into(),
+        slot: slot.clone(),
+        podref: format!("ns/{pod}"),
+        poduid: Some(format!("{pod}-uid")),
+        container: container.into(),
+        ifname: "net1".into(),
+        at: crate::clock::now().to_string(),
+    }
+}
+
+fn budget() -> Budget {
+    Budget::new(Duration::from_secs(30))
+}
+
+/// Who holds the entry and the reservation of `slot`'s address.
+fn holders(store: &MemoryStore, slot: &Slot) -> (Option<String>, Option<String>) {
+    let held = &slot.held[0];
+    let pool = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(held.pool.as_str())).unwrap();
+    let entry = pool.spec.allocations.get(&held.offset.to_string()).map(|a| format!("{} {}", a.podref, a.id));
+    let reservation = held.reservation.as_ref().and_then(|name| {
+        store
+            .reservations()
+            .into_iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+            .map(|r| format!("{} {}", r.spec.podref, r.spec.containerid))
+    });
+    (entry, reservation)
+}
+
+#[tokio::test]
+async fn a_filled_slot_is_the_nodes_and_a_hand_over_makes_it_the_pods_however_often_sent() {
+    let store = MemoryStore::new(NS);
+    let (cfg, mode) = config("p", true);
+    let slot = fill(&store, &cfg, &mode, "node-a", "warm-1", &budget()).await.unwrap();
+    assert_eq!(slot.held.len(), 1);
+    assert_eq!(
+        holders(&store, &slot),
+        (Some("hereabouts-warm:node-a warm-1".into()), Some("hereabouts-warm:node-a warm-1".into()))
+    );
+    let take = take_of(&slot, "p", "c1");
+    for _ in 0..2 {
+        let outcome = hand_over(&store, std::slice::from_ref(&take), &budget()).await;
+        assert!(outcome.iter().all(Result::is_ok), "{outcome:?}");
+        assert_eq!(holders(&store, &slot), (Some("ns/p c1".into()), Some("ns/p c1".into())));
+    }
+    let pool = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(&slot.held[0].pool)).unwrap();
+    let entry = &pool.spec.allocations[&slot.held[0].offset.to_string()];
+    assert!(entry.is_recorded() && entry.reserved && entry.poduid.as_deref() == Some("p-uid"), "{entry:?}");
+}
+
+#[tokio::test]
+async fn hand_overs_whose_answers_are_lost_read_back_and_finish_in_one_patch_per_pool() {
+    let base = MemoryStore::new(NS);
+    let (cfg, mode) = config("p", true);
+    let mut slots = Vec::new();
+    for i in 0..3 {
+        slots.push(fill(&base, &cfg, &mode, "node-a", &format!("warm-{i}"), &budget()).await.unwrap());
+    }
+    let takes: Vec<Take> =
+        slots.iter().enumerate().map(|(i, s)| take_of(s, &format!("p{i}"), &format!("c{i}"))).collect();
+    // the batch's patch is applied but its answer lost, and so is one reservation's rewrite
+    let plan = FaultPlan::quiet(7).at(Op::AddAllocation, 1, Fault::LostResponse).at(
+        Op::TakeOverReservation,
+        2,
+        Fault::LostResponse,
+    );
+    let faulty = base.handle("agent", plan);
+    let writes = base.writes();
+    let outcome = hand_over(&faulty, &takes, &budget()).await;
+    assert!(outcome.iter().all(Result::is_ok), "{outcome:?}");
+    for (i, slot) in slots.iter().enumerate() {
+        assert_eq!(holders(&base, slot), (Some(format!("ns/p{i} c{i}")), Some(format!("ns/p{i} c{i}"))));
+    }
+    assert_eq!(base.writes() - writes, 4, "three reservations and one patch of the pool's three entries");
+}
+
+#[tokio::test]
+async fn a_warm_entry_another_pod_holds_now_is_reported_lost_and_nothing_is_written() {
+    let store = MemoryStore::new(NS);
+    let (cfg, mode) = config("p", false);
+    let slot = fill(&store, &cfg, &mode, "node-a", "warm-1", &budget()).await.unwrap();
+    // another tool frees it and another pod claims it
+    let held = &slot.held[0];
+    let other = IpAllocation { id: "c9".into(), podref: "ns/q".into(), ifname: "net1".into(), ..Default::default() };
+    store.replace_allocation(&held.pool, held.offset, &slot.entry("node-a"), &other).await.unwrap();
+    let writes = store.writes();
+    let outcome = hand_over(&store, &[take_of(&slot, "p", "c1")], &budget()).await;
+    assert!(matches!(outcome[..], [Err(HandOverError::Lost { .. })]), "{outcome:?}");
+    assert_eq!(store.writes(), writes);
+    assert_eq!(holders(&store, &slot).0, Some("ns/q c9".into()));
+}
+
+#[tokio::test]
+async fn adoption_takes_whole_slots_of_its_node_and_network_and_leaves_the_journals() {
+    let store = MemoryStore::new(NS);
+    let (cfg, mode) = config("p", true);
+    let a1 = fill(&store, &cfg, &mode, "node-a", "warm-1", &budget()).await.unwrap();
+    let a2 = fill(&store, &cfg, &mode, "node-a", "warm-2", &budget()).await.unwrap();
+    let b1 = fill(&store, &cfg, &mode, "node-b", "warm-3", &budget()).await.unwrap();
+    let (whole, partial) = adopt(&cfg, &store.pools(), "node-a", &|c| c == "warm-2");
+    assert_eq!(whole, vec![a1.clone()]);
+    assert!(partial.is_empty());
+    let mut other = cfg.clone();
+    other.name = "other".into();
+    assert!(adopt(&other, &store.pools(), "node-a", &|_| false).0.is_empty(), "another network's config");
+    assert!(give_back(&store, &a1, "node-a", &budget()).await.is_empty());
+    assert_eq!(holders(&store, &a1), (None, None));
+    assert_eq!(holders(&store, &a2).0, Some("hereabouts-warm:node-a warm-2".into()));
+    assert_eq!(holders(&store, &b1).0, Some("hereabouts-warm:node-b warm-3".into()));
+}
+
+fn reserves(dir: &std::path::Path, store: &MemoryStore) -> Reserves<MemoryStore> {
+    let reserves = Reserves::open("node-a", dir, Arc::new(|_| Box::pin(async { Ok(()) })));
+    reserves.know(std::path::Path::new("/k"), store.clone());
+    reserves
+}
+
+fn request(container: &str) -> Request {
+    Request { container_id: container.into(), ifname: "net1".into(), node: "node-a".into() }
+}
+
+/// Waits (on the paused clock) until `done` holds.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..600 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: not within a minute");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reserve_answers_from_its_slots_hands_them_over_and_refills() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let r = reserves(dir.path(), &store);
+    let (cfg, mode) = config("p0", true);
+    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None, "empty at first");
+    until("filled", || r.held().get("net") == Some(&2)).await;
+    let mut answered = Vec::new();
+    for i in 1..=2 {
+        let (cfg, _) = config(&format!("p{i}"), true);
+        let got = r.take(&cfg, &mode, &request(&format!("c{i}")), true, "/k".as_ref(), store.clone()).unwrap();
+        let again = r.take(&cfg, &mode, &request(&format!("c{i}")), false, "/k".as_ref(), store.clone());
+        assert_eq!(again.as_ref(), Some(&got), "a retry gets the same answer");
+        answered.push(got[0].ip);
+    }
+    until("handed over", || r.pending() == 0).await;
+    until("refilled", || r.held().get("net") == Some(&2)).await;
+    let pools = store.pools();
+    for (i, ip) in answered.iter().enumerate() {
+        let holder = pools.iter().find_map(|p| {
+            let offset = crate::claim::address_of(p, 0).and_then(|_| {
+                p.spec.allocations.iter().find(|(k, _)| crate::claim::address_of(p, k.parse().unwrap()) == Some(*ip))
+            })?;
+            Some(offset.1.podref.clone())
+        });
+        assert_eq!(holder, Some(format!("ns/p{}", i + 1)));
+    }
+    r.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_take_survives_the_agents_death_and_a_del_before_any_write_gives_the_slot_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = MemoryStore::new(NS);
+    let (cfg, mode) = config("p1", true);
+    // an agent whose API server stops answering once its reserve is full
+    let first = reserves(dir.path(), &base);
+    assert_eq!(first.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), base.clone()), None);
+    until("filled", || first.held().get("net") == Some(&2)).await;
+    let away = base.handle(
+        "away",
+        (1..=1000).fold(FaultPlan::quiet(3), |p, n| {
+            p.at(Op::GetReservation, n, Fault::TooMany).at(Op::AddAllocation, n, Fault::TooMany)
+        }),
+    );
+    let a = first.take(&cfg, &mode, &request("c1"), true, "/k".as_ref(), away.clone()).unwrap();
+    let (cfg2, _) = config("p2", true);
+    first.know("/k".as_ref(), away.clone());
+    let b = first.take(&cfg2, &mode, &request("c2"), true, "/k".as_ref(), away).unwrap();
+    assert_ne!(a, b);
+    // the agent dies before anything is handed over; its successor replays the journal
+    first.stop();
+    let second = reserves(dir.path(), &base);
+    assert_eq!(second.pending(), 2);
+    until("replayed", || second.pending() == 0).await;
+    let pools = base.pools();
+    let holder = |ip: std::net::IpAddr| {
+        pools.iter().find_map(|p| {
+            p.spec.allocations.iter().find_map(|(k, e)| {
+                (crate::claim::address_of(p, k.parse().unwrap()) == Some(ip)).then(|| e.podref.clone())
+            })
+        })
+    };
+    assert_eq!(holder(a[0].ip).as_deref(), Some("ns/p1"));
+    assert_eq!(holder(b[0].ip).as_deref(), Some("ns/p2"));
+
+    second.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let r = reserves(dir.path(), &store);
+    let (cfg, mode) = config("p1", true);
+    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None);
+    until("filled", || r.held().get("net") == Some(&2)).await;
+    let writes = store.writes();
+    let got = r.take(&cfg, &mode, &request("c1"), true, "/k".as_ref(), store.clone()).unwrap();
+    // no await in between: the hand-over round has not run
+    assert_eq!(r.settle("net", &request("c1")).await, WarmSettled::GivenBack);
+    assert_eq!(store.writes(), writes, "nothing of the pod's was written");
+    assert_eq!(r.held().get("net"), Some(&2), "the slot is back");
+    assert_eq!(r.pending(), 0);
+    assert_eq!(r.settle("net", &request("c1")).await, WarmSettled::Nothing);
+    // the next pod gets it
+    let (cfg2, _) = config("p2", true);
+    let next = r.take(&cfg2, &mode, &request("c2"), true, "/k".as_ref(), store.clone()).unwrap();
+    assert!(next == got || r.held().get("net") == Some(&1));
+
+    until("handed over", || r.pending() == 0).await;
+    // the API server away: rounds fail before sending anything, so a DEL still gives the slot back
+    let away = store
+        .handle("away", (1..=10_000).fold(FaultPlan::quiet(5), |p, n| p.at(Op::GetReservation, n, Fault::TooMany)));
+    r.know("/k".as_ref(), away.clone());
+    let (cfg3, _) = config("p3", true);
+    until("a slot to take", || r.held().get("net").is_some_and(|n| *n > 0)).await;
+    assert!(r.take(&cfg3, &mode, &request("c3"), true, "/k".as_ref(), away).is_some());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(r.pending(), 1, "not handed over while away");
+    assert_eq!(r.settle("net", &request("c3")).await, WarmSettled::GivenBack);
+    let p3 = |podref: &str| podref == "ns/p3";
+    assert!(!store.pools().iter().any(|p| p.spec.allocations.values().any(|a| p3(&a.podref))), "no entry of p3");
+    assert!(!store.reservations().iter().any(|r| p3(&r.spec.podref)), "no reservation of p3");
+    r.stop();
+}
