@@ -367,6 +367,34 @@ fn refusals() -> Vec<Case> {
         ("CNI_ARGS unknown key", netconf(static_only(json!({}))), "K8S_POD_NAME=p;FOO=bar", 4, "FOO"),
         ("CNI_ARGS IgnoreUnknown=0", netconf(static_only(json!({}))), "IgnoreUnknown=0;FOO=bar", 4, "FOO"),
         ("CNI_ARGS IgnoreUnknown garbage", netconf(static_only(json!({}))), "IgnoreUnknown=maybe", 4, "IgnoreUnknown"),
+        (
+            "warm without slices",
+            netconf(ranged(json!({"warm_addresses": 4}))),
+            "",
+            7,
+            "ipam.warm_addresses: needs node_slice_size",
+        ),
+        (
+            "warm too many",
+            netconf(ranged(json!({"node_slice_size": "/28", "warm_addresses": 257}))),
+            "",
+            7,
+            "ipam.warm_addresses: 257 is more than 256",
+        ),
+        (
+            "warm a string",
+            netconf(ranged(json!({"node_slice_size": "/28", "warm_addresses": "4"}))),
+            "",
+            6,
+            "ipam.warm_addresses",
+        ),
+        (
+            "warm with host routes",
+            netconf(ranged(json!({"node_slice_size": "/28", "warm_addresses": 4, "announce_routes": true}))),
+            "",
+            7,
+            "ipam.warm_addresses: not with announce_routes",
+        ),
         ("CNI_ARGS IP garbage", netconf(static_only(json!({}))), "IP=10.0.0.x;K8S_POD_NAME=p", 4, "CNI_ARGS: IP"),
         ("CNI_ARGS IP outside", netconf(ranged(json!({}))), "IP=10.1.0.5", 7, "CNI_ARGS IP: 10.1.0.5 is outside"),
         ("CNI_ARGS GATEWAY garbage", netconf(static_only(json!({}))), "GATEWAY=gw", 4, "GATEWAY"),
@@ -480,6 +508,18 @@ fn every_key_is_read() {
     assert_eq!(c.reconciler_cron_expression.as_deref(), Some("30 4 * * *"));
     assert_eq!(kube(&c).strategy, crate::allocator::Strategy::Random);
     assert_eq!(c.timeout, Duration::from_secs(20));
+}
+
+#[test]
+fn warm_addresses_are_a_slice_modes_and_none_by_default() {
+    let warm = |patch: Value| match ok(&netconf(ranged(patch)), "").mode {
+        crate::config::Mode::Slices(s) => s.warm,
+        other => panic!("not slices: {other:?}"),
+    };
+    assert_eq!(warm(json!({"node_slice_size": "/28"})), 0);
+    assert_eq!(warm(json!({"node_slice_size": "/28", "warm_addresses": 16})), 16);
+    // zero is off, in any mode
+    assert!(matches!(ok(&netconf(ranged(json!({"warm_addresses": 0}))), "").mode, crate::config::Mode::Pools(_)));
 }
 
 #[test]
