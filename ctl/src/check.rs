@@ -11,10 +11,12 @@ use hereabouts_ipam::allocator::MAX_OFFSET;
 use hereabouts_ipam::claim::{address_of, reservation_of, understand};
 use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
 use hereabouts_ipam::reconcile::rules::{
-    EntryClaim, Facts, Index, Keep, PodView, ReservationVerdict, StatefulSetView, Verdict, entry_claim, judge,
-    judge_reservation,
+    EntryClaim, Facts, Index, Keep, NodeView, PodView, ReservationVerdict, StatefulSetView, Verdict, entry_claim,
+    judge, judge_reservation,
 };
-use hereabouts_ipam::reconcile::{Cluster, Notice, Releaser, parse_duration, read_statefulset, reconcile_once};
+use hereabouts_ipam::reconcile::{
+    Cluster, Notice, Releaser, parse_duration, read_node, read_statefulset, reconcile_once,
+};
 use hereabouts_ipam::store::{KubeStore, claimed_at};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
@@ -141,6 +143,7 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
         tally: (),
         grace: args.grace,
         orphan_age: args.orphan_age,
+        missing_nodes: Default::default(),
     };
     let summary = reconcile_once(&releaser).await.context("repair")?;
     let left = check(&client, &namespace, args).await?;
@@ -330,6 +333,10 @@ impl Cluster for CliCluster {
 
     async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
         read_statefulset(&self.0, namespace, name).await
+    }
+
+    async fn node(&self, name: &str) -> Result<NodeView, String> {
+        read_node(&self.0, name).await
     }
 
     async fn publish(&self, podref: &str, _uid: Option<&str>, notice: Notice) {

@@ -86,5 +86,6 @@ fn why_kept(keep: Keep, view: &PodView) -> String {
         ),
         (Keep::Unjudgeable, _) => "its podref is not namespace/name, so no pod can be looked up".into(),
         (Keep::Sticky, _) => "a sticky StatefulSet address: its StatefulSet still wants the pod's ordinal".into(),
+        (Keep::Warm, _) => "a warm address: its Node still exists, and its agent may hand it to a pod".into(),
     }
 }

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use hereabouts_ipam::config::{self, Input, IpamConfig, ReleaseConfig};
 use hereabouts_ipam::crd::IpPool;
-use hereabouts_ipam::reconcile::rules::PodView;
-use hereabouts_ipam::reconcile::{Cluster, Considered, Notice, Releaser, entries, reconcile_once};
+use hereabouts_ipam::reconcile::rules::{NodeView, PodView};
+use hereabouts_ipam::reconcile::{Cluster, Considered, Notice, Releaser, Views, entries, reconcile_once};
 use hereabouts_ipam::routetable::{KernelTable, TableError};
 use hereabouts_ipam::slices::keep::Keeper;
 use hereabouts_ipam::store::guard::{Guard, mutants};
@@ -216,6 +216,11 @@ impl Cluster for SimCluster {
         Ok(None)
     }
 
+    // the simulated nodes never leave
+    async fn node(&self, _name: &str) -> Result<NodeView, String> {
+        Ok(NodeView::Present)
+    }
+
     async fn pod(&self, podref: &str) -> Result<PodView, String> {
         let truth = self.0.lock().unwrap();
         Ok(truth.pods.get(podref).map_or(PodView::Missing, |p| PodView::Present {
@@ -290,7 +295,14 @@ impl World {
     }
 
     fn releaser(&self, store: MemoryStore) -> Releaser<MemoryStore, SimCluster> {
-        Releaser { store, cluster: SimCluster(self.truth.clone()), tally: (), grace: GRACE, orphan_age: ORPHAN_AGE }
+        Releaser {
+            store,
+            cluster: SimCluster(self.truth.clone()),
+            tally: (),
+            grace: GRACE,
+            orphan_age: ORPHAN_AGE,
+            missing_nodes: Default::default(),
+        }
     }
 }
 
@@ -667,7 +679,7 @@ async fn node_loop(releaser: &Releaser<MemoryStore, SimCluster>, gone: Vec<(Stri
     let Ok(pools) = releaser.store.list_pools().await else { return gone };
     let mut again = Vec::new();
     for (podref, uid) in gone {
-        let mut views = HashMap::new();
+        let mut views = Views::new();
         for (pool, offset, held) in entries(&pools, |a| a.podref == podref) {
             let outcome = releaser.consider(pool, offset, held, Some(&uid), &mut views).await;
             if outcome == Considered::Failed {

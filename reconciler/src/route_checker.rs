@@ -217,7 +217,7 @@ impl<T: Table, C: Cluster> Checker<T, C> {
 mod tests {
     use std::sync::Mutex;
 
-    use hereabouts_ipam::reconcile::rules::StatefulSetView;
+    use hereabouts_ipam::reconcile::rules::{NodeView, StatefulSetView};
     use hereabouts_ipam::routetable::records::Record;
     use hereabouts_ipam::routetable::{NetRoute, TableError};
     use ipnet::IpNet;
@@ -264,6 +264,9 @@ mod tests {
         }
         async fn statefulset(&self, _: &str, _: &str) -> Result<Option<StatefulSetView>, String> {
             Ok(None)
+        }
+        async fn node(&self, _: &str) -> Result<NodeView, String> {
+            Ok(NodeView::Present)
         }
         async fn publish(&self, podref: &str, _uid: Option<&str>, notice: Notice) {
             self.events.lock().unwrap().push((podref.to_string(), notice));

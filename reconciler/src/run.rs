@@ -188,6 +188,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tally: health.clone(),
         grace,
         orphan_age: args.orphan_age,
+        missing_nodes: Default::default(),
     });
 
     let (pool_cache, pool_writer) = reflector::store::<IpPool>();

@@ -1,13 +1,14 @@
-//! What the release rules ask of the cluster besides the store: the pod an entry names, read fresh, and Events on
-//! pods. [`KubeCluster`] is the API server; tests and `kubectl hereabouts` give their own.
+//! What the release rules ask of the cluster besides the store: the pod an entry names, read fresh (the Node, for
+//! a warm entry), and Events on pods. [`KubeCluster`] is the API server; tests and `kubectl hereabouts` give
+//! their own.
 
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 
-use super::rules::{PodView, StatefulSetView, podref_parts};
+use super::rules::{NodeView, PodView, StatefulSetView, podref_parts};
 
 /// The annotation a mirror pod carries: the kubelet's UID of the static pod it mirrors.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -23,7 +24,7 @@ pub struct Notice {
     pub note: String,
 }
 
-/// Pods and Events.
+/// Pods, Nodes and Events.
 pub trait Cluster: Send + Sync {
     /// The pod `podref` names, as the API server has it now (not a cache: a cache may be stale).
     fn pod(&self, podref: &str) -> impl Future<Output = Result<PodView, String>> + Send;
@@ -36,7 +37,11 @@ pub trait Cluster: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<StatefulSetView>, String>> + Send;
 
-    /// Tells the pod `podref` (UID `uid`, when known) what happened, best effort.
+    /// Whether the Node `name` exists, as the API server has it now (not a cache). Read only for warm entries.
+    fn node(&self, name: &str) -> impl Future<Output = Result<NodeView, String>> + Send;
+
+    /// Tells the pod `podref` (UID `uid`, when known) what happened, best effort. A `podref` that names no pod (a
+    /// warm entry's) is told nothing.
     fn publish(&self, podref: &str, uid: Option<&str>, notice: Notice) -> impl Future<Output = ()> + Send;
 }
 
@@ -90,6 +95,13 @@ pub async fn read_statefulset(client: &Client, namespace: &str, name: &str) -> R
     }))
 }
 
+/// Whether the Node `name` exists (its metadata is all that says so).
+pub async fn read_node(client: &Client, name: &str) -> Result<NodeView, String> {
+    let found =
+        Api::<Node>::all(client.clone()).get_metadata_opt(name).await.map_err(|e| format!("get node {name}: {e}"))?;
+    Ok(if found.is_some() { NodeView::Present } else { NodeView::Missing })
+}
+
 impl Cluster for KubeCluster {
     async fn pod(&self, podref: &str) -> Result<PodView, String> {
         let Some((ns, name)) = podref_parts(podref) else { return Ok(PodView::Missing) };
@@ -99,6 +111,10 @@ impl Cluster for KubeCluster {
 
     async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
         read_statefulset(&self.client, namespace, name).await
+    }
+
+    async fn node(&self, name: &str) -> Result<NodeView, String> {
+        read_node(&self.client, name).await
     }
 
     async fn publish(&self, podref: &str, uid: Option<&str>, notice: Notice) {

@@ -1,15 +1,15 @@
-//! What the reconciler does about one entry or one reservation: re-read what the decision needs, decide with the
-//! rules of [`super::rules`], write with the guarded operations of [`crate::claim`], then count it and tell the
-//! pod's Events. Shared by the reconciler's node loop and cluster reconcile, and by `kubectl hereabouts ipam check
-//! --repair`.
+//! What the reconciler does about one entry or one reservation: re-read what the decision needs (the pod, or the
+//! Node of a warm entry), decide with the rules of [`super::rules`], write with the guarded operations of
+//! [`crate::claim`], then count it and tell the pod's Events. Shared by the reconciler's node loop and cluster
+//! reconcile, and by `kubectl hereabouts ipam check --repair`.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::cluster::{Cluster, Notice};
 use super::rules::{
-    Facts, Index, Keep, KeepReservation, PodView, Reason, ReservationVerdict, Verdict, judge, judge_reservation,
-    podref_parts, sticky_wanted,
+    Facts, Index, Keep, KeepReservation, NodeView, PodView, Reason, ReservationVerdict, Verdict, judge,
+    judge_reservation, judge_warm, podref_parts, sticky_wanted, warm_node,
 };
 use crate::budget::Budget;
 use crate::claim::{
@@ -77,6 +77,27 @@ pub struct Releaser<S, C, T = ()> {
     pub grace: Duration,
     /// A reservation no entry accounts for is released once its last claim is this old: longer than any ADD runs.
     pub orphan_age: Duration,
+    /// Since when this process has seen each Node of warm entries missing, without a read in between that found
+    /// it ([`judge_warm`]).
+    pub missing_nodes: MissingNodes,
+}
+
+/// When a process first saw each Node missing, since the last read that found it.
+#[derive(Debug, Default)]
+pub struct MissingNodes(std::sync::Mutex<HashMap<String, tokio::time::Instant>>);
+
+impl MissingNodes {
+    /// Records what a read of Node `name` found; returns how long it has been missing.
+    fn seen(&self, name: &str, view: NodeView) -> Duration {
+        let mut missing = self.0.lock().expect("not poisoned");
+        match view {
+            NodeView::Present => {
+                missing.remove(name);
+                Duration::ZERO
+            }
+            NodeView::Missing => missing.entry(name.to_string()).or_insert_with(tokio::time::Instant::now).elapsed(),
+        }
+    }
 }
 
 /// The outcome of considering one allocation.
@@ -86,7 +107,7 @@ pub enum Considered {
     Kept(Keep),
     /// The entry changed under us: someone else released or re-assigned it.
     Changed,
-    /// The pod could not be read, or the release failed: try again later.
+    /// The pod (or a warm entry's Node) could not be read, or the release failed: try again later.
     Failed,
 }
 
@@ -100,21 +121,51 @@ pub enum ReservationOutcome {
     Failed,
 }
 
-/// Pod reads made within one pass, so that a pod with many entries is read once.
-pub type Views = HashMap<String, PodView>;
+/// Pod and Node reads made within one pass, so that a pod with many entries, or a node with many warm ones, is
+/// read once.
+#[derive(Debug, Default)]
+pub struct Views {
+    pods: HashMap<String, PodView>,
+    nodes: HashMap<String, NodeView>,
+}
+
+impl Views {
+    /// Nothing read yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
 
 impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Releaser<S, C, T> {
     async fn view(&self, podref: &str, views: &mut Views) -> Option<PodView> {
-        if let Some(view) = views.get(podref) {
+        if let Some(view) = views.pods.get(podref) {
             return Some(view.clone());
         }
         match self.cluster.pod(podref).await {
             Ok(view) => {
-                views.insert(podref.to_string(), view.clone());
+                views.pods.insert(podref.to_string(), view.clone());
                 Some(view)
             }
             Err(e) => {
                 tracing::warn!(%podref, error = %e, "cannot read the pod; keeping its address");
+                None
+            }
+        }
+    }
+
+    /// Whether the Node `name` exists; `None` when that cannot be read (its warm entries are then kept: never
+    /// guess).
+    async fn node(&self, name: &str, views: &mut Views) -> Option<NodeView> {
+        if let Some(view) = views.nodes.get(name) {
+            return Some(*view);
+        }
+        match self.cluster.node(name).await {
+            Ok(view) => {
+                views.nodes.insert(name.to_string(), view);
+                Some(view)
+            }
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "cannot read the Node; keeping its warm addresses");
                 None
             }
         }
@@ -135,8 +186,24 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
         }
     }
 
-    /// Judges the entry `held` at `offset` of `pool` and gives it back if its pod no longer holds it. `gone_uid`
-    /// is the UID of a pod seen deleted or finished under that name.
+    /// The verdict on `held`, from what the API server says now: of its pod, or of its Node for a warm entry.
+    /// `None` when that cannot be read.
+    async fn verdict(&self, held: &IpAllocation, gone_uid: Option<&str>, views: &mut Views) -> Option<Verdict> {
+        if let Some(node) = warm_node(held) {
+            let view = self.node(node, views).await?;
+            return Some(judge_warm(view, self.missing_nodes.seen(node, view), self.grace));
+        }
+        if podref_parts(&held.podref).is_none() {
+            return Some(Verdict::Keep(Keep::Unjudgeable));
+        }
+        let view = self.view(&held.podref, views).await?;
+        let sticky = self.sticky(held).await?;
+        let facts = Facts { pod: &view, gone_uid, now: crate::clock::now(), grace: self.grace, sticky };
+        Some(judge(held, &facts))
+    }
+
+    /// Judges the entry `held` at `offset` of `pool` and gives it back if its pod no longer holds it (or, for a
+    /// warm entry, its Node is gone). `gone_uid` is the UID of a pod seen deleted or finished under that name.
     pub async fn consider(
         &self,
         pool: &IpPool,
@@ -145,15 +212,10 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
         gone_uid: Option<&str>,
         views: &mut Views,
     ) -> Considered {
-        if podref_parts(&held.podref).is_none() {
-            return Considered::Kept(Keep::Unjudgeable);
-        }
-        let Some(view) = self.view(&held.podref, views).await else { return Considered::Failed };
-        let Some(sticky) = self.sticky(held).await else { return Considered::Failed };
-        let facts = Facts { pod: &view, gone_uid, now: crate::clock::now(), grace: self.grace, sticky };
-        let reason = match judge(held, &facts) {
-            Verdict::Keep(keep) => return Considered::Kept(keep),
-            Verdict::Release(reason) => reason,
+        let reason = match self.verdict(held, gone_uid, views).await {
+            None => return Considered::Failed,
+            Some(Verdict::Keep(keep)) => return Considered::Kept(keep),
+            Some(Verdict::Release(reason)) => reason,
         };
         let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
         let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());

@@ -38,6 +38,8 @@ pub enum Reason {
     Replaced,
     /// A reservation no pool entry accounts for, older than any ADD can run.
     Orphaned,
+    /// A warm entry whose Node no longer exists: nobody is left to take it ([`judge_warm`]).
+    NodeGone,
 }
 
 impl Reason {
@@ -48,6 +50,7 @@ impl Reason {
             Reason::Finished => "pod_finished",
             Reason::Replaced => "pod_replaced",
             Reason::Orphaned => "orphaned",
+            Reason::NodeGone => "node_gone",
         }
     }
 }
@@ -59,8 +62,12 @@ pub enum Keep {
     Live,
     /// It is younger than the grace period and nothing ties it to a pod known to be gone: an ADD may be in flight.
     Fresh,
-    /// It names no pod that can be looked up (`podref` not `namespace/name`): never guess.
+    /// It names no pod that can be looked up (`podref` not `namespace/name`), nor a node's warm reserve: never
+    /// guess.
     Unjudgeable,
+    /// A warm entry (a node's reserve, [`crate::warm`]) whose Node exists: the node's agent may hand it to a pod
+    /// at any moment.
+    Warm,
     /// Its pod is gone or being replaced, but the StatefulSet that owns it still wants the pod's ordinal: the pod
     /// recreated under the same name takes it over (sticky StatefulSet addresses).
     Sticky,
@@ -71,6 +78,15 @@ pub enum Keep {
 pub enum Verdict {
     Release(Reason),
     Keep(Keep),
+}
+
+/// What the API server says of the Node a warm entry names, read right before deciding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeView {
+    /// No Node of that name exists.
+    Missing,
+    /// A Node of that name exists (being deleted or not: until it is gone, its agent may still run).
+    Present,
 }
 
 /// What is known when judging one allocation.
@@ -132,7 +148,8 @@ fn allocated_at(allocation: &IpAllocation) -> Option<Timestamp> {
 /// Decides whether `allocation` may be given back.
 ///
 /// The rules, in order:
-/// 1. An entry whose pod reference cannot be looked up is kept.
+/// 1. An entry whose pod reference cannot be looked up is kept. A warm entry is one of these here: no pod rule may
+///    give a node's reserve back; its Node decides ([`judge_warm`]).
 /// 2. An entry that records the UID of a pod seen gone (`gone_uid`) is that pod's: released at once, whatever its
 ///    age, unless the API server shows that same pod alive again (a stale event).
 /// 3. An entry recording another UID than the pod that exists now is an earlier pod's: released — except for a
@@ -179,6 +196,25 @@ fn judge_pod(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
     }
 }
 
+/// The node whose warm reserve `allocation` belongs to ([`crate::warm`]), if it is a warm entry.
+pub fn warm_node(allocation: &IpAllocation) -> Option<&str> {
+    crate::warm::node_of(&allocation.podref)
+}
+
+/// Decides on a warm entry, given its Node as read right before and how long this process has seen it missing
+/// without a break (`missing_for`, zero at the first sight): kept while the Node exists, released once it has
+/// been missing for `grace`. No pod names a warm entry, so its Node is the only thing whose end can end it; and
+/// while the Node exists, its agent may hand the address to a pod at any moment (from its journal, with no request
+/// on the path), so nothing else may give it back. A Node deleted by hand is registered again by its kubelet
+/// within seconds, its agent still running: one read in that gap must not free the reserve, so a Node missing for
+/// less than `grace` keeps it. A Node that cannot be read is not judged at all.
+pub fn judge_warm(node: NodeView, missing_for: Duration, grace: Duration) -> Verdict {
+    match node {
+        NodeView::Missing if missing_for >= grace => Verdict::Release(Reason::NodeGone),
+        NodeView::Present | NodeView::Missing => Verdict::Keep(Keep::Warm),
+    }
+}
+
 /// What the node loop remembers of one pod of its node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KnownPod {
@@ -187,10 +223,13 @@ pub struct KnownPod {
 }
 
 /// Whether an entry recorded on `node` deserves a look after the node's pods were (re)listed: its pod is not, or
-/// no longer, a live pod of this node, or it is another pod of that name.
+/// no longer, a live pod of this node, or it is another pod of that name. A warm entry never does: it names no
+/// pod, and the node loop runs on a node that exists — its warm entries are the cluster reconcile's, which
+/// asks for their Node ([`judge_warm`]).
 pub fn suspicious(entry: &IpAllocation, node: &str, on_node: &HashMap<String, KnownPod>) -> bool {
     entry.is_recorded()
         && entry.node.as_deref() == Some(node)
+        && warm_node(entry).is_none()
         && match on_node.get(&entry.podref) {
             None => true,
             Some(known) => known.finished || entry.recorded_uid().is_some_and(|u| u != known.uid),
@@ -301,6 +340,9 @@ pub enum ReservationVerdict {
 /// ADD cannot run longer than `orphan_age`. So a reservation that no entry accounts for and whose last claim is
 /// older than that will never get its entry: it is released, whether or not its pod still exists (a killed ADD
 /// whose retry landed on another address leaves such a claim behind for a live pod).
+///
+/// A warm reservation carries its warm entry's pod reference (the node's token), so it is accounted for while
+/// that entry exists, and an orphan like any other once the entry is gone.
 pub fn judge_reservation(
     spec: &OverlappingRangeIpReservationSpec,
     claimed_at: Option<Timestamp>,

@@ -337,3 +337,91 @@ fn a_wanted_sticky_entry_outlives_its_pod_and_nothing_else_changes() {
     let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true };
     assert_eq!(judge(&plain, &facts), Verdict::Release(Reason::Deleted));
 }
+
+fn mk_warm(node: &str) -> IpAllocation {
+    IpAllocation {
+        id: "warm-1".into(),
+        podref: crate::warm::podref(node),
+        ifname: "warm-1".into(),
+        node: Some(node.into()),
+        reserved: true,
+        allocated: Some(ago(Timestamp::now(), 3600).to_string()),
+        recorded_for: Some("warm-1".into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_warm_entry_is_kept_while_its_node_exists_and_released_once_it_is_gone() {
+    let warm = mk_warm("n1");
+    assert_eq!(warm_node(&warm), Some("n1"));
+    let grace = Duration::from_secs(60);
+    for (node, missing_for, verdict) in [
+        (NodeView::Present, 0, Verdict::Keep(Keep::Warm)),
+        (NodeView::Present, 3600, Verdict::Keep(Keep::Warm)),
+        (NodeView::Missing, 0, Verdict::Keep(Keep::Warm)),
+        (NodeView::Missing, 59, Verdict::Keep(Keep::Warm)),
+        (NodeView::Missing, 60, Verdict::Release(Reason::NodeGone)),
+    ] {
+        assert_eq!(judge_warm(node, Duration::from_secs(missing_for), grace), verdict, "{node:?} {missing_for}");
+    }
+    assert_eq!(Reason::NodeGone.as_str(), "node_gone");
+    for podref in ["ns/p", "hereabouts-warm:", "nopod", "", "ns/hereabouts-warm:n1"] {
+        let entry = IpAllocation { podref: podref.into(), ..warm.clone() };
+        assert_eq!(warm_node(&entry), None, "{podref:?} is no node's reserve");
+    }
+}
+
+#[test]
+fn the_node_loop_never_suspects_a_warm_entry_of_its_node() {
+    let live: HashMap<String, KnownPod> =
+        [("ns/live".to_string(), KnownPod { uid: "u1".into(), finished: false })].into();
+    for on_node in [HashMap::new(), live] {
+        assert!(!suspicious(&mk_warm("n1"), "n1", &on_node), "its own warm entry");
+        assert!(!suspicious(&mk_warm("n2"), "n1", &on_node), "another node's");
+        // the same entry with a pod's podref is suspected: only the warm token exempts it
+        let pods = IpAllocation { podref: "ns/gone".into(), ..mk_warm("n1") };
+        assert!(suspicious(&pods, "n1", &on_node));
+    }
+}
+
+#[test]
+fn a_warm_reservation_is_accounted_while_its_warm_entry_exists() {
+    let now = Timestamp::now();
+    let token = crate::warm::podref("n1");
+    let warm = Holder { pool: "p".into(), offset: 1, entry: mk_warm("n1") };
+    let judge_at = |spec: &OverlappingRangeIpReservationSpec, holders: &[Holder]| {
+        judge_reservation(spec, Some(ago(now, 9999)), holders, true, now, ORPHAN_AGE)
+    };
+    let spec = OverlappingRangeIpReservationSpec { containerid: "warm-1".into(), ..mk_spec(&token) };
+    assert_eq!(judge_at(&spec, std::slice::from_ref(&warm)), ReservationVerdict::Keep(KeepReservation::Accounted));
+    assert_eq!(judge_at(&spec, &[]), ReservationVerdict::Release, "its entry released: an orphan");
+    // mid hand-over the pod holds the reservation before the entry is rewritten: reported from the entry's side,
+    // never released
+    assert_eq!(judge_at(&mk_spec("ns/a"), &[warm]), ReservationVerdict::Conflict(token));
+}
+
+proptest! {
+    /// Whatever the pod facts say of a warm entry's podref (which names no pod), no pod rule gives a node's
+    /// reserve back: only its Node's end does (`judge_warm`).
+    #[test]
+    fn no_pod_rule_releases_a_warm_entry(
+        node in "[a-z0-9][a-z0-9.-]{0,20}",
+        uid in proptest::option::of("u[0-3]"),
+        gone in proptest::option::of("u[0-3]"),
+        finished: bool,
+        sticky: bool,
+        missing: bool,
+    ) {
+        let now = Timestamp::now();
+        let warm = IpAllocation { poduid: uid.clone(), statefulset: sticky.then(|| "web".into()), ..mk_warm(&node) };
+        prop_assert_eq!(warm_node(&warm), Some(node.as_str()));
+        let pod = if missing {
+            PodView::Missing
+        } else {
+            PodView::Present { uid: uid.unwrap_or_default(), finished, mirror: false }
+        };
+        let facts = Facts { pod: &pod, gone_uid: gone.as_deref(), now, grace: GRACE, sticky };
+        prop_assert!(matches!(judge(&warm, &facts), Verdict::Keep(_)));
+    }
+}

@@ -233,7 +233,7 @@ fn each_identity_is_granted_exactly_its_list() {
     assert_same("reconciler, pool namespace", &deploy::namespaced_rights(Identity::Restricted), &reconciler);
     let cluster = grants(&[
         ("", "pods", &["get", "list", "watch"], None),
-        ("", "nodes", &["list", "watch"], None),
+        ("", "nodes", &["get", "list", "watch"], None),
         ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("ippools.whereabouts.cni.cncf.io")),
         (
             "apiextensions.k8s.io",

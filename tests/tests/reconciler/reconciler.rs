@@ -305,3 +305,58 @@ async fn a_gone_nodes_slice_with_a_cooling_address_is_not_freed() {
     let kept = pools.get_opt(&cooling_pool).await.unwrap().expect("its pool, with the release record, stays");
     assert_eq!(kept.spec.released.unwrap().get("5"), Some(&released_now));
 }
+
+/// The warm reserve: an entry (and reservation) whose podref is a node's token, `hereabouts-warm:<node>`, names no
+/// pod; the cluster reconcile reads the Node instead. The reserve of a Node that exists stays, entry and
+/// reservation; that of a Node that does not is given back, its reservation with it (the entry's own release
+/// deletes it, as for a pod's; had that failed, the orphan rule would a pass later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_entry_is_kept_while_its_node_exists_and_released_with_it() {
+    use hereabouts_ipam::crd::{IpAllocation, IpPool};
+    use hereabouts_ipam::warm;
+    use hereabouts_tests::objects::{mk_node, mk_pool};
+    use k8s_openapi::api::core::v1::Node;
+
+    let fx = Fx::new("rec-warm", "198.18.110.0/24").await;
+    let (here, gone) = (format!("warm-here-{}", fx.ns), format!("warm-gone-{}", fx.ns));
+    mk_node(&here).create(&fx.admin).await;
+    let an_hour_ago =
+        (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600)).to_string();
+    let warm_entry = |node: &str, id: &str| IpAllocation {
+        id: id.into(),
+        podref: warm::podref(node),
+        ifname: id.into(),
+        node: Some(node.into()),
+        allocated: Some(an_hour_ago.clone()),
+        reserved: true,
+        recorded_for: Some(id.into()),
+        ..Default::default()
+    };
+    let pool = "198.18.110.0-24";
+    let made = mk_pool(pool, "198.18.110.0/24")
+        .entry(5, warm_entry(&here, "warm-here"))
+        .entry(6, warm_entry(&gone, "warm-gone"))
+        .build();
+    Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &made).await.unwrap();
+    let reservations = Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns);
+    for (ip, node, id) in [("198.18.110.5", &here, "warm-here"), ("198.18.110.6", &gone, "warm-gone")] {
+        let claim = mk_reservation(ip, &warm::podref(node)).container(id).ifname(id).build();
+        reservations.create(&PostParams::default(), &claim).await.unwrap();
+    }
+
+    let reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new(&format!("node-{}", fx.ns), &fx.ns)).await;
+    wait::until(Duration::from_secs(15), "the gone node's warm entry and reservation to go", || async {
+        let podref = warm::podref(&gone);
+        (!fx.holders(pool).await.contains(&podref) && !fx.reservations().await.contains(&podref)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
+    // two more cluster reconciles and node passes: the existing node's reserve stays
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await;
+    reconciler.wait_for_more("hereabouts_node_resyncs_total", 2.0).await;
+    let kept = BTreeSet::from([warm::podref(&here)]);
+    assert_eq!(fx.holders(pool).await, kept, "{}", reconciler.logs());
+    assert_eq!(fx.reservations().await, kept);
+    assert_eq!(reconciler.metric(r#"hereabouts_released_total{reason="node_gone"}"#).await, 1.0);
+    Api::<Node>::all(fx.admin.clone()).delete(&here, &Default::default()).await.unwrap();
+}
