@@ -18,8 +18,15 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts an agent for node `node` serving `socket` (its log beside it), and waits until the socket is there.
+    /// Starts an agent for node `node` serving `socket` (its log beside it, its warm journal in a directory
+    /// beside it), and waits until the socket is there.
     pub async fn start(socket: &Path, node: &str) -> Self {
+        Self::start_with(socket, node, &[]).await
+    }
+
+    /// [`Agent::start`] with more environment: `KUBECONFIG` names the agent's own identity (the one it asks
+    /// whether Whereabouts' reconciler runs with), as a DaemonSet pod's service account is in the cluster.
+    pub async fn start_with(socket: &Path, node: &str, env: &[(&str, &Path)]) -> Self {
         let log = socket.with_extension("log");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let listen = format!("127.0.0.1:{port}");
@@ -29,6 +36,9 @@ impl Agent {
             .arg("--socket")
             .arg(socket)
             .args(["--node-name", node, "--listen", &listen])
+            .arg("--warm-dir")
+            .arg(socket.with_extension("warm"))
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

@@ -8,6 +8,8 @@
 //! - `cooldown`: the reuse cooldown, also under lost answers. Needs the control plane.
 //! - `pod_ranges`: ranges chosen per pod, namespace and node. Needs the control plane.
 //! - `sticky`: sticky StatefulSet addresses, with the reconciler. Needs the control plane.
+//! - `warm`: the warm reserve through the agent, with the API server stopped (a control plane of its own), and its
+//!   refusal where Whereabouts' reconciler runs.
 //!
 //! `cargo test -p hereabouts-tests --test cni`; one module: `... --test cni -- cooldown::`. `tests/README.md`
 //! lists every test binary.
@@ -18,3 +20,4 @@ mod cni_cost;
 mod cooldown;
 mod pod_ranges;
 mod sticky;
+mod warm;
