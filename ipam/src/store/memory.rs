@@ -210,6 +210,8 @@ struct State {
     events: Vec<(String, String, String)>,
     /// Pods, namespaces and nodes, by kind, namespace (`""` for the cluster-scoped) and name.
     core: BTreeMap<(super::CoreObject, String, String), super::ObjectMeta>,
+    /// The API server is down (stopped, restarting): every call of every process is refused unsent.
+    away: bool,
 }
 
 impl State {
@@ -287,6 +289,12 @@ impl MemoryStore {
             actor: Arc::new(Actor { name: name.to_string(), plan: Mutex::new(plan), dead: false.into() }),
             ..self.clone()
         }
+    }
+
+    /// Takes the API server away from every process (`true`: each call is refused before it is sent), or brings
+    /// it back.
+    pub fn set_away(&self, away: bool) {
+        self.state.lock().unwrap().away = away;
     }
 
     /// Whether this handle's process died at a [`Fault::Die`].
@@ -401,6 +409,10 @@ impl MemoryStore {
             return std::future::pending().await;
         }
         self.shuffle().await;
+        if self.state.lock().unwrap().away {
+            let message = "injected: connection refused (the API server is away)".to_string();
+            return Err(StoreError::new(kind, name, format!("{op:?}"), Failure::Unavailable, message));
+        }
         let (fault, coin) = {
             let mut plan = self.actor.plan.lock().unwrap();
             let fault = plan.next(op);

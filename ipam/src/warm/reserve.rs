@@ -45,6 +45,9 @@ struct Network<S> {
     store: S,
     slots: VecDeque<Slot>,
     filler: bool,
+    /// Whether what the API server holds of this reserve was taken in (once per process: after that, every slot
+    /// of it is in `slots` or in the journal).
+    adopted: bool,
 }
 
 struct Inner<S> {
@@ -150,6 +153,7 @@ impl<S: WarmStore> Reserves<S> {
                 store: store.clone(),
                 slots: VecDeque::new(),
                 filler: false,
+                adopted: false,
             });
             let slot = network.slots.pop_front();
             if !network.filler {
@@ -287,6 +291,10 @@ impl<S: WarmStore> Reserves<S> {
     /// Takes into the reserve the whole slots of this node the API server holds and the journal does not, and
     /// gives back the parts of slots a crash cut short. Until the pools can be listed, fills wait.
     async fn adopt(&self, key: &str, cfg: &IpamConfig, store: &S) {
+        let adopted = self.inner.networks.lock().expect("not poisoned").get(key).is_none_or(|n| n.adopted);
+        if adopted {
+            return;
+        }
         let mut backoff = Duration::from_millis(200);
         let pools = loop {
             match store.list_pools().await {
@@ -298,16 +306,22 @@ impl<S: WarmStore> Reserves<S> {
                 }
             }
         };
-        let taken: HashSet<String> = {
+        let mut taken: HashSet<String> = {
             let journal = self.inner.journal.lock().expect("not poisoned");
             journal.iter().flat_map(|j| j.pending().map(|t| t.slot.container.clone())).collect()
         };
-        let (whole, partial) = warm::adopt(cfg, &pools, &self.inner.node, &|c| taken.contains(c));
+        let (whole, partial) = {
+            let mut networks = self.inner.networks.lock().expect("not poisoned");
+            let Some(network) = networks.get_mut(key) else { return };
+            // what this process claimed meanwhile (none yet: fills wait for this) and what it holds
+            taken.extend(network.slots.iter().map(|s| s.container.clone()));
+            let (whole, partial) = warm::adopt(cfg, &pools, &self.inner.node, &|c| taken.contains(c));
+            network.slots.extend(whole.iter().cloned());
+            network.adopted = true;
+            (whole, partial)
+        };
         if !whole.is_empty() {
             tracing::info!(network = %cfg.name, slots = whole.len(), "warm reserve: adopted what the node held");
-        }
-        if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(key) {
-            network.slots.extend(whole);
         }
         for slot in partial {
             for e in warm::give_back(store, &slot, &self.inner.node, &Budget::new(ROUND_BUDGET)).await {
