@@ -243,6 +243,9 @@ fn each_identity_is_granted_exactly_its_list() {
         ),
         ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("nodeslicepools.whereabouts.cni.cncf.io")),
         ("apps", "statefulsets", &["get"], None),
+        // the node agent, before a warm reserve: does Whereabouts' reconciler run (a DaemonSet or a CronJob)?
+        ("apps", "daemonsets", &["list"], None),
+        ("batch", "cronjobs", &["list"], None),
         // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
         ("events.k8s.io", "events", &["create", "patch"], None),
     ]);
@@ -379,6 +382,12 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_eq!(flag(&args, "--node-name").as_deref(), Some("$(NODE_NAME)"));
     let run = mount_of(agent, "/run/hereabouts");
     assert_eq!(host_path(&run.name), ("/run/hereabouts".to_string(), Some("DirectoryOrCreate".to_string())));
+    // the warm reserve's journal on the host's disk, where the binary reads it when the agent is away
+    assert!(flag(&args, "--warm-dir").is_none_or(|d| d == hereabouts_ipam::warm::DEFAULT_DIR));
+    let warm = mount_of(agent, hereabouts_ipam::warm::DEFAULT_DIR);
+    assert_ne!(warm.read_only, Some(true), "the agent writes its journal");
+    let warm_host = (hereabouts_ipam::warm::DEFAULT_DIR.to_string(), Some("DirectoryOrCreate".to_string()));
+    assert_eq!(host_path(&warm.name), warm_host, "the host's directory, at the host's path");
     let conf = mount_of(agent, "/etc/cni/net.d");
     assert_eq!(conf.read_only, Some(true), "the agent reads the host's CNI files, never writes them");
     assert_eq!(host_path(&conf.name).0, "/etc/cni/net.d", "mounted where the host has it");

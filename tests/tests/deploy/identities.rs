@@ -1,7 +1,8 @@
 //! The two identities of `deploy/daemonset.yaml` on the real control plane, beyond the CNI's own steps (those are
 //! in the `deploy` module): what each may not do, that the reconciler does its whole job with exactly its rights,
-//! and that each verb it is granted is needed (the table `reconciler_verbs!`), its Lease handling when it may not
-//! create the Lease, and where it serves its unauthenticated endpoints by default.
+//! and that each verb it is granted is needed (the table `reconciler_verbs!`, whose rows include the node agent's
+//! warm-reserve check: the same identity is the agent's own), its Lease handling when it may not create the Lease,
+//! and where it serves its unauthenticated endpoints by default.
 //!
 //! The reconciler runs as [`Identity::Restricted`] (ServiceAccount `hereabouts` of kube-system), its Role applied
 //! into each test's namespace; tests that change the cluster-wide ClusterRole hold its exclusive guard, all others
@@ -15,10 +16,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hereabouts_ipam::crd::{
-    IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus, OverlappingRangeIpReservation,
+    IpAllocation, IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus,
+    OverlappingRangeIpReservation,
 };
+use hereabouts_ipam::warm;
+use hereabouts_tests::agent::Agent;
 use hereabouts_tests::deploy::{self, named, right};
-use hereabouts_tests::objects::{self, mk_entry, mk_node, mk_pod, mk_pool};
+use hereabouts_tests::objects::{self, mk_entry, mk_node, mk_pod, mk_pool, mk_reservation};
 use hereabouts_tests::plugin::{Invocation, netconf, workspace_bin};
 use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
 use hereabouts_tests::{Identity, TestCluster, wait};
@@ -367,6 +371,37 @@ impl Fx {
         }
     }
 
+    /// An hour-old warm entry of `node` (its reserve: podref `hereabouts-warm:<node>`, naming no pod) and its
+    /// reservation, in a pool of its own.
+    async fn warm_entry(&self, node: &str) {
+        let net: ipnet::IpNet = "198.18.74.0/24".parse().unwrap();
+        let ip: std::net::IpAddr = "198.18.74.5".parse().unwrap();
+        let an_hour_ago =
+            (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600)).to_string();
+        let entry = IpAllocation {
+            id: "warm-1".into(),
+            podref: warm::podref(node),
+            ifname: "warm-1".into(),
+            node: Some(node.into()),
+            allocated: Some(an_hour_ago),
+            reserved: true,
+            recorded_for: Some("warm-1".into()),
+            ..Default::default()
+        };
+        let pool = mk_pool(&hereabouts_ipam::names::pool_name("", net), &net.to_string()).entry(5, entry).build();
+        Api::<IpPool>::namespaced(self.admin.clone(), &self.ns).create(&PostParams::default(), &pool).await.unwrap();
+        let name = hereabouts_ipam::names::reservation_name("", ip);
+        let claim = mk_reservation(&name, &warm::podref(node)).container("warm-1").ifname("warm-1").build();
+        let reservations = Api::<OverlappingRangeIpReservation>::namespaced(self.admin.clone(), &self.ns);
+        reservations.create(&PostParams::default(), &claim).await.unwrap();
+    }
+
+    /// The warm entries of `node` the namespace's pools hold.
+    async fn warm_entries(&self, node: &str) -> usize {
+        let token = warm::podref(node);
+        self.pool_entries().await.iter().filter(|a| a.podref == token).count()
+    }
+
     async fn released_events(&self) -> usize {
         let api = Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.admin.clone(), &self.ns);
         api.list(&Default::default())
@@ -419,6 +454,14 @@ enum Job {
     /// A sticky StatefulSet entry whose StatefulSet does not exist, its pod deleted without CNI DEL, is released by
     /// the node loop. Without the verb: this text, and the entry stays (a StatefulSet that cannot be read keeps).
     ReleaseStickyOfGoneSet(&'static str),
+    /// The warm entry (and reservation) of a Node that does not exist is released by the cluster reconcile once it
+    /// has seen the Node missing for the grace period (1 s; passes every 2 s). Without the verb: this text, and
+    /// the entry stays (a Node that cannot be read keeps its reserve).
+    ReleaseGoneNodesWarm(&'static str),
+    /// The node agent (`hereabouts-reconciler agent`, this identity its own, as the DaemonSet pod's account is in
+    /// the cluster) fills a network's warm reserve after its first ADD, having checked that Whereabouts' reconciler
+    /// runs nowhere. Without the verb: the reserve is refused, the reason naming this text, and stays empty.
+    KeepWarmReserve(&'static str),
 }
 
 /// Waits for a log line holding `text` and "forbidden"; panics with the log after 30 s.
@@ -552,6 +595,25 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             eventually(Duration::from_secs(10), "the sticky entry's release", granted, Some(&reconciler), released)
                 .await;
         }
+        Job::ReleaseGoneNodesWarm(text) => {
+            let gone_node = format!("gone-{}", fx.node);
+            fx.warm_entry(&gone_node).await;
+            let reconciler = fx.launch(OFTEN);
+            reconciler.wait_ready().await;
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            let released = || async { fx.warm_entries(&gone_node).await == 0 };
+            eventually(
+                Duration::from_secs(12),
+                "the gone node's warm entry released",
+                granted,
+                Some(&reconciler),
+                released,
+            )
+            .await;
+        }
+        Job::KeepWarmReserve(text) => keep_warm_reserve(fx, text, granted).await,
         Job::TellThePod => {
             let reconciler = fx.launch(NEVER);
             reconciler.wait_ready().await;
@@ -736,6 +798,47 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
     }
 }
 
+/// [`Job::KeepWarmReserve`]: the agent on this identity, the network's CNI identity admin (not the subject).
+async fn keep_warm_reserve(fx: &Fx, text: &str, granted: bool) {
+    const WARM: usize = 4;
+    let own = fx.cluster.kubeconfig(Identity::Restricted, &fx.ns);
+    let socket = fx.cluster.dir().join(format!("{}.sock", fx.ns));
+    let agent = Agent::start_with(&socket, &fx.node, &[("KUBECONFIG", own.as_path())]).await;
+    let ipam = json!({"range": "198.18.75.0/24", "node_slice_size": "/26", "warm_addresses": WARM});
+    let config = netconf("1.1.0", "warm", &fx.cluster.kubeconfig(Identity::Admin, &fx.ns), ipam);
+    // the network's first ADD on the node starts its reserve
+    let out = Invocation::new("ADD", &config, &fx.ns, "first", "c-first")
+        .with_env("NODENAME", &fx.node)
+        .with_env("HEREABOUTS_AGENT_SOCKET", socket.to_str().unwrap())
+        .run()
+        .await;
+    assert!(out.success, "{}\n{}\n--- agent log ---\n{}", out.stdout, out.stderr, agent.logs());
+    if granted {
+        let filled = wait::until(Duration::from_secs(30), "the warm reserve to fill", || async {
+            (fx.warm_entries(&fx.node).await == WARM).then_some(())
+        })
+        .await;
+        filled.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
+        return;
+    }
+    let refused = wait::until(Duration::from_secs(30), &format!("the reserve refused with {text:?}"), || async {
+        agent
+            .logs()
+            .lines()
+            .any(|l| {
+                l.contains("warm reserve refused")
+                    && l.contains("cannot tell whether Whereabouts' reconciler runs")
+                    && l.contains(text)
+                    && l.to_lowercase().contains("forbidden")
+            })
+            .then_some(())
+    })
+    .await;
+    refused.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
+    let claimed = || async { fx.warm_entries(&fx.node).await > 0 };
+    eventually(Duration::from_secs(3), "a warm entry", false, None, claimed).await;
+}
+
 /// One test per row: `name: scope, resource, verb => job`. Every verb the reconciler is granted has a row or is
 /// listed in [`PENDING`] (`every_reconciler_verb_has_a_row_or_is_pending` checks).
 macro_rules! reconciler_verbs {
@@ -777,15 +880,13 @@ reconciler_verbs! {
     rec_needs_watch_on_node_slices: Role, "nodeslicepools", "watch" => Job::AssignOnNewListing("node slice pool watch failed");
     rec_needs_get_on_crds: Cluster, "customresourcedefinitions", "get" => Job::CheckSchema("cannot read the CRD");
     rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
+    rec_needs_get_on_nodes: Cluster, "nodes", "get" => Job::ReleaseGoneNodesWarm("cannot read the Node");
+    agent_needs_list_on_daemonsets: Cluster, "daemonsets", "list" => Job::KeepWarmReserve("list DaemonSets");
+    agent_needs_list_on_cronjobs: Cluster, "cronjobs", "list" => Job::KeepWarmReserve("list CronJobs");
 }
 
 /// Granted verbs no row proves yet, and why. Adding a row means removing the entry here.
-const PENDING: &[(&str, &str, &str)] = &[(
-    "nodes",
-    "get",
-    "the cluster reconcile reads a warm entry's Node (kept while it exists); proved granted by \
-     reconciler::a_warm_entry_is_kept_while_its_node_exists_and_released_with_it, not yet taken away here",
-)];
+const PENDING: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn every_reconciler_verb_has_a_row_or_is_pending() {
@@ -829,6 +930,8 @@ reconciler_jobs! {
     rec_with_its_rights_gives_a_joining_node_its_slice => Job::AssignOnJoin("");
     rec_with_its_rights_gives_a_new_node_slice_pools_slices => Job::AssignOnNewListing("");
     rec_with_its_rights_releases_a_gone_sets_sticky_address => Job::ReleaseStickyOfGoneSet("");
+    rec_with_its_rights_releases_a_gone_nodes_warm_entry => Job::ReleaseGoneNodesWarm("");
+    agent_with_its_rights_keeps_a_warm_reserve => Job::KeepWarmReserve("");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
