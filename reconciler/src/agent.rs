@@ -225,17 +225,48 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         });
     }
-    let invocations = health.metrics.agent_invocations.clone();
+    let metrics = AgentMetrics::of(&health.metrics);
     // the agent's own identity, when it has one, tells whether Whereabouts' reconciler runs (the CNI's token may
     // not list DaemonSets)
     let fleet = kube::Client::try_default().await.ok();
-    serve(&args, invocations, Some(&health.ready), fleet, shutdown).await
+    serve(&args, metrics, Some(&health.ready), fleet, shutdown).await
+}
+
+/// The metrics the agent keeps.
+#[derive(Debug, Clone)]
+pub struct AgentMetrics {
+    pub invocations: Family<InvocationLabels, Counter>,
+    pub warm_addresses: Family<crate::metrics::NetworkLabels, prometheus_client::metrics::gauge::Gauge>,
+    pub warm_pending: prometheus_client::metrics::gauge::Gauge,
+    pub warm_refused: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl AgentMetrics {
+    /// The agent's metrics of `metrics`.
+    pub fn of(metrics: &crate::metrics::Metrics) -> Self {
+        Self {
+            invocations: metrics.agent_invocations.clone(),
+            warm_addresses: metrics.agent_warm_addresses.clone(),
+            warm_pending: metrics.agent_warm_pending.clone(),
+            warm_refused: metrics.agent_warm_refused.clone(),
+        }
+    }
+
+    /// Sets the warm reserve's gauges from what `warm` holds now.
+    fn warm(&self, warm: &hereabouts_ipam::warm::Reserves<Shared<KubeStore>>) {
+        for (network, held) in warm.held() {
+            let labels = crate::metrics::NetworkLabels { network };
+            self.warm_addresses.get_or_create(&labels).set(i64::try_from(held).unwrap_or(i64::MAX));
+        }
+        self.warm_pending.set(i64::try_from(warm.pending()).unwrap_or(i64::MAX));
+        self.warm_refused.set(i64::from(warm.refused().is_some()));
+    }
 }
 
 /// Serves `args.socket` until `shutdown`.
 pub async fn serve(
     args: &Args,
-    invocations: Family<InvocationLabels, Counter>,
+    metrics: AgentMetrics,
     ready: Option<&std::sync::atomic::AtomicBool>,
     fleet: Option<kube::Client>,
     shutdown: CancellationToken,
@@ -243,6 +274,16 @@ pub async fn serve(
     let listener = bind(&args.socket)?;
     let host =
         AgentHost { warm: Some(crate::warm::open(&args.node_name, &args.warm_dir, fleet)), ..Default::default() };
+    if let Some(warm) = host.warm.clone() {
+        let (metrics, stop) = (metrics.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                metrics.warm(&warm);
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+        });
+    }
+    let invocations = metrics.invocations;
     if let Some(ready) = ready {
         ready.store(true, std::sync::atomic::Ordering::Relaxed);
     }

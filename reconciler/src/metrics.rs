@@ -26,6 +26,12 @@ pub struct InvocationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NetworkLabels {
+    /// The netconf's `name`.
+    pub network: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -69,6 +75,13 @@ pub struct Metrics {
     pub crd_schema_drift: Family<CrdLabels, Gauge>,
     /// CNI invocations the node agent was handed, by command and outcome.
     pub agent_invocations: Family<InvocationLabels, Counter>,
+    /// The agent's warm reserves: addresses held for the next ADDs, by network.
+    pub agent_warm_addresses: Family<NetworkLabels, Gauge>,
+    /// Addresses the agent handed to pods from a reserve whose hand-over has not ended (the API server away).
+    pub agent_warm_pending: Gauge,
+    /// 1 when the agent keeps no reserve because it must not (Whereabouts' reconciler runs, or could not be ruled
+    /// out; the journal cannot be used): its log says why.
+    pub agent_warm_refused: Gauge,
     /// Routing-table datastore: claims this node holds, as the last check found them.
     pub routetable_claims: Gauge,
     /// Routing-table datastore: claims of this node another claim as early or earlier contests (reported, kept).
@@ -104,6 +117,9 @@ impl Metrics {
             node_slice_passes: Counter::default(),
             crd_schema_drift: Family::default(),
             agent_invocations: Family::default(),
+            agent_warm_addresses: Family::default(),
+            agent_warm_pending: Gauge::default(),
+            agent_warm_refused: Gauge::default(),
             routetable_claims: Gauge::default(),
             routetable_conflicts: Gauge::default(),
             routetable_conflicts_seen: Counter::default(),
@@ -160,6 +176,21 @@ impl Metrics {
             "agent_invocations",
             "CNI invocations handed to the node agent, by command and outcome",
             m.agent_invocations.clone(),
+        );
+        registry.register(
+            "agent_warm_addresses",
+            "Addresses the node agent holds in its warm reserve for the next ADDs, by network",
+            m.agent_warm_addresses.clone(),
+        );
+        registry.register(
+            "agent_warm_pending",
+            "Addresses handed to pods from the warm reserve whose hand-over to the pod has not ended",
+            m.agent_warm_pending.clone(),
+        );
+        registry.register(
+            "agent_warm_refused",
+            "1 when the node agent keeps no warm reserve because it must not (its log says why)",
+            m.agent_warm_refused.clone(),
         );
         registry.register("routetable_claims", "Routing-table claims this node holds", m.routetable_claims.clone());
         registry.register(

@@ -302,10 +302,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             warm_dir: args.agent_warm_dir.clone(),
             listen: None,
         };
-        let invocations = health.metrics.agent_invocations.clone();
+        let metrics = crate::agent::AgentMetrics::of(&health.metrics);
         let (stop, fleet) = (shutdown.clone(), client.clone());
         tasks.spawn(async move {
-            if let Err(e) = crate::agent::serve(&agent, invocations, None, Some(fleet), stop).await {
+            if let Err(e) = crate::agent::serve(&agent, metrics, None, Some(fleet), stop).await {
                 // the binary does the work itself: the node keeps working, only slower
                 tracing::error!(error = format!("{e:#}"), "the agent cannot serve");
             }

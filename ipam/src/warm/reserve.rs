@@ -356,7 +356,8 @@ impl<S: WarmStore> Reserves<S> {
             }
             let total = pending.len();
             let done = self.round(pending).await;
-            backoff = if done == total { Duration::from_secs(1) } else { (backoff * 2).min(MAX_BACKOFF) };
+            // at most two seconds apart: the API server back, what waits goes soon
+            backoff = if done == total { Duration::from_secs(1) } else { (backoff * 2).min(Duration::from_secs(2)) };
         }
     }
 
@@ -448,6 +449,11 @@ impl<S: WarmStore> Reserves<S> {
             *held.entry(network.cfg.name.clone()).or_default() += network.slots.len();
         }
         held
+    }
+
+    /// Why no reserve is kept, if none is.
+    pub fn refused(&self) -> Option<String> {
+        self.inner.refused.lock().expect("not poisoned").clone()
     }
 
     /// How many takes wait for their hand-over.

@@ -88,6 +88,14 @@ async fn with_the_api_server_stopped_pods_start_from_the_reserve_and_are_handed_
         .unwrap_or_else(|e| panic!("{e}\n{}", agent.logs()));
     }
     eprintln!("reserves of {PER_NODE} on {} nodes filled in {:?}", NODES.len(), filling.elapsed());
+    for (_, agent) in &agents {
+        let full = format!("hereabouts_agent_warm_addresses{{network=\"warm\"}} {PER_NODE}");
+        wait::until(Duration::from_secs(10), "the reserve's gauge", || async {
+            agent.get("/metrics").filter(|m| m.contains(&full)).map(drop)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", agent.get("/metrics").unwrap_or_default()));
+    }
 
     cluster.kill_apiserver();
     let burst: Vec<(&'static str, &Agent, String)> = agents
@@ -128,6 +136,16 @@ async fn with_the_api_server_stopped_pods_start_from_the_reserve_and_are_handed_
         assert!(out.success, "ADD after a DEL while away: {}\n{}", out.stdout, out.stderr);
         live.insert(pod, out.ips()[0]);
     }
+    // while away, the gauge shows what waits for its hand-over
+    let (_, first_agent) = &agents[0];
+    wait::until(Duration::from_secs(10), "the pending gauge", || async {
+        first_agent
+            .get("/metrics")
+            .filter(|m| m.contains(&format!("hereabouts_agent_warm_pending {PER_NODE}")))
+            .map(drop)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", first_agent.get("/metrics").unwrap_or_default()));
     let told: BTreeSet<IpAddr> = live.values().copied().collect();
     assert_eq!(told.len(), live.len(), "an address told to two pods: {live:?}");
     for (_, agent) in &agents {
@@ -207,6 +225,11 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
         agent.logs()
     );
     assert_eq!(warm_of(&fx, "node-a").await, 0, "nothing claimed in advance");
+    wait::until(Duration::from_secs(10), "the refused gauge", || async {
+        agent.get("/metrics").filter(|m| m.contains("hereabouts_agent_warm_refused 1")).map(drop)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.get("/metrics").unwrap_or_default()));
     assert!(!agent.logs().contains("ADD done from the warm reserve"));
     sets.delete("whereabouts", &Default::default()).await.unwrap();
 }
