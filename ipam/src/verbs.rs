@@ -231,7 +231,7 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 && !mode.selection.is_active()
                 && let Some(assigned) = host.take_warm(cfg, mode, req, first).await
             {
-                tracing::info!(ips = ?assigned.iter().map(|a| a.ip).collect::<Vec<_>>(), "ADD done from the warm reserve");
+                tracing::info!(container_id = %req.container_id, ips = ?assigned.iter().map(|a| a.ip).collect::<Vec<_>>(), "ADD done from the warm reserve");
                 return Ok(assigned);
             }
             let store = connect(host, &mode.kube, Verb::Add).await?;
@@ -354,8 +354,22 @@ async fn release(
     }
     let released = match &cfg.mode {
         ReleaseMode::Slices(kube) => {
-            if valid.is_none() && host.settle_warm(&cfg.name, req).await == WarmSettled::GivenBack {
-                return Ok(0);
+            let settled = if valid.is_none() { host.settle_warm(&cfg.name, req).await } else { WarmSettled::Nothing };
+            match settled {
+                WarmSettled::GivenBack => return Ok(0),
+                // released now, the address would be handed over to the gone sandbox later, and a pod of the same
+                // name would find it as its own: the runtime tries again once the API server answers
+                WarmSettled::Pending => {
+                    return Err(VerbError::new(
+                        Code::TryAgainLater,
+                        format!(
+                            "container {}: the hand-over of its warm address could not finish (the API server did \
+                             not answer)",
+                            req.container_id
+                        ),
+                    ));
+                }
+                WarmSettled::Nothing | WarmSettled::HandedOver => {}
             }
             release_in(host, cfg, kube, &Sliced, req, valid).await?
         }

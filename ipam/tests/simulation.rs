@@ -712,6 +712,7 @@ fn record_live(world: &World, podref: &str, network: usize, live: Live) {
 }
 
 fn violation(world: &World, what: String) {
+    tracing::error!(%what, "violation");
     world.truth.lock().unwrap().violations.push(what);
 }
 
@@ -1016,6 +1017,7 @@ fn run_case_counted(
     }
     hereabouts_ipam::entropy::seed_thread(seed);
     let warm = scripts.iter().any(|s| s.network == WARM_NETWORK);
+    tracing::debug!(seed, rate, "case begins");
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(async move {
         let (gone_tx, gone_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -72,13 +72,17 @@ pub struct Ask<'a> {
     pub seed: u64,
 }
 
-/// The entry of `pool` this attachment holds, if any, lowest offset first.
+/// The entry of `pool` this attachment holds, if any: this sandbox's own first (a repeated ADD gets what it got),
+/// else another sandbox's of the attachment, lowest offset first.
 pub fn held_by(pool: &IpPool, me: &Me<'_>) -> Option<(u128, IpAllocation)> {
-    pool.spec
-        .allocations
-        .iter()
-        .filter(|(_, a)| me.is_attachment(a))
-        .find_map(|(k, a)| Some((k.parse().ok()?, a.clone())))
+    let held = |mine: bool| {
+        pool.spec
+            .allocations
+            .iter()
+            .filter(|(_, a)| if mine { me.is_mine(a) } else { me.is_attachment(a) })
+            .find_map(|(k, a)| Some((k.parse().ok()?, a.clone())))
+    };
+    held(true).or_else(|| held(false))
 }
 
 /// Decides what to do with the pool as read.
@@ -255,6 +259,15 @@ mod tests {
         assert!(is_releasable_by(&spec("ns/a", "net1", ""), "ns/a", "c1"));
         assert!(!is_releasable_by(&spec("ns/a", "net1", "c2"), "ns/a", "c1"));
         assert!(!is_releasable_by(&spec("ns/b", "net1", "c1"), "ns/a", "c1"));
+    }
+
+    #[test]
+    fn a_sandbox_keeps_its_own_entry_over_an_earlier_sandboxs_of_its_attachment() {
+        // the earlier sandbox's entry (a warm take handed over after this sandbox's ADD) is lower
+        let pool = mk_pool(&[(1, mk_entry("ns/a", "net1", "c1")), (3, mk_entry("ns/a", "net1", "c2"))]);
+        assert_eq!(held_by(&pool, &ME).map(|(o, _)| o), Some(3));
+        let theirs = mk_pool(&[(1, mk_entry("ns/a", "net1", "c1")), (3, mk_entry("ns/b", "net1", "c2"))]);
+        assert_eq!(held_by(&theirs, &ME).map(|(o, _)| o), Some(1), "else the attachment's, taken over");
     }
 
     #[test]

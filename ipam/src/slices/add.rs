@@ -229,41 +229,57 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     /// slices are read (a first ADD takes the agent's copies); an entry elsewhere is looked for only by an ADD
     /// that is not the attachment's first on the node ([`Self::find_borrowed`]).
     async fn find_mine(&self, slices: &[Slice]) -> Result<(Option<Slice>, Option<IpPool>), IpamError> {
+        let me = &self.who.me;
         let mut first = None;
+        // another sandbox's entry of the attachment is taken over only when this sandbox has none: a repeated ADD
+        // gets what it got, even when an earlier sandbox's entry showed up since (a warm take handed over late)
+        let mut theirs: Option<(Slice, IpPool)> = None;
         for slice in slices.iter().filter(|s| s.node == self.node()) {
             let name = slice.pool_name(self.network_name());
-            if self.first_add
-                && let Some(seen) = self.store.cached_pool(&name)
-            {
-                // an entry from before the node booted shows in any copy; the plan takes the copy (see `run`)
-                if seen.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
-                    return Ok((Some(slice.clone()), Some(seen)));
-                }
-                continue;
-            }
-            let Some(pool) = self.get(&name, || self.store.get_pool(&name)).await? else { continue };
-            if pool.spec.allocations.values().any(|a| self.who.me.is_attachment(a)) {
+            // an entry from before the node booted shows in any copy; the plan takes the copy (see `run`)
+            let copy = self.store.cached_pool(&name).filter(|_| self.first_add);
+            let from_copy = copy.is_some();
+            let pool = match copy {
+                Some(seen) => seen,
+                None => match self.get(&name, || self.store.get_pool(&name)).await? {
+                    Some(pool) => pool,
+                    None => continue,
+                },
+            };
+            if pool.spec.allocations.values().any(|a| me.is_mine(a)) {
                 return Ok((Some(slice.clone()), Some(pool)));
             }
-            first.get_or_insert(pool);
+            if pool.spec.allocations.values().any(|a| me.is_attachment(a)) {
+                theirs.get_or_insert((slice.clone(), pool));
+                continue;
+            }
+            if !from_copy {
+                first.get_or_insert(pool);
+            }
         }
         if !self.first_add
-            && let Some((slice, pool)) = self.find_borrowed(slices).await?
+            && let Some((slice, pool, mine)) = self.find_borrowed(slices).await?
+            && (mine || theirs.is_none())
         {
             return Ok((Some(slice), Some(pool)));
         }
-        Ok((None, first))
+        match theirs {
+            Some((slice, pool)) => Ok((Some(slice), Some(pool))),
+            None => Ok((None, first)),
+        }
     }
 
     /// The slice, with the node whose pool of it holds an entry of this attachment outside the slices listed as
-    /// its node's, and that pool, if any: an entry borrowed from another node's slice (with reservations, when no
-    /// slice was free), or one in the node's own pool of a slice a NodeSlicePool, lost and rebuilt by another
-    /// node, lists as free — whatever the slices' state since (a node left, the leader gave a slice back). The
-    /// pools are the only record that cannot be lost with the entry (a reservation can be: Whereabouts' DEL
-    /// deletes one by name), so they are listed, once, and looked through.
-    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Slice, IpPool)>, IpamError> {
+    /// its node's, and that pool, if any, and whether the entry is this sandbox's: an entry borrowed from another
+    /// node's slice (with reservations, when no slice was free), or one in the node's own pool of a slice a
+    /// NodeSlicePool, lost and rebuilt by another node, lists as free — whatever the slices' state since (a node
+    /// left, the leader gave a slice back). The pools are the only record that cannot be lost with the entry (a
+    /// reservation can be: Whereabouts' DEL deletes one by name), so they are listed, once, and looked through;
+    /// this sandbox's own entry first.
+    async fn find_borrowed(&self, slices: &[Slice]) -> Result<Option<(Slice, IpPool, bool)>, IpamError> {
         let pools = self.list_pools().await?;
         let me = &self.who.me;
+        let mut found = None;
         let holding = pools.iter().filter(|p| {
             slices::of_network(p, self.network_name()) && p.spec.allocations.values().any(|a| me.is_attachment(a))
         });
@@ -276,10 +292,15 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             let Some(node) = names::node_of_slice_pool(name, self.network_name(), slice.cidr) else { continue };
             // without reservations nothing is borrowed: only the node's own pools count
             if node == self.node() || self.who.kube.overlapping_ranges {
-                return Ok(Some((Slice { node: node.to_string(), ..slice.clone() }, pool.clone())));
+                let mine = pool.spec.allocations.values().any(|a| me.is_mine(a));
+                let hit = (Slice { node: node.to_string(), ..slice.clone() }, pool.clone(), mine);
+                if mine {
+                    return Ok(Some(hit));
+                }
+                found.get_or_insert(hit);
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// The NodeSlicePool `name`'s slices; the pool is created, every slice free, when it does not exist.
