@@ -17,11 +17,21 @@ pub use hereabouts_ipam::warm::DEFAULT_DIR;
 /// with the client of the first reserve's kubeconfig. Takes replayed from the journal are handed over through
 /// their kubeconfigs' clients as soon as those connect.
 pub fn open(node: &str, dir: &Path, fleet: Option<kube::Client>) -> Reserves<Shared<KubeStore>> {
+    let own = fleet.clone();
     let check: hereabouts_ipam::warm::FleetCheck<Shared<KubeStore>> = Arc::new(move |store: Shared<KubeStore>| {
-        let client = fleet.clone().unwrap_or_else(|| store.inner().client().clone());
+        let client = own.clone().unwrap_or_else(|| store.inner().client().clone());
         Box::pin(whereabouts_reconciler(client))
     });
     let reserves = Reserves::open(node, dir, check);
+    match fleet {
+        Some(client) => {
+            tokio::spawn(watch_node(reserves.clone(), client, node.to_string()));
+        }
+        None => tracing::warn!(
+            "the agent has no identity of its own: it does not watch its Node, and a reserve stays in use while the \
+             Node object is gone"
+        ),
+    }
     let replay = reserves.clone();
     tokio::spawn(async move {
         for kubeconfig in replay.unknown_kubeconfigs() {
@@ -43,6 +53,22 @@ pub fn open(node: &str, dir: &Path, fleet: Option<kube::Client>) -> Reserves<Sha
         }
     });
     reserves
+}
+
+/// How often the agent reads its Node: well within the reconciler's grace period (60 s by default), which a Node
+/// must stay missing for before the reconciler gives its reserve back.
+const NODE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Tells `reserves`, every [`NODE_EVERY`], whether the Node `node` exists; a read that fails changes nothing.
+async fn watch_node(reserves: Reserves<Shared<KubeStore>>, client: kube::Client, node: String) {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client);
+    loop {
+        match nodes.get_metadata_opt(&node).await {
+            Ok(found) => reserves.node_seen(found.is_some()),
+            Err(e) => tracing::debug!(%node, error = %e, "cannot read the Node; the warm reserve stays as it is"),
+        }
+        tokio::time::sleep(NODE_EVERY).await;
+    }
 }
 
 /// `Err` naming it when the cluster runs Whereabouts' reconciler (its `ip-control-loop` in a DaemonSet, or its

@@ -69,6 +69,9 @@ struct Inner<S> {
     fleet_check: FleetCheck<S>,
     /// Set when the agent stops (or, in the simulation, dies): its tasks end and write nothing more.
     stopped: AtomicBool,
+    /// Set while the node's Node object is missing: the reconciler gives a gone Node's reserve back, so nothing
+    /// of it is handed out until the Node is back and the reserve is read again from the API server.
+    node_missing: AtomicBool,
 }
 
 /// The warm reserves of one agent.
@@ -114,6 +117,7 @@ impl<S: WarmStore> Reserves<S> {
                 fleet: tokio::sync::OnceCell::new(),
                 fleet_check,
                 stopped: AtomicBool::new(false),
+                node_missing: AtomicBool::new(false),
             }),
         };
         tokio::spawn(reserves.clone().hand_over_loop());
@@ -134,6 +138,8 @@ impl<S: WarmStore> Reserves<S> {
         if self.stopped() || self.inner.refused.lock().expect("not poisoned").is_some() {
             return None;
         }
+        // a retry is still answered from the journal below; a new take waits for the Node
+        let missing = self.inner.node_missing.load(Ordering::SeqCst);
         let id = warm::take_id(&cfg.name, &req.container_id, &req.ifname);
         let mut journal = self.inner.journal.lock().expect("not poisoned");
         let journal = journal.as_mut()?;
@@ -141,7 +147,7 @@ impl<S: WarmStore> Reserves<S> {
             // a retry of an ADD that took one: the same answer
             return Some(taken.slot.assigned());
         }
-        if !first {
+        if !first || missing {
             return None;
         }
         let key = reserve_key(kubeconfig, cfg, mode);
@@ -243,7 +249,10 @@ impl<S: WarmStore> Reserves<S> {
         self.adopt(&key, &cfg, &store).await;
         let mut backoff = Duration::from_millis(200);
         loop {
-            if self.stopped() {
+            if self.stopped() || self.node_missing() {
+                if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key) {
+                    network.filler = false;
+                }
                 return;
             }
             let missing = {
@@ -267,7 +276,10 @@ impl<S: WarmStore> Reserves<S> {
                 match claimed {
                     Ok(slot) => {
                         filled += 1;
-                        if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key) {
+                        // claimed as the Node went: it stays the node's, read again when the Node is back
+                        if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key)
+                            && !self.node_missing()
+                        {
                             network.slots.push_back(slot);
                         }
                     }
@@ -313,6 +325,9 @@ impl<S: WarmStore> Reserves<S> {
         let (whole, partial) = {
             let mut networks = self.inner.networks.lock().expect("not poisoned");
             let Some(network) = networks.get_mut(key) else { return };
+            if self.node_missing() {
+                return;
+            }
             // what this process claimed meanwhile (none yet: fills wait for this) and what it holds
             taken.extend(network.slots.iter().map(|s| s.container.clone()));
             let (whole, partial) = warm::adopt(cfg, &pools, &self.inner.node, &|c| taken.contains(c));
@@ -429,6 +444,26 @@ impl<S: WarmStore> Reserves<S> {
             .collect();
         paths.dedup();
         paths
+    }
+
+    /// What a read of the node's Node object found. Missing, the reserves are dropped from memory (their
+    /// entries stay the node's until the reconciler, after its grace period, gives them back) and no slot is taken;
+    /// back, they are read again from the API server on the next take. The agent reads its Node more often than
+    /// the reconciler's grace period, so it stops taking before the reconciler can give anything back.
+    pub fn node_seen(&self, exists: bool) {
+        let was_missing = self.inner.node_missing.swap(!exists, Ordering::SeqCst);
+        if exists || was_missing {
+            return;
+        }
+        tracing::warn!(node = %self.inner.node, "the Node is missing: the warm reserve is not used until it is back");
+        for network in self.inner.networks.lock().expect("not poisoned").values_mut() {
+            network.slots.clear();
+            network.adopted = false;
+        }
+    }
+
+    fn node_missing(&self) -> bool {
+        self.inner.node_missing.load(Ordering::SeqCst)
     }
 
     /// Stops the reserves' tasks: nothing more is claimed, handed over or recorded.

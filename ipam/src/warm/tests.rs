@@ -268,3 +268,32 @@ async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
     assert!(!store.reservations().iter().any(|r| p3(&r.spec.podref)), "no reservation of p3");
     r.stop();
 }
+
+#[tokio::test(start_paused = true)]
+async fn no_slot_is_taken_while_the_node_is_missing_and_the_reserve_is_read_again_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let r = reserves(dir.path(), &store);
+    let (cfg, mode) = config("p1", true);
+    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None);
+    until("filled", || r.held().get("net") == Some(&2)).await;
+    r.node_seen(false);
+    assert_eq!(r.held().get("net"), Some(&0), "dropped from memory");
+    assert_eq!(r.take(&cfg, &mode, &request("c1"), true, "/k".as_ref(), store.clone()), None);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(r.held().get("net"), Some(&0), "nothing claimed or read while the Node is missing");
+    let warm = |s: &MemoryStore| {
+        s.pools()
+            .iter()
+            .flat_map(|p| p.spec.allocations.values().cloned().collect::<Vec<_>>())
+            .filter(|a| node_of(&a.podref).is_some())
+            .count()
+    };
+    assert_eq!(warm(&store), 2, "the entries stay the node's");
+    r.node_seen(true);
+    assert_eq!(r.take(&cfg, &mode, &request("c2"), true, "/k".as_ref(), store.clone()), None, "read again first");
+    until("read again", || r.held().get("net") == Some(&2)).await;
+    assert_eq!(warm(&store), 2, "the same two: taken in, none claimed anew");
+    assert!(r.take(&cfg, &mode, &request("c3"), true, "/k".as_ref(), store.clone()).is_some());
+    r.stop();
+}

@@ -59,6 +59,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn with_the_api_server_stopped_pods_start_from_the_reserve_and_are_handed_over_when_it_returns() {
     let cluster = TestCluster::own(module_path!());
     let fx = CniFixture::on(cluster, "warm-away").await;
+    // an agent uses its reserve only while its Node exists (the reconciler gives a gone Node's reserve back)
+    for node in NODES {
+        hereabouts_tests::objects::mk_node(node).create(&fx.admin).await;
+    }
     let config = fx.netconf(
         "1.1.0",
         "warm",
@@ -180,6 +184,21 @@ async fn with_the_api_server_stopped_pods_start_from_the_reserve_and_are_handed_
     for node in NODES {
         assert_eq!(of_pod(&format!("{node}-p0")), 0, "the deleted pod holds nothing");
     }
+
+    // node-b's Node object deleted: its agent stops taking from the reserve, and its ADDs claim their own
+    let (node, agent) = (NODES[1], &agents[1].1);
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(fx.admin.clone());
+    nodes.delete(node, &Default::default()).await.unwrap();
+    wait::until(Duration::from_secs(30), "the agent to see its Node gone", || async {
+        agent.logs().contains("the Node is missing").then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.logs()));
+    let taken = |a: &Agent| a.logs().matches("took a warm slot").count();
+    let before = taken(agent);
+    let out = run(node, &agent.socket, "ADD", format!("{node}-nodeless")).run().await;
+    assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(taken(agent), before, "no slot taken while the Node is gone:\n{}", agent.logs());
 }
 
 /// A cluster that runs Whereabouts' reconciler (its DaemonSet's `ip-control-loop`) would free the node's warm
@@ -203,7 +222,10 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
     });
     let sets: kube::Api<k8s_openapi::api::apps::v1::DaemonSet> = kube::Api::namespaced(fx.admin.clone(), &fx.ns);
     sets.create(&Default::default(), &serde_json::from_value(daemonset).unwrap()).await.unwrap();
-    let agent = warm_agent(&fx, "fleet", "node-a").await;
+    // a Node of its own: an agent uses a reserve only while its Node exists
+    let node = format!("{}-node", fx.ns);
+    hereabouts_tests::objects::mk_node(&node).create(&fx.admin).await;
+    let agent = warm_agent(&fx, "fleet", &node).await;
     let config = fx.netconf(
         "1.1.0",
         "warmfleet",
@@ -211,7 +233,7 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
     );
     for i in 0..3 {
         let pod = format!("p{i}");
-        let out = via(fx.invocation("ADD", &config, &pod, &format!("c-{pod}")), "node-a", &agent.socket).run().await;
+        let out = via(fx.invocation("ADD", &config, &pod, &format!("c-{pod}")), &node, &agent.socket).run().await;
         assert!(out.success, "{}\n{}", out.stdout, out.stderr);
     }
     wait::until(Duration::from_secs(20), "the refusal in the agent's log", || async {
@@ -224,7 +246,7 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
         "{}",
         agent.logs()
     );
-    assert_eq!(warm_of(&fx, "node-a").await, 0, "nothing claimed in advance");
+    assert_eq!(warm_of(&fx, &node).await, 0, "nothing claimed in advance");
     wait::until(Duration::from_secs(10), "the refused gauge", || async {
         agent.get("/metrics").filter(|m| m.contains("hereabouts_agent_warm_refused 1")).map(drop)
     })
@@ -232,4 +254,6 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.get("/metrics").unwrap_or_default()));
     assert!(!agent.logs().contains("ADD done from the warm reserve"));
     sets.delete("whereabouts", &Default::default()).await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(fx.admin.clone());
+    nodes.delete(&node, &Default::default()).await.unwrap();
 }
