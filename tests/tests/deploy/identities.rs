@@ -801,6 +801,8 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
 /// [`Job::KeepWarmReserve`]: the agent on this identity, the network's CNI identity admin (not the subject).
 async fn keep_warm_reserve(fx: &Fx, text: &str, granted: bool) {
     const WARM: usize = 4;
+    // an agent uses a reserve only while its Node exists (it reads it with this identity too)
+    mk_node(&fx.node).create(&fx.admin).await;
     let own = fx.cluster.kubeconfig(Identity::Restricted, &fx.ns);
     let socket = fx.cluster.dir().join(format!("{}.sock", fx.ns));
     let agent = Agent::start_with(&socket, &fx.node, &[("KUBECONFIG", own.as_path())]).await;
