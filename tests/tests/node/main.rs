@@ -8,6 +8,8 @@
 //!   root, iproute2 and the control plane.
 //! - `routetable`: `"datastore": "routetable"` and `announce_routes`: BIRD on every node, forced collisions. Needs
 //!   root, iproute2 and BIRD 2 (the control plane for one test).
+//! - `warm`: the node agent's warm reserve on the real node: pods start from it, are handed over, and DEL leaves
+//!   the reserve. Like `node`.
 //!
 //! `cargo test -p hereabouts-tests --test node`; one module: `... --test node -- routetable::`.
 //! `tests/README.md` lists every test binary.
@@ -15,3 +17,4 @@
 mod e2e;
 mod node;
 mod routetable;
+mod warm;
