@@ -363,8 +363,8 @@ async fn release(
                     return Err(VerbError::new(
                         Code::TryAgainLater,
                         format!(
-                            "container {}: the hand-over of its warm address could not finish (the API server did \
-                             not answer)",
+                            "container {}: the hand-over of its warm address to the pod could not finish yet (the \
+                             agent's log says why)",
                             req.container_id
                         ),
                     ));

@@ -323,6 +323,79 @@ async fn a_node_writes_only_its_own_entries_and_reservations() {
     assert_eq!(released.keys().collect::<Vec<_>>(), ["1", "2"], "each release recorded its address");
 }
 
+/// The warm reserve's hand-over, as the agent writes it with the host's token: node A turns the entry and the
+/// reservation of its own reserve into a pod's; node B can do neither with A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_hands_over_only_its_own_warm_reserve() {
+    use hereabouts_ipam::warm;
+    let (admin, _guard) = shipped().await;
+    let a = NodeHost::install(cluster(), KS, "warm-a").await;
+    let b = NodeHost::install(cluster(), KS, "warm-b").await;
+    let range = "198.18.104.0/28";
+    let ipam = json!({"range": range, "network_name": "warmp", "node_slice_size": "/29", "warm_addresses": 1});
+    let stdin = a.netconf("warmp", ipam).to_string();
+    let args = format!("K8S_POD_NAMESPACE={KS};K8S_POD_NAME=pod-a");
+    let cfg =
+        hereabouts_ipam::config::load(&hereabouts_ipam::config::Input { stdin: stdin.as_bytes(), cni_args: &args })
+            .expect("the config");
+    let hereabouts_ipam::config::Mode::Slices(mode) = cfg.mode.clone() else { panic!("slice mode") };
+    let budget = hereabouts_ipam::budget::Budget::new(Duration::from_secs(30));
+    let slot = warm::fill(&store(&a).await, &cfg, &mode, "warm-a", "warm-1", &budget).await.expect("A's warm slot");
+    let held = &slot.held[0];
+    let token = warm::podref("warm-a");
+    let (pool, offset, entry) = entries(&admin, range).await.into_iter().find(|(_, _, e)| e.podref == token).unwrap();
+    assert_eq!((pool.as_str(), offset), (held.pool.as_str(), held.offset));
+
+    let as_b = store(&b).await;
+    let mut stolen = entry.clone();
+    (stolen.podref, stolen.id, stolen.ifname, stolen.node) =
+        (format!("{KS}/intruder"), "ci".into(), "net1".into(), Some("warm-b".into()));
+    refused(as_b.replace_allocation(&pool, offset, &entry, &stolen).await, "warm-b", "B hands A's warm entry over");
+    let name = held.reservation.clone().expect("a reservation");
+    let current = as_b.get_reservation(&name).await.unwrap().expect("A's warm reservation");
+    let claim = Claim {
+        spec: hereabouts_ipam::crd::OverlappingRangeIpReservationSpec {
+            containerid: "ci".into(),
+            ifname: "net1".into(),
+            podref: format!("{KS}/intruder"),
+        },
+        node: "warm-b".into(),
+        at: k8s_openapi::jiff::Timestamp::now(),
+    };
+    let what = "B hands A's warm reservation over";
+    refused(as_b.take_over_reservation(&current, &claim).await, "warm-b", what);
+
+    let take = warm::Take {
+        reserve: "warmp".into(),
+        network: cfg.name.clone(),
+        kubeconfig: a.kubeconfig(),
+        node: "warm-a".into(),
+        slot: slot.clone(),
+        podref: format!("{KS}/pod-a"),
+        poduid: None,
+        container: "ca".into(),
+        ifname: "net1".into(),
+        at: k8s_openapi::jiff::Timestamp::now().to_string(),
+    };
+    let outcome = warm::hand_over(&store(&a).await, std::slice::from_ref(&take), &budget).await;
+    assert!(outcome.iter().all(Result::is_ok), "A hands its own over: {outcome:?}");
+    let (_, _, handed) = entry_of(&admin, range, "pod-a").await;
+    assert_eq!((handed.id.as_str(), handed.node.as_deref()), ("ca", Some("warm-a")));
+    let reserved = reservations(&admin, "warmp").await;
+    assert!(reserved.iter().any(|r| r.spec.podref == format!("{KS}/pod-a") && label(r) == Some("warm-a")));
+    assert!(
+        run(
+            &a.netconf("warmp", json!({"range": range, "network_name": "warmp", "node_slice_size": "/29"})),
+            "DEL",
+            "pod-a",
+            "ca"
+        )
+        .await
+        .success
+    );
+    assert!(entries(&admin, range).await.is_empty(), "released");
+}
+
 /// Slice mode, a /28 in two /29 slices: B and C each claim one, so A borrows a free address of one of theirs,
 /// its entry and reservation in its own name, and releases it again. B can give C's slice neither to itself nor
 /// back to free, nor give a free one to A, nor remove A's borrowed entry from B's own slice pool.

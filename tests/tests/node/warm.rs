@@ -58,13 +58,9 @@ impl Held {
 /// One pod claims its own address and starts the node's reserve of 8; six pods then start at once from it, get
 /// distinct addresses without asking the API server, and are handed over (entry and reservation) while the reserve
 /// refills; deleting every pod through the API runs DEL through the kubelet, which leaves exactly the reserve.
-///
-/// Ignored while the chart's ValidatingAdmissionPolicy `hereabouts-cni-node` denies the hand-over: it lets a
-/// node's token change an entry or a reservation only for the same pod (and interface), and the hand-over turns
-/// the node's `hereabouts-warm:<node>` into the pod's. Every round then ends with `handed=0`, and the pods' DELs
-/// fail with 11 until the policy allows it. With `cni.nodePolicyActions={Warn}` this test passes.
+/// The chart's node policy is in force (the hand-over is written with the node's token): it failed here while the
+/// policy let a node change an entry or a reservation only for the same pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the chart's hereabouts-cni-node policy denies the warm hand-over (see the doc comment)"]
 async fn pods_start_from_the_nodes_warm_reserve_and_are_handed_over() {
     let (cluster, node) = fresh_node().await;
     let _ = std::fs::remove_dir_all(JOURNAL_DIR);
