@@ -26,7 +26,7 @@ pub struct Args {
     /// Also write the API server's metric lines that mention the Whereabouts group to results/metrics-sample.txt.
     #[arg(long)]
     pub dump_metrics: bool,
-    /// Only these workloads (comma-separated of w1,w1r,w1s,w2,w3,w3s,w4,ceiling,fill,startup).
+    /// Only these workloads (comma-separated of w1,w1r,w1s,large,w2,w3,w3s,w4,ceiling,fill,startup).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// The range the fill workload fills (default 198.20.0.0/20, with --quick 198.20.0.0/24).
@@ -61,6 +61,8 @@ impl Args {
                 fill_slice: "/28".into(),
                 fill_nodes: 16,
                 fill_parallel: 32,
+                large_adds: 200,
+                large_parallel: 20,
             }
         } else {
             Sizes {
@@ -79,6 +81,8 @@ impl Args {
                 fill_slice: "/24".into(),
                 fill_nodes: 16,
                 fill_parallel: 32,
+                large_adds: crate::workloads::large::LARGE_ADDS,
+                large_parallel: crate::workloads::large::LARGE_PARALLEL,
             }
         };
         if let Some(r) = &self.fill_range {
@@ -112,6 +116,9 @@ pub struct Sizes {
     pub fill_slice: String,
     pub fill_nodes: usize,
     pub fill_parallel: usize,
+    /// The large burst's ADDs (over its ten nodes) and how many are under way at once.
+    pub large_adds: usize,
+    pub large_parallel: usize,
 }
 
 /// A CNI binary.
@@ -146,6 +153,9 @@ pub enum Variant {
     HereaboutsAgent,
     /// One IPPool per range, each node's invocations handed to its node agent.
     HereaboutsPoolAgent,
+    /// `node_slice_size` and `warm_addresses`: each node's agent answers ADDs from the addresses it claimed in
+    /// advance and hands them over to the pods in the background.
+    HereaboutsWarm,
 }
 
 impl Variant {
@@ -154,7 +164,8 @@ impl Variant {
             Variant::Hereabouts
             | Variant::HereaboutsSlice
             | Variant::HereaboutsAgent
-            | Variant::HereaboutsPoolAgent => Plugin::Hereabouts,
+            | Variant::HereaboutsPoolAgent
+            | Variant::HereaboutsWarm => Plugin::Hereabouts,
             Variant::Whereabouts | Variant::WhereaboutsFast => Plugin::Whereabouts,
         }
     }
@@ -168,6 +179,7 @@ impl Variant {
             Variant::WhereaboutsFast => "whereabouts-fast",
             Variant::HereaboutsAgent => "hereabouts-agent",
             Variant::HereaboutsPoolAgent => "hereabouts-pool-agent",
+            Variant::HereaboutsWarm => "hereabouts-warm",
         }
     }
 
@@ -180,6 +192,7 @@ impl Variant {
             Variant::WhereaboutsFast => "Whereabouts fast IPAM",
             Variant::HereaboutsAgent => "hereabouts slice + agent",
             Variant::HereaboutsPoolAgent => "hereabouts + agent",
+            Variant::HereaboutsWarm => "hereabouts slice + agent + warm",
         }
     }
 
@@ -192,6 +205,7 @@ impl Variant {
             Variant::WhereaboutsFast => "whereabouts_fast_ipam",
             Variant::HereaboutsAgent => "hereabouts_slice_agent",
             Variant::HereaboutsPoolAgent => "hereabouts_agent",
+            Variant::HereaboutsWarm => "hereabouts_slice_agent_warm",
         }
     }
 }

@@ -106,7 +106,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             keep("W1r", Variant::Hereabouts, round, r);
         }
         if want("w1s") {
-            for v in [Variant::HereaboutsSlice, Variant::HereaboutsAgent, Variant::WhereaboutsFast] {
+            for v in
+                [Variant::HereaboutsSlice, Variant::HereaboutsAgent, Variant::HereaboutsWarm, Variant::WhereaboutsFast]
+            {
                 let r = bench.burst_sliced(v, round, W1_RANGE).await?;
                 keep("W1s", v, round, r);
             }

@@ -25,6 +25,40 @@ pub struct RoundResult {
     pub orphans: u64,
     /// W3: the harness's own GET and PATCH of the pool, ms.
     pub server_ms: Option<(f64, f64)>,
+    /// The warm reserve's round: what the agents did around the burst.
+    pub warm: Option<WarmFigures>,
+}
+
+/// A warm round beyond the burst itself: who answered the ADDs, what the hand-over cost and how long it and the
+/// refill took.
+#[derive(Debug, Default, Clone)]
+pub struct WarmFigures {
+    /// The reserve's size per node (`warm_addresses`).
+    pub warm: usize,
+    /// Burst ADDs the agents answered from their reserves (their "ADD done from the warm reserve" lines).
+    pub served: u64,
+    /// Successful burst ADDs that were not: they claimed their own address, with requests on their path; of them,
+    /// those the binary did itself (its agent did not accept the invocation in time: no "served" line for it).
+    pub own: u64,
+    pub by_binary: u64,
+    /// The agents' "took a warm slot" lines from the burst's start on.
+    pub takes: u64,
+    /// Hand-over rounds the agents logged ("warm hand-over") from the burst's start on, and the takes they handed.
+    pub rounds: u64,
+    pub handed: u64,
+    /// The API server's request counts from the burst's start until every burst pod's entry and reservation
+    /// carried its podref, the harness's own polls taken out: the hand-over, and the refill that runs beside it.
+    pub handover: BTreeMap<String, f64>,
+    /// Seconds from the burst's end until every entry and reservation was handed over; `None`: not within the wait.
+    pub handed_after: Option<f64>,
+    /// Seconds from the burst's end until every node's reserve was full again; `None`: not within the wait.
+    pub refilled_after: Option<f64>,
+    /// The first fill, before the burst: seconds from the nodes' first ADDs until every reserve was full, and the
+    /// requests counted over it (the first ADDs' own included, the harness's polls taken out).
+    pub fill_s: f64,
+    pub fill_requests: f64,
+    /// Warm slots the first fill claimed (nodes × `warm`).
+    pub fill_slots: usize,
 }
 
 pub fn summarise(outs: &[OpResult], wall: f64, requests: BTreeMap<String, f64>) -> RoundResult {
@@ -61,5 +95,25 @@ pub fn log_round(workload: &str, who: &str, round: usize, r: &RoundResult) {
     );
     for (k, n) in &r.failures {
         eprintln!("bench:     {n} × {k}");
+    }
+    if let Some(w) = &r.warm {
+        let secs = |s: Option<f64>| s.map_or_else(|| "not within the wait".to_string(), |s| format!("{s:.2} s"));
+        let handover: f64 = w.handover.values().sum();
+        eprintln!(
+            "bench:     warm: {} ADDs from the reserve, {} claimed their own ({} by the binary itself); {} takes, {} hand-over rounds handed {}; \
+             {:.2} req/ADD from the burst's start until handed over; handed over {} and reserves full {} after the \
+             burst's end; first fill {:.2} s, {:.2} req/slot",
+            w.served,
+            w.own,
+            w.by_binary,
+            w.takes,
+            w.rounds,
+            w.handed,
+            handover / r.adds.max(1) as f64,
+            secs(w.handed_after),
+            secs(w.refilled_after),
+            w.fill_s,
+            w.fill_requests / w.fill_slots.max(1) as f64,
+        );
     }
 }

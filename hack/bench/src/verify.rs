@@ -79,7 +79,11 @@ pub async fn verify(
                 live_pods.insert(me);
             }
         }
-        res.orphans = pool_owner.values().filter(|p| !live_pods.contains(*p)).count() as u64;
+        // a warm reserve's entries are its node's, held for pods to come: not leaks
+        res.orphans = pool_owner
+            .values()
+            .filter(|p| !live_pods.contains(*p) && hereabouts_ipam::warm::node_of(p).is_none())
+            .count() as u64;
     }
     for rsv in &reservations {
         let name = rsv.metadata.name.clone().unwrap_or_default();

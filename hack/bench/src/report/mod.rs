@@ -12,7 +12,7 @@ use crate::metrics;
 use crate::results::RoundResult;
 use crate::stats::p50_p99;
 use crate::workloads::{CeilingRow, FillResult, ceiling};
-use summary::{Summary, summary, summary_json};
+use summary::{Summary, WarmSummary, summary, summary_json};
 use table::{Table, fmt};
 
 pub type ByVariant = BTreeMap<Variant, Vec<RoundResult>>;
@@ -106,20 +106,22 @@ impl Report {
         if self.results.contains_key("W1s") {
             let title = format!(
                 "W1s burst in node slices: W1 ({} ADDs, {} at a time, {} nodes, 198.18.4.0/22, overlapping on) with \
-                 node_slice_size {}, by the binary alone and handed to each node's agent; Whereabouts single-pool \
-                 W1 beside it",
+                 node_slice_size {}, by the binary alone, handed to each node's agent, and through the agent with \
+                 warm_addresses {}; Whereabouts single-pool W1 beside it",
                 s.burst_adds,
                 s.burst_parallel,
                 s.nodes,
-                crate::workloads::W1S_SLICE
+                crate::workloads::W1S_SLICE,
+                crate::workloads::W1S_WARM
             );
             t.columns(
-                &["hereabouts slice", "+ agent", "Whereabouts", "Wh. fast IPAM"],
-                &[(0, 3, "Hs/Wf"), (1, 2, "Ha/W"), (1, 3, "Ha/Wf")],
+                &["hereabouts slice", "+ agent", "+ warm", "Whereabouts", "Wh. fast IPAM"],
+                &[(0, 4, "Hs/Wf"), (1, 3, "Ha/W"), (1, 4, "Ha/Wf"), (2, 3, "Hw/W"), (2, 4, "Hw/Wf")],
             );
             let cols = vec![
                 (Variant::HereaboutsSlice, self.get("W1s", Variant::HereaboutsSlice)),
                 (Variant::HereaboutsAgent, self.get("W1s", Variant::HereaboutsAgent)),
+                (Variant::HereaboutsWarm, self.get("W1s", Variant::HereaboutsWarm)),
                 (Variant::Whereabouts, self.w1s_single()),
                 (Variant::WhereaboutsFast, self.get("W1s", Variant::WhereaboutsFast)),
             ];
@@ -128,12 +130,21 @@ impl Report {
         if self.results.contains_key("large") {
             use crate::workloads::large::*;
             let title = format!(
-                "Large burst (Spiderpool's benchmark shape): {LARGE_ADDS} ADDs over {LARGE_NODES} nodes, \
-                 {LARGE_PARALLEL} at a time, {LARGE_RANGE}, overlapping on; slices {LARGE_SLICE}"
+                "Large burst (Spiderpool's benchmark shape): {} ADDs over {LARGE_NODES} nodes, {} at a time, \
+                 {LARGE_RANGE}, overlapping on; slices {LARGE_SLICE}; warm_addresses {LARGE_WARM}",
+                s.large_adds, s.large_parallel
             );
             t.columns(
-                &["hereabouts", "h. + agent", "h. slice", "h. slice + agent", "Whereabouts", "Wh. fast IPAM"],
-                &[(1, 4, "H+a/W"), (3, 4, "Ha/W"), (3, 5, "Ha/Wf")],
+                &[
+                    "hereabouts",
+                    "h. + agent",
+                    "h. slice",
+                    "h. slice + agent",
+                    "h. slice + warm",
+                    "Whereabouts",
+                    "Wh. fast IPAM",
+                ],
+                &[(1, 5, "H+a/W"), (3, 5, "Ha/W"), (3, 6, "Ha/Wf"), (4, 5, "Hw/W"), (4, 6, "Hw/Wf")],
             );
             let cols: Vec<(Variant, Summary)> = LARGE_VARIANTS.iter().map(|&v| (v, self.get("large", v))).collect();
             doc["large"] = burst_section(&mut t, &mut failures, "large", &title, &cols);
@@ -200,6 +211,16 @@ impl Report {
             text.push_str(
                 "Hs = hereabouts in slice mode (claims its slices), Wf = Whereabouts fast IPAM (node_slice_size; slices\n\
                  assigned by its node-slice controller), W = Whereabouts with one pool per range.\n",
+            );
+        }
+        if ["W1s", "large"].iter().any(|k| self.has(k, Variant::HereaboutsWarm)) {
+            text.push_str(
+                "Hw = hereabouts slice + agent + warm (warm_addresses): before the timed burst, one ADD per node (its pod\n\
+                 stays) starts the node's reserve, and the bench waits until every reserve is full. An ADD answered from\n\
+                 the reserve sends no request (the agent answers after a local journal fsync): its 'API requests per op'\n\
+                 rows, counted over the burst as for the others, are the agents' background hand-over and refill. The\n\
+                 hand-over rows count from the burst's start until every burst pod's entry and reservation carries its\n\
+                 podref (the refill runs in the same window; the bench's own reads are taken out).\n",
             );
         }
         text.push('\n');
@@ -458,12 +479,57 @@ fn burst_section(t: &mut Table, failures: &mut Failures, key: &str, title: &str,
     } else {
         t.text("pool entries no live pod holds (leaks)", texts(&|s| s.orphans.to_string()));
     }
+    if cols.iter().any(|(_, s)| s.warm.is_some()) {
+        warm_rows(t, cols);
+    }
     let mut doc = json!({"title": title});
     for (v, s) in cols {
         failures.add(key, v.label(), s);
         doc[v.json_key()] = summary_json(s);
     }
     doc
+}
+
+/// The warm reserve's rows, beside columns without one: who answered the ADDs, the requests on their path, the
+/// hand-over and the refill.
+fn warm_rows(t: &mut Table, cols: &[(Variant, Summary)]) {
+    let warm = |f: &dyn Fn(&WarmSummary) -> f64| -> Vec<f64> {
+        cols.iter().map(|(_, s)| s.warm.as_ref().map_or(f64::NAN, f)).collect()
+    };
+    let texts = |f: &dyn Fn(&WarmSummary) -> String| -> Vec<String> {
+        cols.iter().map(|(_, s)| s.warm.as_ref().map_or_else(|| "-".to_string(), f)).collect()
+    };
+    t.text(
+        "ADDs from the warm reserve / that claimed their own (by the binary itself)",
+        texts(&|w| format!("{} / {} ({})", w.served, w.own, w.by_binary)),
+    );
+    let on_path = cols
+        .iter()
+        .map(|(_, s)| match &s.warm {
+            None => fmt(s.req_per_op, 2),
+            Some(w) if w.own == 0 => "0 (by construction)".to_string(),
+            Some(w) => format!("0 for {}, ? for {}", w.served, w.own),
+        })
+        .collect();
+    t.text("API requests on the ADDs' path per ADD", on_path);
+    t.num("hand-over: API requests per ADD, burst start to all handed over", &warm(&|w| w.handover_per_add()), 2);
+    for kind in metrics::kinds(cols.iter().filter_map(|(_, s)| s.warm.as_ref().map(|w| &w.handover))) {
+        t.num(&format!("  {kind}"), &warm(&|w| w.handover.get(&format!("req {kind}")).copied().unwrap_or(0.0)), 2);
+    }
+    t.num("all handed over, s after the burst's end (median)", &warm(&|w| w.handed_after), 2);
+    t.num("reserves full again, s after the burst's end (median)", &warm(&|w| w.refilled_after), 2);
+    if cols.iter().any(|(_, s)| s.warm.as_ref().is_some_and(|w| w.not_handed + w.not_refilled > 0)) {
+        t.text(
+            "rounds not handed over / not refilled in time",
+            texts(&|w| format!("{} / {}", w.not_handed, w.not_refilled)),
+        );
+    }
+    t.text(
+        "agents' logs: takes / hand-over rounds / handed",
+        texts(&|w| format!("{} / {} / {}", w.takes, w.rounds, w.handed)),
+    );
+    t.num("first fill before the burst, s (median)", &warm(&|w| w.fill_s), 1);
+    t.num("  API requests per warm slot (the first ADDs' with them)", &warm(&|w| w.fill_per_slot), 2);
 }
 
 fn fill_section(t: &mut Table, failures: &mut Failures, f: &FillResult) -> Value {

@@ -32,6 +32,68 @@ pub struct Summary {
     pub orphans: u64,
     pub server_ms: (f64, f64),
     pub per_round: Vec<Value>,
+    /// The warm reserve's rounds, summed up.
+    pub warm: Option<WarmSummary>,
+}
+
+/// Warm rounds: counts summed, requests per burst ADD over all rounds, times as medians of the rounds that got
+/// there.
+#[derive(Debug, Default, Clone)]
+pub struct WarmSummary {
+    pub warm: usize,
+    pub served: u64,
+    pub own: u64,
+    pub by_binary: u64,
+    pub takes: u64,
+    pub rounds: u64,
+    pub handed: u64,
+    /// Counters from the burst's start until all was handed over, per burst ADD.
+    pub handover: BTreeMap<String, f64>,
+    pub handed_after: f64,
+    /// Rounds whose hand-over did not finish within the wait.
+    pub not_handed: usize,
+    pub refilled_after: f64,
+    pub not_refilled: usize,
+    pub fill_s: f64,
+    pub fill_per_slot: f64,
+}
+
+impl WarmSummary {
+    /// Requests from the burst's start until all was handed over, per burst ADD.
+    pub fn handover_per_add(&self) -> f64 {
+        metrics::sum(&self.handover, "req ")
+    }
+}
+
+fn warm_summary(rounds: &[RoundResult]) -> Option<WarmSummary> {
+    let warm: Vec<&crate::results::WarmFigures> = rounds.iter().filter_map(|r| r.warm.as_ref()).collect();
+    let first = warm.first()?;
+    let adds: usize = rounds.iter().filter(|r| r.warm.is_some()).map(|r| r.adds).sum();
+    let mut s = WarmSummary { warm: first.warm, ..Default::default() };
+    let (mut fill_requests, mut fill_slots) = (0.0, 0);
+    for w in &warm {
+        s.served += w.served;
+        s.own += w.own;
+        s.by_binary += w.by_binary;
+        s.takes += w.takes;
+        s.rounds += w.rounds;
+        s.handed += w.handed;
+        for (k, v) in &w.handover {
+            *s.handover.entry(k.clone()).or_default() += v;
+        }
+        fill_requests += w.fill_requests;
+        fill_slots += w.fill_slots;
+    }
+    for v in s.handover.values_mut() {
+        *v /= adds.max(1) as f64;
+    }
+    s.not_handed = warm.iter().filter(|w| w.handed_after.is_none()).count();
+    s.not_refilled = warm.iter().filter(|w| w.refilled_after.is_none()).count();
+    s.handed_after = median(warm.iter().filter_map(|w| w.handed_after).collect());
+    s.refilled_after = median(warm.iter().filter_map(|w| w.refilled_after).collect());
+    s.fill_s = median(warm.iter().map(|w| w.fill_s).collect());
+    s.fill_per_slot = fill_requests / fill_slots.max(1) as f64;
+    Some(s)
 }
 
 impl Summary {
@@ -76,12 +138,23 @@ pub fn summary(rounds: &[RoundResult]) -> Summary {
         s.pool_conflicts += r.pool_conflicts;
         s.left += r.left;
         s.orphans += r.orphans;
-        s.per_round.push(json!({
+        let mut round = json!({
             "wall_s": r.wall, "ops": r.ops, "adds": r.adds, "adds_per_s": r.adds as f64 / r.wall,
             "failed": r.failures.values().sum::<u64>(), "requests": r.requests,
             "dup_results": r.dup_results, "pool_conflicts": r.pool_conflicts, "left": r.left, "orphans": r.orphans,
-        }));
+        });
+        if let Some(w) = &r.warm {
+            round["warm"] = json!({
+                "warm_addresses": w.warm, "adds_from_reserve": w.served, "adds_claimed_own": w.own,
+                "adds_by_the_binary_itself": w.by_binary, "takes_logged": w.takes, "handover_rounds": w.rounds, "handed_logged": w.handed,
+                "requests_burst_start_to_handed_over": w.handover,
+                "handed_over_s_after_burst_end": w.handed_after, "reserves_full_s_after_burst_end": w.refilled_after,
+                "first_fill_s": w.fill_s, "first_fill_requests": w.fill_requests, "first_fill_slots": w.fill_slots,
+            });
+        }
+        s.per_round.push(round);
     }
+    s.warm = warm_summary(rounds);
     s.server_ms = (
         median(rounds.iter().filter_map(|r| r.server_ms.map(|m| m.0)).collect()),
         median(rounds.iter().filter_map(|r| r.server_ms.map(|m| m.1)).collect()),
@@ -114,5 +187,17 @@ pub fn summary_json(s: &Summary) -> Value {
         "dup_results": s.dup_results, "pool_conflicts": s.pool_conflicts, "left_allocated": s.left,
         "orphans": s.orphans, "per_round": s.per_round,
         "w3_harness_get_pool_ms": s.server_ms.0, "w3_harness_patch_pool_ms": s.server_ms.1,
+        "warm": s.warm.as_ref().map(|w| json!({
+            "warm_addresses": w.warm,
+            "adds_from_reserve": w.served, "adds_claimed_own": w.own, "adds_by_the_binary_itself": w.by_binary,
+            // an ADD answered from the reserve sends none; one that claimed its own is not told apart in the counters
+            "requests_on_path_per_add_from_reserve": 0,
+            "takes_logged": w.takes, "handover_rounds": w.rounds, "handed_logged": w.handed,
+            "requests_per_add_burst_start_to_handed_over": w.handover,
+            "requests_per_add_burst_start_to_handed_over_total": w.handover_per_add(),
+            "handed_over_s_after_burst_end_median": w.handed_after, "rounds_not_handed_over": w.not_handed,
+            "reserves_full_s_after_burst_end_median": w.refilled_after, "rounds_not_refilled": w.not_refilled,
+            "first_fill_s_median": w.fill_s, "first_fill_requests_per_slot": w.fill_per_slot,
+        })),
     })
 }

@@ -4,12 +4,17 @@
 use serde_json::{Value, json};
 
 use super::Bench;
+use super::warm::WarmBurst;
 use crate::args::{Plugin, Variant};
 use crate::invoke::{self, Op, Round};
 use crate::results::RoundResult;
 
 /// W1s's slices of W1's /22: 16 slices for 8 nodes, so every node has one and half stay free to claim.
 pub const W1S_SLICE: &str = "/26";
+
+/// W1s's warm reserve per node: above each node's share of the burst (200 ADDs over 8 nodes: 25), and one /26
+/// slice holds it beside that share and the node's first ADD once it is refilled (1 + 25 + 32 of 62).
+pub const W1S_WARM: usize = 32;
 
 impl Bench {
     pub async fn burst(
@@ -32,12 +37,30 @@ impl Bench {
     /// W1 in slice mode. Whereabouts' CNI never claims a slice, so its node-slice controller must have given
     /// every node one before the burst, as it would in a cluster.
     pub async fn burst_sliced(&self, variant: Variant, round: usize, range: &str) -> anyhow::Result<RoundResult> {
-        let ipam = json!({"range": range, "enable_overlapping_ranges": true, "node_slice_size": W1S_SLICE});
+        let mut ipam = json!({"range": range, "enable_overlapping_ranges": true, "node_slice_size": W1S_SLICE});
+        if variant == Variant::HereaboutsWarm {
+            ipam["warm_addresses"] = json!(W1S_WARM);
+        }
         let mut r = self.round(variant.plugin(), "w1s", ipam).await?;
+        if variant == Variant::HereaboutsWarm {
+            let nodes: Vec<String> = (0..self.sizes.nodes).map(|i| format!("node-{i}")).collect();
+            let share = self.sizes.burst_adds.div_ceil(self.sizes.nodes);
+            if share > W1S_WARM {
+                self.note(format!(
+                    "W1s warm: a node's share of the burst ({share}) is more than its reserve ({W1S_WARM}): the rest \
+                     claim their own"
+                ));
+            }
+            let ops = self.burst_ops(round);
+            let parallel = self.sizes.burst_parallel;
+            let b = WarmBurst { what: "W1s", round, nodes: &nodes, warm: W1S_WARM, ops: &ops, parallel };
+            return self.warm_burst(&mut r, b).await;
+        }
         if variant == Variant::HereaboutsAgent {
             let nodes: Vec<String> = (0..self.sizes.nodes).map(|i| format!("node-{i}")).collect();
             let agents =
-                super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes).await?;
+                super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes, None)
+                    .await?;
             r.agents = Some(agents.dir.clone());
             let res = self.burst_in(&r, round).await;
             if let Some(mib) = agents.stop() {
@@ -58,10 +81,15 @@ impl Bench {
         res
     }
 
-    async fn burst_in(&self, r: &Round, round: usize) -> anyhow::Result<RoundResult> {
-        let ops: Vec<Op> = (0..self.sizes.burst_adds)
+    /// The burst's ADDs: distinct pods, spread over the nodes in turn.
+    fn burst_ops(&self, round: usize) -> Vec<Op> {
+        (0..self.sizes.burst_adds)
             .map(|i| Op::add(format!("r{round}-p{i}"), format!("node-{}", i % self.sizes.nodes)))
-            .collect();
+            .collect()
+    }
+
+    async fn burst_in(&self, r: &Round, round: usize) -> anyhow::Result<RoundResult> {
+        let ops = self.burst_ops(round);
         let before = self.snapshot().await;
         let limits = self.limits();
         let outs = invoke::parallel(r, &ops, self.sizes.burst_parallel, limits).await;

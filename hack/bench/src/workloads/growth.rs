@@ -87,7 +87,7 @@ impl Bench {
             return self.single_adds(&r, round, &adders, level).await;
         }
         let agents =
-            super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &adders).await?;
+            super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &adders, None).await?;
         r.agents = Some(agents.dir.clone());
         let res = self.single_adds(&r, round, &adders, level).await;
         if let Some(mib) = agents.stop() {

@@ -10,6 +10,7 @@ mod growth;
 pub mod large;
 mod nodeslice;
 mod startup;
+mod warm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use hereabouts_tests::{Identity, TestCluster};
 use kube::Client;
 use serde_json::{Value, json};
 
-pub use burst::W1S_SLICE;
+pub use burst::{W1S_SLICE, W1S_WARM};
 pub use ceiling::CeilingRow;
 pub use fill::FillResult;
 pub use growth::{W3_RANGE, W3S_PER_SLICE, W3S_RANGE, W3S_SLICE};

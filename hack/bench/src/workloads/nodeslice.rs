@@ -51,8 +51,9 @@ fn nad_api(admin: &Client, ns: &str) -> Api<DynamicObject> {
 }
 
 impl Bench {
-    /// The Node objects `nodes`, for controllers that hand out slices per Node.
-    async fn ensure_nodes(&self, nodes: &[String]) -> anyhow::Result<()> {
+    /// The Node objects `nodes`, for controllers that hand out slices per Node and agents that keep a warm reserve
+    /// only while their Node exists.
+    pub(super) async fn ensure_nodes(&self, nodes: &[String]) -> anyhow::Result<()> {
         let api = Api::<Node>::all(self.admin.clone());
         for name in nodes {
             let node =
