@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
@@ -271,9 +272,11 @@ impl<S: WarmStore> Reserves<S> {
                 let (store, cfg, mode, node) = (&store, &cfg, &mode, &node);
                 async move { warm::fill(store, cfg, mode, node, &container, &Budget::new(cfg.timeout)).await }
             });
+            // each slot goes into the reserve as soon as it is claimed: one slow claim keeps none of the others back
+            let mut claimed = futures::stream::iter(claims).buffer_unordered(missing);
             let mut filled = 0;
-            for claimed in futures::future::join_all(claims).await {
-                match claimed {
+            while let Some(outcome) = claimed.next().await {
+                match outcome {
                     Ok(slot) => {
                         filled += 1;
                         // claimed as the Node went: it stays the node's, read again when the Node is back
