@@ -1,5 +1,6 @@
-//! A node agent's warm reserves (`warm_addresses`): per network config, slots claimed in advance by a filler task; ADDs that take one, recorded in the node's journal before they answer; a hand-over
-//! task that rewrites taken slots to their pods in batches, and goes on where it left after a crash (the journal).
+//! A node agent's warm reserves (`warm_addresses`): per network config, slots claimed in advance by a filler task;
+//! ADDs that take one, recorded in the node's journal before they answer; a hand-over task that rewrites taken
+//! slots to their pods in batches, and goes on where it left after a crash (the journal).
 //!
 //! The journal is the truth about what pods hold until the API server says so; the slots in memory are only a
 //! list of what may be handed out, rebuilt from the API server (adoption) when the agent starts.
@@ -36,7 +37,7 @@ pub type FleetCheck<S> = Arc<dyn Fn(S) -> BoxFuture<'static, Result<(), String>>
 /// How long one hand-over round may take before what is left waits for the next.
 const ROUND_BUDGET: Duration = Duration::from_secs(5);
 
-/// The longest wait between fills that fail (the API server away), and between hand-over rounds that do.
+/// The longest wait between fills that fail (the API server away), and between reads of the pools for adoption.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A config's reserve on this node.
