@@ -150,6 +150,19 @@ fn request(container: &str) -> Request {
     Request { container_id: container.into(), ifname: "net1".into(), node: "node-a".into() }
 }
 
+/// Reserves over `store` whose first ADD (of `pod`, as the first sandbox `c0`) found them empty, once they are full.
+async fn filled(
+    dir: &std::path::Path,
+    store: &MemoryStore,
+    pod: &str,
+) -> (Reserves<MemoryStore>, IpamConfig, SliceMode) {
+    let r = reserves(dir, store);
+    let (cfg, mode) = config(pod, true);
+    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None, "empty at first");
+    until("filled", || r.held().get("net") == Some(&2)).await;
+    (r, cfg, mode)
+}
+
 /// Waits (on the paused clock) until `done` holds.
 async fn until(what: &str, done: impl Fn() -> bool) {
     for _ in 0..600 {
@@ -165,10 +178,7 @@ async fn until(what: &str, done: impl Fn() -> bool) {
 async fn the_reserve_answers_from_its_slots_hands_them_over_and_refills() {
     let dir = tempfile::tempdir().unwrap();
     let store = MemoryStore::new(NS);
-    let r = reserves(dir.path(), &store);
-    let (cfg, mode) = config("p0", true);
-    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None, "empty at first");
-    until("filled", || r.held().get("net") == Some(&2)).await;
+    let (r, _, mode) = filled(dir.path(), &store, "p0").await;
     let mut answered = Vec::new();
     for i in 1..=2 {
         let (cfg, _) = config(&format!("p{i}"), true);
@@ -235,10 +245,7 @@ async fn a_take_survives_the_agents_death_and_a_del_before_any_write_gives_the_s
 async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let store = MemoryStore::new(NS);
-    let r = reserves(dir.path(), &store);
-    let (cfg, mode) = config("p1", true);
-    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None);
-    until("filled", || r.held().get("net") == Some(&2)).await;
+    let (r, cfg, mode) = filled(dir.path(), &store, "p1").await;
     let writes = store.writes();
     let got = r.take(&cfg, &mode, &request("c1"), true, "/k".as_ref(), store.clone()).unwrap();
     // no await in between: the hand-over round has not run
@@ -273,10 +280,7 @@ async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
 async fn no_slot_is_taken_while_the_node_is_missing_and_the_reserve_is_read_again_when_it_is_back() {
     let dir = tempfile::tempdir().unwrap();
     let store = MemoryStore::new(NS);
-    let r = reserves(dir.path(), &store);
-    let (cfg, mode) = config("p1", true);
-    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None);
-    until("filled", || r.held().get("net") == Some(&2)).await;
+    let (r, cfg, mode) = filled(dir.path(), &store, "p1").await;
     r.node_seen(false);
     assert_eq!(r.held().get("net"), Some(&0), "dropped from memory");
     assert_eq!(r.take(&cfg, &mode, &request("c1"), true, "/k".as_ref(), store.clone()), None);
