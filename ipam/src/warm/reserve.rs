@@ -222,6 +222,10 @@ impl<S: WarmStore> Reserves<S> {
     /// A slot given back by a DEL that came before its hand-over: to its reserve, or to the API server when
     /// that reserve is no longer kept.
     fn put_back(&self, take: Take) {
+        if self.node_missing() {
+            // the reserve is read again from the API server once the Node is back: the slot is still the node's
+            return;
+        }
         let mut networks = self.inner.networks.lock().expect("not poisoned");
         match networks.get_mut(&take.reserve) {
             Some(network) => network.slots.push_back(take.slot),
