@@ -315,6 +315,13 @@ impl<S: WarmStore> Reserves<S> {
         if adopted {
             return;
         }
+        // the journal's takes as they are before the pools are read: one handed over (and recorded done) while the
+        // list is on the wire still shows as the node's in it, and must not be taken in as free
+        let pending = |inner: &Inner<S>| -> HashSet<String> {
+            let journal = inner.journal.lock().expect("not poisoned");
+            journal.iter().flat_map(|j| j.pending().map(|t| t.slot.container.clone())).collect()
+        };
+        let before = pending(&self.inner);
         let mut backoff = Duration::from_millis(200);
         let pools = loop {
             match store.list_pools().await {
@@ -326,10 +333,8 @@ impl<S: WarmStore> Reserves<S> {
                 }
             }
         };
-        let mut taken: HashSet<String> = {
-            let journal = self.inner.journal.lock().expect("not poisoned");
-            journal.iter().flat_map(|j| j.pending().map(|t| t.slot.container.clone())).collect()
-        };
+        let mut taken = pending(&self.inner);
+        taken.extend(before);
         let (whole, partial) = {
             let mut networks = self.inner.networks.lock().expect("not poisoned");
             let Some(network) = networks.get_mut(key) else { return };
