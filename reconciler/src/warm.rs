@@ -6,9 +6,6 @@ use std::sync::Arc;
 
 use hereabouts_ipam::store::{KubeStore, Shared};
 use hereabouts_ipam::warm::Reserves;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::PodSpec;
 use kube::Api;
 
 pub use hereabouts_ipam::warm::DEFAULT_DIR;
@@ -71,41 +68,11 @@ async fn watch_node(reserves: Reserves<Shared<KubeStore>>, client: kube::Client,
     }
 }
 
-/// `Err` naming it when the cluster runs Whereabouts' reconciler (its `ip-control-loop` in a DaemonSet, or its
-/// older `ip-reconciler` CronJob), or when that cannot be read.
+/// `Err` naming it when the cluster runs Whereabouts' reconciler, or when that cannot be read.
 async fn whereabouts_reconciler(client: kube::Client) -> Result<(), String> {
-    let mentions = |spec: Option<&PodSpec>| {
-        spec.is_some_and(|spec| {
-            spec.containers.iter().any(|c| {
-                let words = c.command.iter().chain(c.args.iter()).flatten();
-                words.into_iter().any(|w| w.contains("ip-control-loop") || w.contains("ip-reconciler"))
-            })
-        })
-    };
-    let cannot = |what: &str, e: kube::Error| format!("cannot tell whether Whereabouts' reconciler runs ({what}: {e})");
-    let sets = Api::<DaemonSet>::all(client.clone())
-        .list(&Default::default())
-        .await
-        .map_err(|e| cannot("list DaemonSets", e))?;
-    for set in &sets {
-        if mentions(set.spec.template.spec.as_ref()) {
-            return Err(format!(
-                "DaemonSet {}/{} runs Whereabouts' reconciler, which would free the node's warm addresses",
-                set.metadata.namespace.as_deref().unwrap_or_default(),
-                set.metadata.name.as_deref().unwrap_or_default()
-            ));
-        }
+    match hereabouts_ipam::warm::whereabouts_reconciler(&client).await {
+        Ok(None) => Ok(()),
+        Ok(Some(found)) => Err(format!("{found}, which would free the node's warm addresses")),
+        Err((what, e)) => Err(format!("cannot tell whether Whereabouts' reconciler runs ({what}: {e})")),
     }
-    let jobs = Api::<CronJob>::all(client).list(&Default::default()).await.map_err(|e| cannot("list CronJobs", e))?;
-    for job in &jobs {
-        let template = job.spec.job_template.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-        if mentions(template) {
-            return Err(format!(
-                "CronJob {}/{} runs Whereabouts' reconciler, which would free the node's warm addresses",
-                job.metadata.namespace.as_deref().unwrap_or_default(),
-                job.metadata.name.as_deref().unwrap_or_default()
-            ));
-        }
-    }
-    Ok(())
 }

@@ -15,8 +15,11 @@
 //! mode counts it as the pool's use like any entry. Whereabouts' reconciler knows none of this and would free it,
 //! which is why a fleet that runs it must not enable the reserve (docs/safety.md).
 
+mod fleet;
 pub mod journal;
 mod reserve;
+
+pub use fleet::whereabouts_reconciler;
 
 pub use reserve::{DEFAULT_DIR, FleetCheck, Reserves, WarmStore};
 

@@ -16,9 +16,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::Identity;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::PodSpec;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
@@ -366,38 +363,12 @@ fn field(line: &str, name: &str) -> Option<u64> {
     line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
-/// What names Whereabouts' reconciler in the cluster (a DaemonSet or CronJob whose containers' command or args
-/// mention `ip-control-loop` or `ip-reconciler`), as the agents' own check reads it: where one runs, they refuse
-/// the reserve.
+/// What names Whereabouts' reconciler in the cluster, as the agents' own check reads it (the same function): where
+/// one runs, they refuse the reserve.
 async fn whereabouts_reconciler(admin: &Client) -> anyhow::Result<Option<String>> {
-    let mentions = |spec: Option<&PodSpec>| {
-        spec.is_some_and(|spec| {
-            spec.containers.iter().any(|c| {
-                let words = c.command.iter().chain(c.args.iter()).flatten();
-                words.into_iter().any(|w| w.contains("ip-control-loop") || w.contains("ip-reconciler"))
-            })
-        })
-    };
-    let lp = ListParams::default();
-    let (sets, jobs) = (Api::<DaemonSet>::all(admin.clone()), Api::<CronJob>::all(admin.clone()));
-    let sets = retry(|| sets.list(&lp)).await.context("list DaemonSets")?;
-    if let Some(set) = sets.items.iter().find(|s| mentions(s.spec.template.spec.as_ref())) {
-        return Ok(Some(format!(
-            "DaemonSet {}/{} runs Whereabouts' reconciler",
-            set.metadata.namespace.as_deref().unwrap_or_default(),
-            set.metadata.name.as_deref().unwrap_or_default()
-        )));
-    }
-    let jobs = retry(|| jobs.list(&lp)).await.context("list CronJobs")?;
-    let template = |j: &CronJob| j.spec.job_template.spec.as_ref().and_then(|s| s.template.spec.as_ref()).cloned();
-    if let Some(job) = jobs.items.iter().find(|j| mentions(template(j).as_ref())) {
-        return Ok(Some(format!(
-            "CronJob {}/{} runs Whereabouts' reconciler",
-            job.metadata.namespace.as_deref().unwrap_or_default(),
-            job.metadata.name.as_deref().unwrap_or_default()
-        )));
-    }
-    Ok(None)
+    // the listing's own failure names what failed; the retries are the harness's
+    let found = retry(|| async { hereabouts_ipam::warm::whereabouts_reconciler(admin).await.map_err(|(_, e)| e) });
+    found.await.context("list DaemonSets and CronJobs")
 }
 
 /// The type of the file system `path` is on, and its device, from the longest mount point above it.
