@@ -79,6 +79,15 @@ pub fn slice_pool_name(network_name: &str, node: &str, cidr: IpNet) -> String {
     with_network(network_name, format!("{node}-{}", normalize_range(&range_string(cidr))))
 }
 
+/// Whether `pool_name` is a name [`slice_pool_name`] gives `node`'s pool of the slice `cidr` in some network (a
+/// name that could be another node's too, `a-b` against `b`, counts: callers take it as a hint only).
+pub fn may_be_slice_pool_of(pool_name: &str, node: &str, cidr: IpNet) -> bool {
+    let suffix = format!("-{}", normalize_range(&range_string(cidr)));
+    pool_name
+        .strip_suffix(&suffix)
+        .is_some_and(|rest| rest == node || rest.strip_suffix(node).is_some_and(|network| network.ends_with('-')))
+}
+
 /// The node a slice pool named `pool_name` of the network `network_name` for the slice `cidr` belongs to: the inverse
 /// of [`slice_pool_name`], or `None` when the name is not of that form.
 pub fn node_of_slice_pool<'a>(pool_name: &'a str, network_name: &str, cidr: IpNet) -> Option<&'a str> {
@@ -239,6 +248,15 @@ mod tests {
         assert_eq!(slice_pool_name("", "node-1", net("fd00:0:0:10::/64")), "node-1-fd00-0-0-10---64");
         assert_eq!(slice_pool_name("net-a", "node-1", net("2001:db8::/32")), "net-a-node-1-2001-db8---32");
         assert_eq!(node_slice_pool_name("net-a", "my-nad-config"), "net-a");
+        for (name, node, yes) in [
+            ("net-a-node-1-10.0.4.0-24", "node-1", true),
+            ("node-1-10.0.4.0-24", "node-1", true),
+            ("net-a-node-11-10.0.4.0-24", "node-1", false),
+            ("net-a-node-1-10.0.5.0-24", "node-1", false),
+            ("net-a-xnode-1-10.0.4.0-24", "node-1", false),
+        ] {
+            assert_eq!(may_be_slice_pool_of(name, node, net("10.0.4.0/24")), yes, "{name} of {node}");
+        }
         assert_eq!(node_slice_pool_name("", "my-nad-config"), "my-nad-config");
     }
 

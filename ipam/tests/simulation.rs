@@ -26,11 +26,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hereabouts_ipam::config::{self, Input, IpamConfig, ReleaseConfig};
-use hereabouts_ipam::crd::IpPool;
+use hereabouts_ipam::crd::{IpPool, NodeSlicePool};
 use hereabouts_ipam::reconcile::rules::{NodeView, PodView};
 use hereabouts_ipam::reconcile::{Cluster, Considered, Notice, Releaser, Views, entries, reconcile_once};
 use hereabouts_ipam::routetable::{KernelTable, TableError};
@@ -249,6 +250,42 @@ impl Cluster for SimCluster {
     }
 }
 
+/// A watch of every pool and NodeSlicePool feeding `agent`'s copies until its process dies or the pods' lives
+/// are over, as the live agent's watch does, but late: each delivery is of the store as it was one to four
+/// changes ago, so that copies older than the agent's own writes and reads arrive after them, and after a failed
+/// write forgot the object.
+async fn lagging_watch(agent: Shared<MemoryStore>, store: MemoryStore, seed: u64, over: Arc<AtomicBool>) {
+    let mut rng = Rng::new(seed);
+    let mut snapshots: std::collections::VecDeque<(Vec<IpPool>, Vec<NodeSlicePool>)> = Default::default();
+    let (mut pools, mut slices): (Vec<IpPool>, Vec<NodeSlicePool>) = Default::default();
+    let mut seen = u64::MAX;
+    while !agent.inner().is_dead() && !over.load(Ordering::Relaxed) {
+        let writes = store.writes();
+        let changed = writes != seen;
+        if changed {
+            seen = writes;
+            snapshots.push_back((store.pools(), store.node_slices()));
+        }
+        // quiet for a while: caught up (a live watch is late, not forever behind)
+        let behind = if changed { rng.below(4) as usize } else { 0 };
+        while snapshots.len() > behind {
+            let (now_pools, now_slices) = snapshots.pop_front().expect("one");
+            let named = |p: &IpPool| p.metadata.name.clone();
+            for gone in pools.iter().filter(|p| !now_pools.iter().any(|n| named(n) == named(p))) {
+                agent.observe_pool_deleted(gone);
+            }
+            let named = |s: &NodeSlicePool| s.metadata.name.clone();
+            for gone in slices.iter().filter(|s| !now_slices.iter().any(|n| named(n) == named(s))) {
+                agent.observe_slices_deleted(gone);
+            }
+            now_pools.iter().for_each(|p| agent.observe_pool(p));
+            now_slices.iter().for_each(|s| agent.observe_slices(s));
+            (pools, slices) = (now_pools, now_slices);
+        }
+        tokio::time::sleep(Duration::from_millis(5 + rng.below(40))).await;
+    }
+}
+
 struct World {
     base: MemoryStore,
     truth: Arc<Mutex<Truth>>,
@@ -263,6 +300,12 @@ struct World {
     /// Whether a pod of the agent has some of its early tries done by the binary while the agent lives. The
     /// hand-written cases keep the dispatch (and the random draws) they were found with.
     early_fallbacks: bool,
+    /// Whether each agent's store is fed, as the live agent's is, by a watch of the pools and NodeSlicePools that
+    /// lags (copies from up to a few snapshots ago, deletions included). The hand-written cases keep the
+    /// interleavings they were found with, without it.
+    watches: bool,
+    /// Set once every pod's life is over: the agents' watches end.
+    over: Arc<AtomicBool>,
     /// In a case with the warm network: each node's journal directory (under this one), which outlives its
     /// agents, and each node's agent's reserves. `None` in the other cases, whose agents keep none.
     journals: Option<tempfile::TempDir>,
@@ -294,6 +337,10 @@ impl World {
             plan.max_latency_ms = 8;
             let agent = Shared::new(self.base.handle(&format!("agent-{node}"), plan));
             agents.insert(node, agent.clone());
+            if self.watches {
+                let store = self.quiet(&format!("watch-{node}"));
+                tokio::spawn(lagging_watch(agent.clone(), store, seed ^ 0x0077_6174_6368, self.over.clone()));
+            }
             // a new agent process: the dead one's reserves are gone with it; the journal on disk stays
             if let Some(dir) = self.journal(node) {
                 let mut warm = self.warm.lock().unwrap();
@@ -1030,6 +1077,8 @@ fn run_case_counted(
             agents: Mutex::default(),
             marks: tempfile::tempdir().unwrap(),
             early_fallbacks,
+            watches: early_fallbacks,
+            over: Arc::default(),
             journals: warm.then(|| tempfile::tempdir().unwrap()),
             warm: Mutex::default(),
         });
@@ -1046,6 +1095,7 @@ fn run_case_counted(
             pods.spawn(pod_life(world.clone(), format!("sim/pod-{i}"), script, 0));
         }
         while pods.join_next().await.is_some() {}
+        world.over.store(true, Ordering::Relaxed);
         stop_tx.send(true).unwrap();
         reconciler.await.map_err(|e| e.to_string())?;
         if let Some(keeper) = keeper {

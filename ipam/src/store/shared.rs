@@ -7,11 +7,13 @@
 //!   refused (one guard failed), each write is sent again alone, in order, so that each caller gets the answer its
 //!   own guard earns; an answer lost is lost for every write of the batch, and each caller reads back, as always.
 //! - **A hint cache.** The newest version of each pool and NodeSlicePool this process received (a read, a create,
-//!   a batch's answer). Only [`PoolStore::cached_pool`] and [`SliceStore::cached_node_slices`] return it; every
-//!   `get_*` still reads the server, so the read-backs and re-reads the protocol relies on are never served from
-//!   memory. A failed write forgets the object. Plans use it only where the attachment is known to hold nothing
-//!   in the object (its search reads fresh): a claim planning again, a pool another claim just created, a slice
-//!   another claim just took.
+//!   a batch's answer; in the agent, a watch of its node's pools and of the NodeSlicePools: `observe_*`). Only
+//!   [`PoolStore::cached_pool`] and [`SliceStore::cached_node_slices`] return it; every `get_*` still reads the
+//!   server, so the read-backs and re-reads the protocol relies on are never served from memory. A failed write
+//!   forgets the object (a watch may bring back an older copy: a copy is never taken to show a write of this
+//!   process). Plans use it only where the attachment is known to hold nothing in the object (its search reads
+//!   fresh): an attachment's first ADD on the node, a claim planning again, a pool another claim just created, a
+//!   slice another claim just took.
 //! - **Shared reads.** Reads of one object that arrive while a read of it is on the wire wait for it, then share
 //!   the next one: sent after each of them asked, it is as fresh for each as a read of its own (never the one that
 //!   was already on the wire, which may predate a caller's own write).
@@ -173,6 +175,35 @@ impl<S> Shared<S> {
 
     fn forget_slices(&self, name: &str) {
         self.state.slices.lock().expect("not poisoned").remove(name);
+    }
+
+    /// A copy of `pool` a watch delivered: kept unless a newer one is known (this process's own writes and reads
+    /// may be ahead of the watch).
+    pub fn observe_pool(&self, pool: &IpPool) {
+        self.remember_pool(pool);
+    }
+
+    /// `pool`, as a watch saw it deleted: forgotten unless what is known is newer (made again since).
+    pub fn observe_pool_deleted(&self, pool: &IpPool) {
+        let Some(name) = pool.metadata.name.as_deref() else { return };
+        let mut pools = self.state.pools.lock().expect("not poisoned");
+        if pools.get(name).is_some_and(|known| !newer(&known.metadata, &pool.metadata)) {
+            pools.remove(name);
+        }
+    }
+
+    /// A copy of the NodeSlicePool `slices` a watch delivered, as [`Shared::observe_pool`].
+    pub fn observe_slices(&self, slices: &NodeSlicePool) {
+        self.remember_slices(slices);
+    }
+
+    /// `slices`, as a watch saw it deleted, as [`Shared::observe_pool_deleted`].
+    pub fn observe_slices_deleted(&self, slices: &NodeSlicePool) {
+        let Some(name) = slices.metadata.name.as_deref() else { return };
+        let mut known = self.state.slices.lock().expect("not poisoned");
+        if known.get(name).is_some_and(|k| !newer(&k.metadata, &slices.metadata)) {
+            known.remove(name);
+        }
     }
 
     async fn turn(&self, key: String) -> Turn {
@@ -681,6 +712,27 @@ mod tests {
         assert!(store.cached_pool("p").unwrap().spec.allocations.is_empty());
         assert_eq!(store.get_pool("p").await.unwrap().unwrap().spec.allocations.len(), 1);
         assert_eq!(store.cached_pool("p").unwrap().spec.allocations.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watched_copy_never_replaces_a_newer_one_and_a_late_deletion_keeps_the_pool_made_again() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let store = Shared::new(base.handle("agent", FaultPlan::quiet(1)));
+        let old = store.get_pool("p").await.unwrap().unwrap();
+        store.add_allocation("p", 4, &entry("c4"), &AsRead::default()).await.unwrap();
+        assert_eq!(store.cached_pool("p").unwrap().spec.allocations.len(), 1, "the write's answer");
+        store.observe_pool(&old);
+        assert_eq!(store.cached_pool("p").unwrap().spec.allocations.len(), 1, "an older watched copy is dropped");
+        let newer = store.get_pool("p").await.unwrap().unwrap();
+        base.add_allocation("p", 5, &entry("c5"), &AsRead::default()).await.unwrap();
+        let newest = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
+        store.observe_pool(&newest);
+        assert_eq!(store.cached_pool("p").unwrap().spec.allocations.len(), 2, "a newer watched copy is taken");
+        store.observe_pool_deleted(&newer);
+        assert!(store.cached_pool("p").is_some(), "a deletion older than the copy forgets nothing");
+        store.observe_pool_deleted(&newest);
+        assert!(store.cached_pool("p").is_none(), "the deletion of what is known forgets it");
     }
 
     #[tokio::test(start_paused = true)]

@@ -243,7 +243,8 @@ async fn undo(
 }
 
 /// Which of the pools `journal` wrote to holds `container`'s entry of `ip`, with its reservation's name: read
-/// back (from the store's copy when it has one), since the journal says only what was tried.
+/// back (from the store's copy when it shows the entry), since the journal says only what was tried. A copy that
+/// does not show it proves nothing: after a write whose answer was lost, a watch may bring an older copy.
 async fn placed<S: PoolStore>(
     store: &S,
     journal: &Journal,
@@ -252,7 +253,8 @@ async fn placed<S: PoolStore>(
     budget: &Budget,
 ) -> Result<Option<(String, u128, Option<String>)>, IpamError> {
     for (pool, offset) in journal.entries_of(container) {
-        let read = match store.cached_pool(pool) {
+        let shows = |p: &IpPool| p.spec.allocations.get(&offset.to_string()).is_some_and(|a| a.id == container);
+        let read = match store.cached_pool(pool).filter(|p| shows(p)) {
             Some(p) => Some(p),
             None => budget
                 .retry(StoreError::is_transient, || store.get_pool(pool))
