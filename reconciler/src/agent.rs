@@ -37,6 +37,13 @@ use crate::metrics::InvocationLabels;
 /// How many invocations the agent does at once; more are declined, and their binaries do them.
 pub const DEFAULT_CONCURRENCY: usize = 128;
 
+/// The kubeconfig install-cni writes for the CNI binary, on the host and in the agent's container alike.
+pub const DEFAULT_FOLLOW: &str = "/etc/cni/net.d/hereabouts.d/hereabouts.kubeconfig";
+
+/// How long the agent waits for its watches to list the pools before it serves the socket anyway (its ADDs read
+/// meanwhile, as the binary's do).
+const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a connection may take to send its request: the binary writes it at once, so a peer that does not is
 /// not one, and is dropped rather than kept.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -56,6 +63,12 @@ pub struct Args {
     /// Where the warm reserve's journal is kept (on the host's disk: it must outlive the agent's container).
     #[arg(long, default_value = crate::warm::DEFAULT_DIR)]
     pub warm_dir: PathBuf,
+    /// Kubeconfigs whose pools the agent follows from its start (a watch of the node's slice pools and the
+    /// NodeSlicePools; the chart names the one install-cni writes): it serves the socket once they are listed, or
+    /// after 10 s. One that does not exist yet, and any other an invocation names, is followed from the first
+    /// invocation that names it.
+    #[arg(long = "follow")]
+    pub follow: Vec<PathBuf>,
     /// `agent` alone: where /healthz, /readyz (ready once the socket is served) and /metrics
     /// (`hereabouts_agent_invocations_total`) are served, without authentication; unset, nowhere.
     #[arg(long)]
@@ -71,6 +84,13 @@ pub struct AgentHost {
     attachments: Arc<Mutex<HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>>,
     /// The warm reserves (`warm_addresses`); `None`: none are kept.
     warm: Option<hereabouts_ipam::warm::Reserves<Shared<KubeStore>>>,
+    /// The node whose pools each kubeconfig's store follows with a watch ([`crate::copies`]); `None`: none are
+    /// followed, the store knows only what its invocations read and wrote.
+    node: Option<Arc<str>>,
+    /// Whether each followed kubeconfig's watches have listed everything.
+    following: Arc<Mutex<HashMap<PathBuf, tokio::sync::watch::Receiver<bool>>>>,
+    /// Objects the watches copied.
+    pub(crate) copied: Counter,
 }
 
 /// A kubeconfig's store, and the file's modification time and length when it was read.
@@ -90,6 +110,31 @@ impl AgentHost {
             requests: a.requests + s.requests,
             split: a.split + s.split,
         })
+    }
+
+    /// Connects to `kubeconfig` (which starts following its pools) and waits up to `wait` for the watches to list
+    /// them; whether they did.
+    pub async fn follow(&self, kubeconfig: &Path, wait: std::time::Duration) -> bool {
+        if let Err(e) = self.connect(kubeconfig).await {
+            tracing::warn!(kubeconfig = %kubeconfig.display(), error = %e, "agent: cannot connect to follow the pools");
+            return false;
+        }
+        let Some(mut synced) = self.following.lock().expect("not poisoned").get(kubeconfig).cloned() else {
+            return false;
+        };
+        tokio::time::timeout(wait, synced.wait_for(|listed| *listed)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// Starts following `kubeconfig`'s pools unless they are followed already.
+    fn follow_in_background(&self, kubeconfig: &Path) {
+        let Some(node) = self.node.clone() else { return };
+        let mut following = self.following.lock().expect("not poisoned");
+        if following.contains_key(kubeconfig) {
+            return;
+        }
+        let (synced, listed) = tokio::sync::watch::channel(false);
+        following.insert(kubeconfig.to_path_buf(), listed);
+        tokio::spawn(crate::copies::follow(self.clone(), kubeconfig.to_path_buf(), node, synced));
     }
 
     /// Waits until no other invocation of the attachment `key` (container and interface) runs here: the runtime
@@ -133,6 +178,7 @@ impl Host for AgentHost {
         if let Some((modified, len)) = stamp {
             let known = Connected { modified, len, store: store.clone() };
             self.clients.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), known);
+            self.follow_in_background(kubeconfig);
         }
         Ok(store)
     }
@@ -239,6 +285,7 @@ pub struct AgentMetrics {
     pub warm_addresses: Family<crate::metrics::NetworkLabels, prometheus_client::metrics::gauge::Gauge>,
     pub warm_pending: prometheus_client::metrics::gauge::Gauge,
     pub warm_refused: prometheus_client::metrics::gauge::Gauge,
+    pub copies: Counter,
 }
 
 impl AgentMetrics {
@@ -249,6 +296,7 @@ impl AgentMetrics {
             warm_addresses: metrics.agent_warm_addresses.clone(),
             warm_pending: metrics.agent_warm_pending.clone(),
             warm_refused: metrics.agent_warm_refused.clone(),
+            copies: metrics.agent_copies.clone(),
         }
     }
 
@@ -271,9 +319,18 @@ pub async fn serve(
     fleet: Option<kube::Client>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let host = AgentHost {
+        warm: Some(crate::warm::open(&args.node_name, &args.warm_dir, fleet)),
+        node: Some(args.node_name.as_str().into()),
+        copied: metrics.copies.clone(),
+        ..Default::default()
+    };
+    // the socket is served once the copies its first ADDs plan on are there; until then the binary does them
+    for kubeconfig in args.follow.iter().filter(|k| k.exists()) {
+        let listed = host.follow(kubeconfig, FOLLOW_WAIT).await;
+        tracing::info!(kubeconfig = %kubeconfig.display(), listed, "agent: following the node's pools");
+    }
     let listener = bind(&args.socket)?;
-    let host =
-        AgentHost { warm: Some(crate::warm::open(&args.node_name, &args.warm_dir, fleet)), ..Default::default() };
     if let Some(warm) = host.warm.clone() {
         let (metrics, stop) = (metrics.clone(), shutdown.clone());
         tokio::spawn(async move {

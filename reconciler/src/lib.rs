@@ -3,6 +3,7 @@
 //! `hereabouts_ipam::reconcile`'s.
 
 pub mod agent;
+mod copies;
 pub mod gauges;
 pub mod http;
 pub mod install_cni;

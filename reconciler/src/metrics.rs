@@ -82,6 +82,8 @@ pub struct Metrics {
     /// 1 when the agent keeps no reserve because it must not (Whereabouts' reconciler runs, or could not be ruled
     /// out; the journal cannot be used): its log says why.
     pub agent_warm_refused: Gauge,
+    /// Objects the agent's watches copied for its ADDs' plans: its node's slice pools and the NodeSlicePools.
+    pub agent_copies: Counter,
     /// Routing-table datastore: claims this node holds, as the last check found them.
     pub routetable_claims: Gauge,
     /// Routing-table datastore: claims of this node another claim as early or earlier contests (reported, kept).
@@ -120,6 +122,7 @@ impl Metrics {
             agent_warm_addresses: Family::default(),
             agent_warm_pending: Gauge::default(),
             agent_warm_refused: Gauge::default(),
+            agent_copies: Counter::default(),
             routetable_claims: Gauge::default(),
             routetable_conflicts: Gauge::default(),
             routetable_conflicts_seen: Counter::default(),
@@ -191,6 +194,11 @@ impl Metrics {
             "agent_warm_refused",
             "1 when the node agent keeps no warm reserve because it must not (its log says why)",
             m.agent_warm_refused.clone(),
+        );
+        registry.register(
+            "agent_copies",
+            "Objects the node agent's watches copied for its ADDs' plans (its node's slice pools, NodeSlicePools)",
+            m.agent_copies.clone(),
         );
         registry.register("routetable_claims", "Routing-table claims this node holds", m.routetable_claims.clone());
         registry.register(

@@ -300,6 +300,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             node_name: args.node_name.clone(),
             concurrency: args.agent_concurrency,
             warm_dir: args.agent_warm_dir.clone(),
+            follow: vec![crate::agent::DEFAULT_FOLLOW.into()],
             listen: None,
         };
         let metrics = crate::agent::AgentMetrics::of(&health.metrics);

@@ -27,6 +27,16 @@ impl Agent {
     /// [`Agent::start`] with more environment: `KUBECONFIG` names the agent's own identity (the one it asks
     /// whether Whereabouts' reconciler runs with), as a DaemonSet pod's service account is in the cluster.
     pub async fn start_with(socket: &Path, node: &str, env: &[(&str, &Path)]) -> Self {
+        Self::launch(socket, node, env, None).await
+    }
+
+    /// [`Agent::start`] following `kubeconfig`'s pools from its start (`--follow`, as the chart has it follow
+    /// install-cni's): it serves once its watches have listed them, or after its 10 s wait.
+    pub async fn start_following(socket: &Path, node: &str, kubeconfig: &Path) -> Self {
+        Self::launch(socket, node, &[], Some(kubeconfig)).await
+    }
+
+    async fn launch(socket: &Path, node: &str, env: &[(&str, &Path)], follow: Option<&Path>) -> Self {
         let log = socket.with_extension("log");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let listen = format!("127.0.0.1:{port}");
@@ -38,6 +48,7 @@ impl Agent {
             .args(["--node-name", node, "--listen", &listen])
             .arg("--warm-dir")
             .arg(socket.with_extension("warm"))
+            .args(follow.map(|k| [std::ffi::OsStr::new("--follow"), k.as_os_str()]).into_iter().flatten())
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

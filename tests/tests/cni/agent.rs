@@ -219,19 +219,26 @@ async fn concurrent_adds_through_the_agent_share_patches_and_read_back_a_lost_on
     assert_eq!(reserved, expected.into_iter().collect(), "one reservation per pod");
 }
 
-/// The agent's copies are hints. node-a's agent last saw a slice as its own with an empty pool (its pod gone); the
-/// NodeSlicePool is then lost and re-created by node-b, which claims that slice for an address it asks for. A new
-/// pod's first ADD through node-a's agent plans on the copies and writes into node-a's pool of that slice: the
-/// first entry of an empty pool is followed by a read of the slice's owner, so node-a gives it back and takes its
-/// other slice. Without reservations nothing else would keep the two nodes from handing out one slice.
+/// The agent's copies are hints. node-a's agent last saw a slice as its own with an empty pool (its pod gone), and
+/// its watch then stalls (a proxy holds every watch request: the copies stay as they were). The NodeSlicePool is
+/// lost and re-created by node-b, which claims that slice for an address it asks for. A new pod's first ADD
+/// through node-a's agent plans on the copies and writes into node-a's pool of that slice: the first entry of an
+/// empty pool is followed by a read of the slice's owner, so node-a gives it back and takes its other slice.
+/// Without reservations nothing else would keep the two nodes from handing out one slice.
 #[tokio::test]
 async fn an_entry_planned_on_a_stale_copy_in_a_slice_that_changed_hands_is_given_back() {
     use hereabouts_ipam::crd::NodeSlicePool;
+    use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
     use kube::api::{Api, DeleteParams};
     let fx = CniFixture::new("agent-hands").await;
+    let proxy = FaultProxy::start(fx.cluster).await;
+    for resource in ["ippools", "nodeslicepools"] {
+        proxy.add_rule(Rule { times: 1000, ..Rule::nth(Verb::Watch, resource, 1, Action::Hold) });
+    }
+    let kubeconfig = proxy.kubeconfig(fx.cluster, hereabouts_tests::Identity::Cni, &fx.ns);
     let agent = agent_of(&fx, "hands").await;
     let ipam = json!({"range": "198.18.124.0/29", "node_slice_size": "/30", "enable_overlapping_ranges": false});
-    let config = fx.netconf("1.1.0", "hands", ipam);
+    let config = hereabouts_tests::plugin::netconf("1.1.0", "hands", &kubeconfig, ipam);
     let first = via(fx.invocation("ADD", &config, "p1", "c1"), &agent.socket).run().await;
     assert!(first.success, "{}\n{}", first.stdout, first.stderr);
     let taken = first.ips()[0];
@@ -261,4 +268,63 @@ async fn an_entry_planned_on_a_stale_copy_in_a_slice_that_changed_hands_is_given
     assert_eq!(holding.len(), 1, "one node's pool of the slice holds entries: {holding:?}");
     assert!(holding[0].contains("node-b"), "{holding:?}");
     assert!(agent.logs().contains("changed hands"), "the agent gave its entry back:\n{}", agent.logs());
+}
+
+/// The agent's copies are fed by a watch. An agent that follows the network's kubeconfig from its start (as the
+/// chart's follows install-cni's) lists node-a's slice pool and the NodeSlicePool before it serves; an entry
+/// another process writes afterwards reaches its copy through the watch; a new pod's first ADD through it then
+/// reads nothing: one reservation POST and one pool PATCH, planned on the copies (a stale copy would have
+/// planned the offset the other process took, and its refused write would have read the pool).
+#[tokio::test]
+async fn a_first_add_through_an_agent_that_follows_the_pools_reads_nothing() {
+    use hereabouts_tests::faultproxy::{FaultProxy, Verb};
+    let fx = CniFixture::new("agent-follow").await;
+    let proxy = FaultProxy::start(fx.cluster).await;
+    let kubeconfig = proxy.kubeconfig(fx.cluster, hereabouts_tests::Identity::Cni, &fx.ns);
+    let ipam = json!({"range": "198.18.125.0/24", "node_slice_size": "/26"});
+    let config = hereabouts_tests::plugin::netconf("1.1.0", "follow", &kubeconfig, ipam);
+    let on_a = |pod: &str| fx.invocation("ADD", &config, pod, &format!("c-{pod}")).with_env("NODENAME", "node-a");
+    let mut ips = BTreeSet::new();
+    let first = on_a("p0").run().await;
+    assert!(first.success, "{}\n{}", first.stdout, first.stderr);
+    ips.insert(first.ips()[0]);
+
+    let socket = fx.cluster.dir().join(format!("{}-follow.sock", fx.ns));
+    let agent = Agent::start_following(&socket, "node-a", &kubeconfig).await;
+    assert!(agent.logs().contains("listed=true"), "it listed before serving:\n{}", agent.logs());
+    let copies = || agent.get("/metrics").and_then(|m| metric(&m, "hereabouts_agent_copies_total"));
+    let listed = copies().expect("the agent's metrics");
+    assert_eq!(listed, 2, "the node's slice pool and the NodeSlicePool");
+    let second = on_a("p1").run().await;
+    assert!(second.success, "{}\n{}", second.stdout, second.stderr);
+    ips.insert(second.ips()[0]);
+    let watched = hereabouts_tests::wait::until(Duration::from_secs(20), "the watch to copy p1's entry", || async {
+        copies().filter(|n| *n > listed).map(|_| ())
+    })
+    .await;
+    assert!(watched.is_ok(), "the watch copied the pool p1 changed:\n{}", agent.logs());
+
+    let before = proxy.seen().len();
+    let third = via(fx.invocation("ADD", &config, "p2", "c-p2"), &agent.socket).run().await;
+    assert!(third.success, "{}\n{}", third.stdout, third.stderr);
+    assert!(ips.insert(third.ips()[0]), "an address given twice: {}", third.stdout);
+    assert_eq!(served(&agent, "ADD", "c-p2"), 1, "the agent served it:\n{}", agent.logs());
+    let path: Vec<String> = proxy.seen()[before..]
+        .iter()
+        .filter(|s| !matches!(s.request.verb, Verb::Watch | Verb::List))
+        .map(|s| format!("{:?} {}", s.request.verb, s.request.resource))
+        .collect();
+    assert_eq!(
+        path,
+        ["Create overlappingrangeipreservations", "Patch ippools"],
+        "the first ADD's requests: no read of the pool or the NodeSlicePool"
+    );
+    let pools = fx.pools().await;
+    let entries: usize = pools.iter().map(|p| p.spec.allocations.len()).sum();
+    assert_eq!(entries, 3, "one entry per pod");
+}
+
+/// The value of the sample `name` (no labels) in a Prometheus text exposition.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok().map(|v| v as u64))
 }

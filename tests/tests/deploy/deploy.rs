@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
 use hereabouts_tests::deploy::{self, Right, named, right};
 use hereabouts_tests::plugin::{Invocation, Output, netconf, workspace_bin};
-use hereabouts_tests::{Identity, TestCluster, rbac};
+use hereabouts_tests::{Identity, TestCluster, rbac, wait};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -491,6 +491,8 @@ struct Node {
     config: Value,
     /// The same range in slice mode, in /29 slices.
     sliced: Value,
+    /// The CNI identity's kubeconfig.
+    kubeconfig: std::path::PathBuf,
 }
 
 impl Node {
@@ -501,7 +503,7 @@ impl Node {
         let kubeconfig = cluster.kubeconfig(Identity::Cni, &ns);
         let config = netconf("1.1.0", prefix, &kubeconfig, json!({"range": range}));
         let sliced = netconf("1.1.0", prefix, &kubeconfig, json!({"range": range, "node_slice_size": "/29"}));
-        let node = Self { admin, ns, config, sliced };
+        let node = Self { admin, ns, config, sliced, kubeconfig };
         node.grant_all().await;
         node
     }
@@ -525,6 +527,12 @@ impl Node {
     /// `command` in slice mode on node `node`.
     async fn run_sliced(&self, command: &'static str, node: &str, pod: &str, container_id: &str) -> Output {
         Invocation::new(command, &self.sliced, &self.ns, pod, container_id).with_env("NODENAME", node).run().await
+    }
+
+    /// A node agent of node-a following the pools through the CNI's kubeconfig.
+    async fn agent(&self, name: &str) -> hereabouts_tests::agent::Agent {
+        let socket = TestCluster::get().dir().join(format!("{}-{name}.sock", self.ns));
+        hereabouts_tests::agent::Agent::start_following(&socket, "node-a", &self.kubeconfig).await
     }
 
     async fn node_slices(&self) -> usize {
@@ -644,6 +652,9 @@ enum CniBreak {
     /// In slice mode, with both /29 slices of a /28 owned by other nodes, node-a's address is borrowed from one
     /// of them; its DEL succeeds but cannot tell where to look, and leaves the entry for the reconciler.
     BorrowedDel,
+    /// The node agent, following the pools through the CNI's kubeconfig (`--follow`), says its watch was
+    /// refused; its ADDs still work, reading as the binary does.
+    AgentFollows,
 }
 
 async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range: &str) {
@@ -692,6 +703,19 @@ async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range:
             assert_eq!(node.allocations().await, 0, "{what}: no entry is left");
             assert_eq!(node.node_slices().await, node_slices, "{what}: NodeSlicePools");
         }
+        CniBreak::AgentFollows => {
+            let agent = node.agent("refused").await;
+            let refused = wait::until(Duration::from_secs(20), "the watch's refusal", || async {
+                let logs = agent.logs();
+                logs.lines()
+                    .any(|l| l.contains("watch of the node's pools failed") && l.contains("forbidden"))
+                    .then_some(())
+            })
+            .await;
+            assert!(refused.is_ok(), "{what}: the agent says its watch was refused:\n{}", agent.logs());
+            let out = node.run_sliced("ADD", "node-a", "web", "c1").await;
+            assert!(out.success, "{what}: the ADD reads instead: {}\n{}", out.stdout, out.stderr);
+        }
         CniBreak::BorrowedDel => {
             let out = node.run_sliced("DEL", "node-a", "web", "c1").await;
             assert!(out.success, "{what}: DEL must not fail for a refusal: {}\n{}", out.stdout, out.stderr);
@@ -706,6 +730,12 @@ async fn cni_verb_is_needed(resource: &str, verb: &str, breaks: CniBreak, range:
         CniBreak::Status => assert!(node.run("STATUS", "web", "c1").await.success),
         CniBreak::RepeatedAdd => assert_eq!(node.run("ADD", "web", "c2").await.ips().len(), 1),
         CniBreak::SlicedAdd(_) => assert_eq!(node.run_sliced("ADD", "node-a", "web", "c1").await.ips().len(), 1),
+        CniBreak::AgentFollows => {
+            let agent = node.agent("granted").await;
+            assert!(agent.logs().contains("listed=true"), "the agent's watches listed:\n{}", agent.logs());
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(!agent.logs().contains("watch of the node's pools failed"), "{}", agent.logs());
+        }
         CniBreak::BorrowedDel => {
             let out = node.run_sliced("DEL", "node-a", "web", "c1").await;
             assert!(out.success, "{}", out.stderr);
@@ -749,6 +779,9 @@ cni_verbs! {
     cni_needs_get_on_node_slices: "nodeslicepools", "get" => CniBreak::SlicedAdd(0), "198.18.53.0/24";
     cni_needs_create_on_node_slices: "nodeslicepools", "create" => CniBreak::SlicedAdd(0), "198.18.54.0/24";
     cni_needs_patch_on_node_slices: "nodeslicepools", "patch" => CniBreak::SlicedAdd(1), "198.18.55.0/24";
+    cni_needs_watch_on_pools_for_the_agent: "ippools", "watch" => CniBreak::AgentFollows, "198.18.56.0/24";
+    cni_needs_list_on_node_slices_for_the_agent: "nodeslicepools", "list" => CniBreak::AgentFollows, "198.18.57.0/24";
+    cni_needs_watch_on_node_slices_for_the_agent: "nodeslicepools", "watch" => CniBreak::AgentFollows, "198.18.58.0/24";
 }
 
 #[test]

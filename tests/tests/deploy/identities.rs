@@ -195,7 +195,6 @@ async fn the_cni_identity_holds_exactly_its_role_with_every_binding_of_the_chart
             right("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
             right(W, "ippools", "update"),
             right(W, "ippools", "delete"),
-            right(W, "ippools", "watch"),
             right(W, "overlappingrangeipreservations", "watch"),
             right(W, "nodeslicepools", "update"),
             right(W, "nodeslicepools", "delete"),

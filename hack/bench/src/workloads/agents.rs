@@ -38,10 +38,11 @@ pub struct Agents {
 
 impl Agents {
     /// Starts an agent for each of `nodes` serving `<dir>/<node>.sock` and logging to `<dir>/<node>.log`; waits
-    /// until every socket is there. Each has a warm journal directory of its own (all simulated nodes share this
+    /// until every socket is there, which each serves once it has listed the pools of `follow` (the networks'
+    /// kubeconfig, as the chart has each agent follow install-cni's) for its node. Each has a warm journal directory of its own (all simulated nodes share this
     /// machine, so none may use the default): in `warm`'s journals when given (their warm lines are logged then),
     /// else `<dir>/<node>.warm`, never written without a reserve.
-    pub async fn start(dir: &Path, nodes: &[String], warm: Option<Warm<'_>>) -> anyhow::Result<Self> {
+    pub async fn start(dir: &Path, nodes: &[String], follow: &Path, warm: Option<Warm<'_>>) -> anyhow::Result<Self> {
         let program = std::env::current_exe()?.with_file_name("hereabouts-reconciler");
         if !program.is_file() {
             bail!("{} is missing: run `make bench` (it builds it)", program.display());
@@ -60,6 +61,8 @@ impl Agents {
                 .arg("--socket")
                 .arg(dir.join(format!("{node}.sock")))
                 .args(["--node-name", node])
+                .arg("--follow")
+                .arg(follow)
                 .arg("--warm-dir")
                 .arg(journal)
                 .env("RUST_LOG", if warm.is_some() { WARM_LINES } else { QUIET })

@@ -58,9 +58,13 @@ impl Bench {
         }
         if variant == Variant::HereaboutsAgent {
             let nodes: Vec<String> = (0..self.sizes.nodes).map(|i| format!("node-{i}")).collect();
-            let agents =
-                super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes, None)
-                    .await?;
+            let agents = super::agents::Agents::start(
+                &self.cluster.dir().join(format!("agents-{}", r.ns)),
+                &nodes,
+                &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
+                None,
+            )
+            .await?;
             r.agents = Some(agents.dir.clone());
             let res = self.burst_in(&r, round).await;
             if let Some(mib) = agents.stop() {

@@ -86,8 +86,13 @@ impl Bench {
         if variant != Variant::HereaboutsAgent {
             return self.single_adds(&r, round, &adders, level).await;
         }
-        let agents =
-            super::agents::Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &adders, None).await?;
+        let agents = super::agents::Agents::start(
+            &self.cluster.dir().join(format!("agents-{}", r.ns)),
+            &adders,
+            &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
+            None,
+        )
+        .await?;
         r.agents = Some(agents.dir.clone());
         let res = self.single_adds(&r, round, &adders, level).await;
         if let Some(mib) = agents.stop() {

@@ -59,7 +59,13 @@ impl Bench {
         }
         let agents = match variant {
             Variant::HereaboutsAgent | Variant::HereaboutsPoolAgent => {
-                let agents = Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), &nodes, None).await?;
+                let agents = Agents::start(
+                    &self.cluster.dir().join(format!("agents-{}", r.ns)),
+                    &nodes,
+                    &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
+                    None,
+                )
+                .await?;
                 r.agents = Some(agents.dir.clone());
                 Some(agents)
             }

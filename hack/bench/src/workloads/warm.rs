@@ -76,8 +76,13 @@ impl Bench {
             filesystem(&journals).unwrap_or_else(|| "file system unknown".into())
         ));
         let warm_agents = Warm { identity: &identity, journals: &journals };
-        let agents =
-            Agents::start(&self.cluster.dir().join(format!("agents-{}", r.ns)), nodes, Some(warm_agents)).await?;
+        let agents = Agents::start(
+            &self.cluster.dir().join(format!("agents-{}", r.ns)),
+            nodes,
+            &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
+            Some(warm_agents),
+        )
+        .await?;
         r.agents = Some(agents.dir.clone());
         let res = self.warm_in(r, &agents, b).await;
         let logs = journals.display().to_string();
