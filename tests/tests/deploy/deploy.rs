@@ -207,9 +207,9 @@ fn assert_same(what: &str, granted: &BTreeSet<Right>, expected: &BTreeSet<Right>
 fn each_identity_is_granted_exactly_its_list() {
     const W: &str = "whereabouts.cni.cncf.io";
     let cni = grants(&[
-        (W, "ippools", &["get", "list", "create", "patch"], None),
+        (W, "ippools", &["get", "list", "watch", "create", "patch"], None),
         (W, "overlappingrangeipreservations", &["get", "list", "create", "patch", "delete"], None),
-        (W, "nodeslicepools", &["get", "create", "patch"], None),
+        (W, "nodeslicepools", &["get", "list", "watch", "create", "patch"], None),
     ]);
     assert_same("CNI, pool namespace", &deploy::namespaced_rights(Identity::Cni), &cni);
     assert_same("CNI, cluster-wide", &deploy::cluster_rights(Identity::Cni), &BTreeSet::new());
