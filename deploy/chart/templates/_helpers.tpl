@@ -23,3 +23,10 @@ on every address. */}}
 {{- define "hereabouts.on" -}}
 {{- if eq (toString .) "true" -}}true{{- end -}}
 {{- end -}}
+
+{{/* The image: repository@digest when a digest is given, else repository:tag (the chart's appVersion by default). */}}
+{{- define "hereabouts.image" -}}
+{{- if .Values.image.digest -}}{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}

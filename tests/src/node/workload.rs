@@ -54,7 +54,8 @@ pub fn helm_install(cluster: &TestCluster, node: &Node, extra: &[&str]) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = url_parts(cluster.server());
     let mut values = vec![
-        format!("image={}", node::IMAGE),
+        format!("image.repository={}", node::IMAGE.split_once(':').expect("name:tag").0),
+        format!("image.tag={}", node::IMAGE.split_once(':').expect("name:tag").1),
         format!("cni.binDir={}", node.cni_bin_dir().display()),
         format!("cni.confDir={}", node.cni_conf_dir().display()),
         format!("apiServer.host={}", url.0),

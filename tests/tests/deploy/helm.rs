@@ -1,6 +1,7 @@
 //! The Helm chart in `deploy/chart` is the one source of the deployment: `helm lint` passes, its default render is
-//! `deploy/daemonset.yaml` byte for byte, and each value (namespace, image, host network, metrics address, cron,
-//! grace, the CNI's value-gated rights, the node policy's actions) lands where the objects use it. helm is built
+//! `deploy/daemonset.yaml` byte for byte, each value (namespace, image, host network, metrics address, cron,
+//! grace, the CNI's value-gated rights, the node policy's actions, the pod's scheduling, resources and logs) lands
+//! where the objects use it, and the values schema refuses keys the chart does not have. helm is built
 //! from its Go module by `hack/testenv.sh`.
 
 use std::path::PathBuf;
@@ -70,7 +71,9 @@ fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
 fn each_value_lands_where_the_objects_use_it() {
     let text = render(&[
         "namespace=ipam-system",
-        "image=registry.example/hereabouts:1.2.3",
+        "image.repository=registry.example/hereabouts",
+        "image.tag=1.2.3",
+        "image.pullPolicy=Always",
         "metrics.host=0.0.0.0",
         "metrics.port=9400",
         "cron=*/5 * * * *",
@@ -111,6 +114,7 @@ fn each_value_lands_where_the_objects_use_it() {
     let containers = pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap());
     for c in containers {
         assert_eq!(c["image"], "registry.example/hereabouts:1.2.3", "{}", c["name"]);
+        assert_eq!(c["imagePullPolicy"], "Always", "{}", c["name"]);
         if c["name"] == "agent" {
             // it serves the CNI through the host's kubeconfig, which names apiServer.host (install-cni); its own
             // identity (the warm reserve's check) reaches the API server as the reconciler's does, below
@@ -144,6 +148,96 @@ fn each_value_lands_where_the_objects_use_it() {
     let args: Vec<&str> = agent["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert!(args.contains(&"--listen=0.0.0.0:9301"), "the agent's endpoints on the metrics host: {args:?}");
     assert_eq!(agent["livenessProbe"]["httpGet"]["host"], "127.0.0.1");
+}
+
+/// `helm` with `args`, expected to fail: what it said.
+fn helm_refused(args: &[&str]) -> String {
+    let out = Command::new(testenv::tool("helm")).args(args).output().expect("run helm");
+    assert!(!out.status.success(), "helm {args:?} succeeded:\n{}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The schema refuses what the chart would silently drop: a Whereabouts chart's values file (its `cniConf.binDir`
+/// would leave the plugin in the default directory on k3s), an unknown key one level down, the old one-string
+/// `image`, a log format that is not one; each refusal names the key.
+#[test]
+fn the_values_schema_refuses_unknown_keys_and_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let whereabouts = dir.path().join("whereabouts-values.yaml");
+    // the keys of Whereabouts' chart (deployment/whereabouts-chart/values.yaml, v0.9.2)
+    std::fs::write(
+        &whereabouts,
+        "image:\n  repository: ghcr.io/k8snetworkplumbingwg/whereabouts\n  pullPolicy: IfNotPresent\n  tag: v0.9.2\n\
+         cniConf:\n  confDir: /etc/cni/net.d\n  binDir: /var/lib/rancher/k3s/data/current/bin\n\
+         successfulJobsHistoryLimit: 0\n",
+    )
+    .unwrap();
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let said = helm_refused(&["template", "x", chart, "-f", whereabouts.to_str().unwrap()]);
+    assert!(said.contains("cniConf") && said.contains("not allowed"), "{said}");
+    assert!(said.contains("successfulJobsHistoryLimit"), "{said}");
+    for (set, key) in [
+        ("cni.bindir=/opt/cni/bin", "bindir"),
+        ("image=hereabouts:0.1.0", "image"),
+        ("logFormat=yaml", "logFormat"),
+        ("image.digest=latest", "digest"),
+    ] {
+        let said = helm_refused(&["template", "x", chart, "--set-string", set]);
+        assert!(said.contains(key), "{set}: {said}");
+    }
+}
+
+/// The pod-level values a DaemonSet chart is expected to have land in the pod: the image by digest, pull secrets,
+/// node selection, annotations, each container's resources, the log level and format; defaults keep the pod on
+/// every Linux node whatever its taints.
+#[test]
+fn the_pod_values_land_in_the_pod() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let text = render(&[
+        &format!("image.digest={digest}"),
+        "imagePullSecrets[0].name=regcred",
+        "nodeSelector.example\\.com/secondary=yes",
+        "tolerations[0].key=example.com/dedicated",
+        "tolerations[0].operator=Exists",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=example.com/zone",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "podAnnotations.example\\.com/team=net",
+        "resources.agent.limits.memory=256Mi",
+        "logLevel=debug",
+        "logFormat=json",
+    ]);
+    let objects = deploy::parse(&text).unwrap();
+    let pod = &find(&objects, "DaemonSet")["spec"]["template"];
+    let spec = &pod["spec"];
+    assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(spec["nodeSelector"]["example.com/secondary"], "yes", "{}", spec["nodeSelector"]);
+    assert_eq!(spec["tolerations"][0]["key"], "example.com/dedicated");
+    let term = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(term["nodeSelectorTerms"][0]["matchExpressions"][0]["key"], "example.com/zone");
+    assert_eq!(pod["metadata"]["annotations"]["example.com/team"], "net");
+    let containers: Vec<&Value> =
+        spec["initContainers"].as_array().unwrap().iter().chain(spec["containers"].as_array().unwrap()).collect();
+    assert_eq!(containers.len(), 3);
+    for c in &containers {
+        assert_eq!(c["image"], format!("hereabouts@{digest}"), "{}", c["name"]);
+        let env = c["env"].as_array().unwrap();
+        let var = |name: &str| env.iter().find(|e| e["name"] == name).map(|e| e["value"].clone());
+        assert_eq!(var("RUST_LOG"), Some(Value::from("debug")), "{}", c["name"]);
+        assert_eq!(var("HEREABOUTS_LOG_FORMAT"), Some(Value::from("json")), "{}", c["name"]);
+        let memory = &c["resources"]["limits"]["memory"];
+        let expected = match c["name"].as_str() {
+            Some("agent") => "256Mi",
+            Some("install-cni") => "64Mi",
+            _ => "128Mi",
+        };
+        assert_eq!(*memory, expected, "{}: the agent's as set, the others' defaults", c["name"]);
+    }
+    let default = find(&deploy::parse(&render(&[])).unwrap(), "DaemonSet")["spec"]["template"]["spec"].clone();
+    assert_eq!(default["tolerations"], serde_json::json!([{"operator": "Exists"}]));
+    assert_eq!(default["nodeSelector"], serde_json::json!({"kubernetes.io/os": "linux"}));
+    assert!(default["affinity"].is_null() && default["imagePullSecrets"].is_null());
+    assert_eq!(default["initContainers"][0]["image"], "hereabouts:0.1.0", "the tag defaults to appVersion");
 }
 
 /// The CNI's cluster-wide rights come only with their values: by default neither ClusterRole is rendered (nor

@@ -22,8 +22,24 @@ use serde_json::{Value, json};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
     let (cluster, node) = fresh_node().await;
-    helm_install(cluster, &node, &[]);
+    // values an operator sets, beyond the node's own: they reach the running pod
+    helm_install(
+        cluster,
+        &node,
+        &["podAnnotations.example\\.com/installed-by=node-test", "resources.reconciler.limits.memory=192Mi"],
+    );
     daemonset_ready(cluster, &node, node::IMAGE).await;
+    let daemon_pods = Api::<Pod>::namespaced(cluster.admin().await, SYSTEM)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=hereabouts"))
+        .await
+        .unwrap();
+    let pod = daemon_pods.items.first().expect("the DaemonSet's pod");
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get("example.com/installed-by").map(String::as_str), Some("node-test"), "{annotations:?}");
+    let spec = pod.spec.as_ref().unwrap();
+    let reconciler = spec.containers.iter().find(|c| c.name == "reconciler").unwrap();
+    let limits = reconciler.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
+    assert_eq!(limits.get("memory").map(|q| q.0.as_str()), Some("192Mi"), "{limits:?}");
 
     let installed = node.cni_bin_dir().join("hereabouts");
     assert!(
