@@ -11,6 +11,10 @@
 
 FROM --platform=$TARGETPLATFORM rust:1-bookworm AS build
 ARG TARGETARCH
+# The commit, for hereabouts_build_info and the first log line (`--build-arg HEREABOUTS_REVISION=$(git rev-parse
+# --short=12 HEAD)`); empty, `unknown` (.dockerignore leaves .git out of the context).
+ARG HEREABOUTS_REVISION=""
+ENV HEREABOUTS_REVISION=$HEREABOUTS_REVISION
 WORKDIR /src
 COPY . .
 # BuildKit cache mounts keep the registry and the build between builds; the binaries are copied out of the cached
@@ -31,9 +35,12 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # Root by default: install-cni writes root-owned host directories; the DaemonSet runs the reconciler container as
 # 65532 (nonroot).
 FROM gcr.io/distroless/static-debian12
+ARG HEREABOUTS_REVISION=""
 LABEL org.opencontainers.image.title="hereabouts" \
       org.opencontainers.image.description="Cluster-wide IPAM CNI plugin for Kubernetes, Whereabouts-compatible" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.revision="$HEREABOUTS_REVISION"
 COPY --from=build /out/hereabouts /out/hereabouts-reconciler /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/hereabouts-reconciler"]
 CMD ["run"]

@@ -2,6 +2,10 @@
 //! slices and gauges, the provider's releases) and install-cni. The release rules they apply are
 //! `hereabouts_ipam::reconcile`'s.
 
+/// The commit this binary was built from (`HEREABOUTS_REVISION` at build time, else git's; `unknown` without
+/// either): `hereabouts_build_info` and the first log line.
+pub const REVISION: &str = env!("HEREABOUTS_REVISION");
+
 pub mod agent;
 mod copies;
 pub mod gauges;

@@ -9,8 +9,17 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "hereabouts-reconciler", version, about)]
 struct Cli {
+    /// How log lines are written to stderr: `text` (key=value) or `json` (one object per line, for log shippers).
+    #[arg(long, global = true, env = "HEREABOUTS_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -34,7 +43,22 @@ fn main() -> anyhow::Result<()> {
         }),
         _ => EnvFilter::new("info"),
     };
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_env_filter(filter).init();
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    let command = match &cli.command {
+        Command::Run(_) => "run",
+        Command::InstallCni(_) => "install-cni",
+        Command::Agent(_) => "agent",
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        revision = hereabouts_reconciler::REVISION,
+        command,
+        "hereabouts-reconciler starting"
+    );
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     match cli.command {
         Command::Run(args) => rt.block_on(run::run(args)),

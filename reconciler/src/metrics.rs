@@ -26,6 +26,14 @@ pub struct InvocationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The release (Cargo's version).
+    pub version: String,
+    /// The commit it was built from ([`crate::REVISION`]).
+    pub revision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NetworkLabels {
     /// The netconf's `name`.
     pub network: String,
@@ -131,6 +139,14 @@ impl Metrics {
             routetable_checks: Counter::default(),
             registry: Registry::default(),
         };
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        let this = BuildLabels { version: env!("CARGO_PKG_VERSION").into(), revision: crate::REVISION.into() };
+        build.get_or_create(&this).set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the binary's version and the commit it was built from",
+            build,
+        );
         registry.register("pool_size", "Usable addresses of the pool", m.pool_size.clone());
         registry.register("pool_allocated", "Allocated addresses of the pool", m.pool_allocated.clone());
         registry.register("released", "Addresses given back, by reason", m.released.clone());
@@ -244,5 +260,26 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+
+    #[test]
+    fn build_info_names_the_version_and_the_commit() {
+        let text = Metrics::new().render();
+        let line = format!(
+            "hereabouts_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            crate::REVISION
+        );
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        assert!(
+            !crate::REVISION.is_empty() && crate::REVISION != "unknown",
+            "built in a git checkout: {}",
+            crate::REVISION
+        );
     }
 }
