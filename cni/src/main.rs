@@ -11,6 +11,10 @@ use hereabouts_ipam::LiveHost;
 use hereabouts_ipam::codes::Code;
 
 fn main() -> ExitCode {
+    if let Some(about) = run_by_hand() {
+        eprintln!("{about}");
+        return ExitCode::FAILURE;
+    }
     let mut stdin = Vec::new();
     let outcome = match std::io::stdin().read_to_end(&mut stdin) {
         Ok(_) => match through_agent(&stdin) {
@@ -25,6 +29,26 @@ fn main() -> ExitCode {
         Ok(result) => print(result, ExitCode::SUCCESS),
         Err(err) => print(Some(err.to_json(&output::requested_version(&stdin))), ExitCode::FAILURE),
     }
+}
+
+/// What the plugin is, when a person runs it on a terminal without a CNI command (a runtime always sets one and
+/// pipes the config): reading stdin would wait for them forever.
+fn run_by_hand() -> Option<String> {
+    use std::io::IsTerminal as _;
+    let command = std::env::var_os("CNI_COMMAND");
+    if command.is_some_and(|c| !c.is_empty()) || !std::io::stdin().is_terminal() {
+        return None;
+    }
+    let name = std::env::args().next().unwrap_or_else(|| "hereabouts".into());
+    Some(format!(
+        "{name}: hereabouts {}, a CNI IPAM plugin (CNI spec versions {}).\n\
+         A container runtime runs it, with CNI_COMMAND (ADD, DEL, CHECK, GC, STATUS, VERSION), the other CNI_*\n\
+         variables and the network config on stdin; it writes the result to stdout. Its log goes to the config's\n\
+         log_file (Whereabouts' key), else to stderr; invocations the node agent serves are logged by the agent\n\
+         (kubectl logs -c agent on the node's hereabouts pod). Try: CNI_COMMAND=VERSION {name} < /dev/null",
+        env!("CARGO_PKG_VERSION"),
+        hereabouts_ipam::codes::SUPPORTED_VERSIONS.join(", "),
+    ))
 }
 
 fn print(text: Option<String>, code: ExitCode) -> ExitCode {

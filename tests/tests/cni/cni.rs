@@ -503,3 +503,24 @@ async fn rust_log_overrides_the_configs_log_level() {
     assert!(unparsable.stderr.contains("does not parse"), "{}", unparsable.stderr);
     assert!(levels(&unparsable.stderr).contains("INFO"), "log_level again: {}", unparsable.stderr);
 }
+
+/// Run by hand on a terminal with no CNI command (as after the switch-over, `/opt/cni/bin/whereabouts` tried by an
+/// operator), the plugin says what it is, which CNI versions it speaks and where its logs go, and exits 1, instead
+/// of waiting for a network config on stdin. `script` (util-linux) gives it a terminal.
+#[test]
+fn run_by_hand_on_a_terminal_the_plugin_says_what_it_is() {
+    let plugin = hereabouts_tests::plugin::workspace_bin("hereabouts");
+    let out = std::process::Command::new("timeout")
+        .args(["20", "script", "--quiet", "--return", "--command"])
+        .arg(&plugin)
+        .arg("/dev/null")
+        .env_remove("CNI_COMMAND")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("timeout (coreutils) and script (util-linux: apt-get install util-linux) give the plugin a terminal");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("a CNI IPAM plugin"), "it says what it is: {said}");
+    assert!(said.contains("0.3.0") && said.contains("1.1.0"), "and the CNI versions: {said}");
+    assert!(said.contains("log_file"), "and where its log goes: {said}");
+    assert_eq!(out.status.code(), Some(1), "it exits 1 (124: it waited for stdin): {said}");
+}
