@@ -16,12 +16,14 @@
 //!   chart applied), the Lease, the endpoints. A control plane of its own; port 9300 free.
 //! - `node_tokens`: each host's token confined to its node by the chart's policies, as install-cni mints it; the
 //!   CNI's rights that only a value grants. A control plane of its own.
+//! - `docs`: every relative link of the README, the CHANGELOG and `docs/` resolves. Needs nothing.
 //!
 //! `cargo test -p hereabouts-tests --test deploy`; one module: `... --test deploy -- install_cni::`.
 //! `tests/README.md` lists every test binary.
 
 mod crds;
 mod deploy;
+mod docs;
 mod helm;
 mod identities;
 mod image;
