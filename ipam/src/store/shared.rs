@@ -124,6 +124,15 @@ pub(crate) fn newer(new: &ObjectMeta, old: &ObjectMeta) -> bool {
     }
 }
 
+/// Forgets the copy of `gone` in `known` unless the copy is newer than `gone` (the object was made again since).
+fn forget_unless_newer<K: kube::Resource>(known: &Mutex<HashMap<String, K>>, gone: &K) {
+    let Some(name) = gone.meta().name.as_deref() else { return };
+    let mut known = known.lock().expect("not poisoned");
+    if known.get(name).is_some_and(|k| !newer(k.meta(), gone.meta())) {
+        known.remove(name);
+    }
+}
+
 fn copy(e: &StoreError) -> StoreError {
     StoreError::new(e.kind, &e.name, e.op.clone(), e.failure, e.message.clone())
 }
@@ -185,11 +194,7 @@ impl<S> Shared<S> {
 
     /// `pool`, as a watch saw it deleted: forgotten unless what is known is newer (made again since).
     pub fn observe_pool_deleted(&self, pool: &IpPool) {
-        let Some(name) = pool.metadata.name.as_deref() else { return };
-        let mut pools = self.state.pools.lock().expect("not poisoned");
-        if pools.get(name).is_some_and(|known| !newer(&known.metadata, &pool.metadata)) {
-            pools.remove(name);
-        }
+        forget_unless_newer(&self.state.pools, pool);
     }
 
     /// A copy of the NodeSlicePool `slices` a watch delivered, as [`Shared::observe_pool`].
@@ -199,11 +204,7 @@ impl<S> Shared<S> {
 
     /// `slices`, as a watch saw it deleted, as [`Shared::observe_pool_deleted`].
     pub fn observe_slices_deleted(&self, slices: &NodeSlicePool) {
-        let Some(name) = slices.metadata.name.as_deref() else { return };
-        let mut known = self.state.slices.lock().expect("not poisoned");
-        if known.get(name).is_some_and(|k| !newer(&k.metadata, &slices.metadata)) {
-            known.remove(name);
-        }
+        forget_unless_newer(&self.state.slices, slices);
     }
 
     async fn turn(&self, key: String) -> Turn {
