@@ -240,6 +240,61 @@ fn the_pod_values_land_in_the_pod() {
     assert_eq!(default["initContainers"][0]["image"], "hereabouts:0.1.0", "the tag defaults to appVersion");
 }
 
+/// The monitoring objects come only with their values: a headless Service of both metrics ports selecting the
+/// DaemonSet's pods, a PodMonitor of ports the containers declare, and a PrometheusRule whose alerts are the ones
+/// docs/deploying.md shows, with Prometheus' own templates left for Prometheus.
+#[test]
+fn the_monitoring_objects_come_only_with_their_values() {
+    let kinds = ["Service", "PodMonitor", "PrometheusRule"];
+    let default = deploy::parse(&render(&[])).unwrap();
+    assert!(!default.iter().any(|o| kinds.iter().any(|k| o["kind"] == *k)), "none by default");
+    let objects = deploy::parse(&render(&[
+        "monitoring.service=true",
+        "monitoring.podMonitor=true",
+        "monitoring.prometheusRule=true",
+        "metrics.port=9400",
+    ]))
+    .unwrap();
+    assert_eq!(objects.len(), deploy::manifest().len() + 3, "only those three added");
+    let pod = &find(&objects, "DaemonSet")["spec"]["template"];
+    let labels = pod["metadata"]["labels"].as_object().unwrap();
+    let declared: Vec<String> = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+
+    let service = find(&objects, "Service");
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(labels.get(key), Some(value), "the Service selects the DaemonSet's pods");
+    }
+    let ports: Vec<(String, u64)> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["targetPort"].as_str().unwrap().to_string(), p["port"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ports, [("metrics".to_string(), 9400), ("agent-metrics".to_string(), 9301)]);
+
+    let monitor = find(&objects, "PodMonitor");
+    for endpoint in monitor["spec"]["podMetricsEndpoints"].as_array().unwrap() {
+        assert!(declared.iter().any(|d| endpoint["port"] == d.as_str()), "{endpoint} among {declared:?}");
+    }
+    let rule = find(&objects, "PrometheusRule");
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let alerts: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    assert_eq!(alerts, ["HereaboutsPoolNearlyFull", "HereaboutsAddressHeldTwice", "HereaboutsCrdSchemaDrift"]);
+    assert!(rules[0]["annotations"]["summary"].as_str().unwrap().contains("{{ $labels.pool }}"), "{}", rules[0]);
+    let documented = std::fs::read_to_string(testenv::repo_root().join("docs/deploying.md")).unwrap();
+    for r in rules {
+        let expr = r["expr"].as_str().unwrap();
+        assert!(documented.contains(expr), "docs/deploying.md shows the alert {}: {expr}", r["alert"]);
+    }
+}
+
 /// The CNI's cluster-wide rights come only with their values: by default neither ClusterRole is rendered (nor
 /// with the values given as the string "false"); each value adds its ClusterRole and binding, nothing else.
 #[test]
