@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
     kind = "NodeSlicePool",
     plural = "nodeslicepools",
     singular = "nodeslicepool",
+    category = "hereabouts",
+    doc = "A network's range cut into slices of `sliceSize`, and which node holds each (status): slice mode (`node_slice_size`). A node allocates from its own slices' pools and claims a free slice with a guarded patch when they are full.",
     printcolumn = r#"{"name":"Range","type":"string","jsonPath":".spec.range"}"#,
     printcolumn = r#"{"name":"Slice","type":"string","jsonPath":".spec.sliceSize"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,

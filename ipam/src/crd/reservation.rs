@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
     root = "OverlappingRangeIpReservation",
     plural = "overlappingrangeipreservations",
     singular = "overlappingrangeipreservation",
+    category = "hereabouts",
+    doc = "The cluster-wide claim of one address, named after it: across overlapping ranges no two pods hold one address, because only one reservation of that name can exist. Made before the pool entry on ADD, deleted after it on DEL.",
     printcolumn = r#"{"name":"PodRef","type":"string","jsonPath":".spec.podref"}"#,
     printcolumn = r#"{"name":"Interface","type":"string","jsonPath":".spec.ifname"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".metadata.labels.hereabouts\\.cni\\.cncf\\.io/node"}"#,

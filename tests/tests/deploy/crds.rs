@@ -56,3 +56,27 @@ async fn kubectl_get_shows_range_network_podref_interface_and_node() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0][1..4], [json!(format!("{}/web", fx.ns)), json!("net1"), json!("node-cols")]);
 }
+
+/// `kubectl get hereabouts` lists every kind hereabouts stores: the API server's discovery puts the three in the
+/// category, and `kubectl explain` has a description of each (not the derive's placeholder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_three_kinds_are_in_the_hereabouts_category_and_explained() {
+    use serde_json::Value;
+    let admin = hereabouts_tests::TestCluster::get().admin().await;
+    let req = http::Request::get("/apis/whereabouts.cni.cncf.io/v1alpha1").body(Vec::new()).unwrap();
+    let discovery: Value = serde_json::from_str(&admin.request_text(req).await.unwrap()).unwrap();
+    let mut in_category: Vec<&str> = discovery["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["categories"].as_array().is_some_and(|c| c.iter().any(|c| c == "hereabouts")))
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    in_category.sort();
+    assert_eq!(in_category, ["ippools", "nodeslicepools", "overlappingrangeipreservations"], "{discovery}");
+    for (file, text) in hereabouts_tests::crds::render() {
+        let crd: Value = serde_yaml_ng::from_str(&text).unwrap();
+        let description = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"].as_str().unwrap();
+        assert!(!description.starts_with("Auto-generated") && description.len() > 80, "{file}: {description}");
+    }
+}
