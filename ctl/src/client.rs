@@ -10,40 +10,59 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::KubeFlags;
 
-/// A client, and the pool namespace: `--namespace`, else the context's namespace, else kube-system (where the
-/// CNI plugin's kubeconfig points by default).
+/// A client, and the pool namespace: `--namespace`, else the namespace the chart was installed to (that of the one
+/// DaemonSet labelled `app.kubernetes.io/name=hereabouts`), else kube-system (the chart's default). Never the
+/// context's namespace: the pools live where hereabouts runs, not where the operator last worked.
 pub async fn connect(flags: &KubeFlags) -> anyhow::Result<(Client, String)> {
     let options = KubeConfigOptions { context: flags.context.clone(), ..KubeConfigOptions::default() };
-    let (config, context_namespace) = match &flags.kubeconfig {
+    let config = match &flags.kubeconfig {
         Some(path) => {
             let kubeconfig =
                 Kubeconfig::read_from(path).with_context(|| format!("read kubeconfig {}", path.display()))?;
-            let namespace = context_namespace(&kubeconfig, flags.context.as_deref());
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?;
-            (config, namespace)
+                .with_context(|| format!("kubeconfig {}", path.display()))?
         }
-        None => {
-            let namespace = Kubeconfig::read().ok().and_then(|k| context_namespace(&k, flags.context.as_deref()));
-            let config = match flags.context {
-                Some(_) => kube::Config::from_kubeconfig(&options).await.context("kubeconfig")?,
-                None => kube::Config::infer()
-                    .await
-                    .context("no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and not in a cluster")?,
-            };
-            (config, namespace)
-        }
+        None => match flags.context {
+            Some(_) => kube::Config::from_kubeconfig(&options).await.context("kubeconfig")?,
+            None => kube::Config::infer()
+                .await
+                .context("no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and not in a cluster")?,
+        },
     };
-    let namespace = flags.namespace.clone().or(context_namespace).unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
     let client = Client::try_from(config).context("build the client")?;
+    let namespace = match &flags.namespace {
+        Some(namespace) => namespace.clone(),
+        None => installed_namespace(&client).await.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+    };
     Ok((client, namespace))
 }
 
-/// The namespace `context` (else the current one) names, if any.
-fn context_namespace(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<String> {
-    let name = context.or(kubeconfig.current_context.as_deref())?;
-    kubeconfig.contexts.iter().find(|c| c.name == name)?.context.as_ref()?.namespace.clone()
+/// The namespace of the chart's DaemonSet, when exactly one namespace has one and this identity may list them.
+async fn installed_namespace(client: &Client) -> Option<String> {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let params = kube::api::ListParams::default().labels("app.kubernetes.io/name=hereabouts");
+    let found = kube::Api::<DaemonSet>::all(client.clone()).list_metadata(&params).await.ok()?;
+    let namespaces: std::collections::BTreeSet<String> =
+        found.items.into_iter().filter_map(|d| d.metadata.namespace).collect();
+    match namespaces.len() {
+        1 => namespaces.into_iter().next(),
+        0 => None,
+        _ => {
+            eprintln!(
+                "hereabouts runs in several namespaces ({namespaces:?}): using {DEFAULT_NAMESPACE}; -n names one"
+            );
+            None
+        }
+    }
+}
+
+/// What to say when a namespace holds no pools: where they may be instead.
+pub fn no_pools_hint(namespace: &str) -> String {
+    format!(
+        "no IPPools in namespace {namespace}: hereabouts keeps them in the namespace its chart was installed to \
+         (the `namespace` value, kube-system by default); -n names another"
+    )
 }
 
 /// The pod `podref` names as the API server has it now, as the reconciler's rules see it.

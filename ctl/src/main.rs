@@ -32,7 +32,8 @@ struct KubeFlags {
     /// The kubeconfig context.
     #[arg(long, global = true)]
     context: Option<String>,
-    /// The namespace of the pools and reservations (default: the context's, else kube-system).
+    /// The namespace of the pools and reservations (default: the namespace hereabouts' DaemonSet runs in, else
+    /// kube-system; never the context's).
     #[arg(short = 'n', long, global = true)]
     namespace: Option<String>,
 }

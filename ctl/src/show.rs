@@ -67,6 +67,8 @@ pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
         let rows: Vec<PoolRow> = all.iter().map(row).collect();
         if json {
             println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else if rows.is_empty() {
+            eprintln!("{}", crate::client::no_pools_hint(&namespace));
         } else {
             print_rows(&rows);
         }

@@ -14,10 +14,15 @@ pub struct Ran {
 
 /// `kubectl-hereabouts --kubeconfig <kubeconfig> -n <namespace> <args>`, with no `KUBECONFIG` from the environment.
 pub async fn ctl(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Ran {
+    let with_namespace: Vec<&str> = ["-n", namespace].into_iter().chain(args.iter().copied()).collect();
+    ctl_as_is(kubeconfig, &with_namespace).await
+}
+
+/// `kubectl-hereabouts --kubeconfig <kubeconfig> <args>`: the namespace as the CLI chooses it without `-n`.
+pub async fn ctl_as_is(kubeconfig: &Path, args: &[&str]) -> Ran {
     let out = tokio::process::Command::new(workspace_bin("kubectl-hereabouts"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["-n", namespace])
         .args(args)
         .env_remove("KUBECONFIG")
         .output()

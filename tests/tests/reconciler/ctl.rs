@@ -275,3 +275,39 @@ async fn ipam_check_finds_each_planted_inconsistency_and_repair_fixes_exactly_th
         "restored .3, released .4"
     );
 }
+
+/// Without `-n` the CLI finds the pools where hereabouts runs: the namespace of the DaemonSet labelled
+/// `app.kubernetes.io/name=hereabouts`, not the kubeconfig context's (here `default`, as after `kubens`). A
+/// namespace without pools says where to look instead of printing an empty table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_namespace_it_reads_the_pools_where_hereabouts_runs() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let fx = CniFixture::new("ctl-where").await;
+    let config = fx.netconf("1.0.0", "where", json!({"range": "198.18.103.0/28"}));
+    assert!(fx.invocation("ADD", &config, "p1", "c-p1").with_env("NODENAME", "node-a").run().await.success);
+    let daemonset: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "hereabouts", "labels": {"app.kubernetes.io/name": "hereabouts"}},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "hereabouts"}},
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "hereabouts"}},
+                "spec": {"nodeSelector": {"example.com/none": "none"}, "containers": [{"name": "c", "image": "none"}]}
+            }
+        }
+    }))
+    .unwrap();
+    let sets = Api::<DaemonSet>::namespaced(fx.admin.clone(), &fx.ns);
+    sets.create(&Default::default(), &daemonset).await.unwrap();
+    let elsewhere = fx.cluster.kubeconfig(Identity::Admin, "default");
+
+    let shown = hereabouts_tests::ctl::ctl_as_is(&elsewhere, &["ipam", "show", "-o", "json"]).await;
+    sets.delete("hereabouts", &Default::default()).await.unwrap();
+    assert!(shown.success, "{}", shown.stderr);
+    let rows: Vec<Value> = serde_json::from_str(&shown.stdout).unwrap();
+    let pools: Vec<&str> = rows.iter().filter_map(|r| r["pool"].as_str()).collect();
+    assert_eq!(pools, ["198.18.103.0-28"], "the pools of {}, where the DaemonSet is", fx.ns);
+
+    let empty = ctl(&elsewhere, "default", &["ipam", "show"]).await;
+    assert!(empty.success, "{}", empty.stderr);
+    assert!(empty.stderr.contains("no IPPools in namespace default"), "a hint: {}", empty.stderr);
+}
