@@ -42,7 +42,7 @@ pub(crate) async fn follow(host: AgentHost, kubeconfig: PathBuf, node: Arc<str>,
                     backoff = Duration::from_secs(1);
                 }
                 tracing::warn!(kubeconfig = %kubeconfig.display(), error = %error,
-                    "agent: the watch of the node's pools failed; its ADDs read until it lists again");
+                    "agent: the watch of the node's pools failed; its copies stay as they were until it lists again");
             }
             Err(e) => tracing::warn!(kubeconfig = %kubeconfig.display(), error = %e,
                 "agent: cannot connect to watch the node's pools"),
