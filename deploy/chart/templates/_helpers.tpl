@@ -30,3 +30,13 @@ on every address. */}}
 {{- else -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
+
+{{/* The labels of every object: Helm's standard ones. Selectors and the pod template keep app.kubernetes.io/name
+alone, so an upgrade never changes what the DaemonSet selects, nor rolls pods for a chart version alone. */}}
+{{- define "hereabouts.labels" -}}
+app.kubernetes.io/name: hereabouts
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}

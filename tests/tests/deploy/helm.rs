@@ -1,7 +1,8 @@
 //! The Helm chart in `deploy/chart` is the one source of the deployment: `helm lint` passes, its default render is
 //! `deploy/daemonset.yaml` byte for byte, each value (namespace, image, host network, metrics address, cron,
 //! grace, the CNI's value-gated rights, the node policy's actions, the pod's scheduling, resources and logs) lands
-//! where the objects use it, and the values schema refuses keys the chart does not have. helm is built
+//! where the objects use it, every object carries Helm's standard labels, the CRDs come only with `crds.install`, and
+//! the values schema refuses keys the chart does not have. helm is built
 //! from its Go module by `hack/testenv.sh`.
 
 use std::path::PathBuf;
@@ -206,6 +207,9 @@ fn the_pod_values_land_in_the_pod() {
         "resources.agent.limits.memory=256Mi",
         "logLevel=debug",
         "logFormat=json",
+        "extraArgs.agent[0]=--concurrency=7",
+        "extraEnv[0].name=HTTPS_PROXY",
+        "extraEnv[0].value=http://198.18.0.1:3128",
     ]);
     let objects = deploy::parse(&text).unwrap();
     let pod = &find(&objects, "DaemonSet")["spec"]["template"];
@@ -232,6 +236,13 @@ fn the_pod_values_land_in_the_pod() {
             _ => "128Mi",
         };
         assert_eq!(*memory, expected, "{}: the agent's as set, the others' defaults", c["name"]);
+        assert_eq!(var("HTTPS_PROXY"), Some(Value::from("http://198.18.0.1:3128")), "{}", c["name"]);
+        let command: Vec<&str> = c["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let extra = command.iter().filter(|a| **a == "--concurrency=7").count();
+        assert_eq!(extra, usize::from(c["name"] == "agent"), "{}: {command:?}", c["name"]);
+        if c["name"] == "agent" {
+            assert_eq!(command.last(), Some(&"--concurrency=7"), "appended after the chart's flags");
+        }
     }
     let default = find(&deploy::parse(&render(&[])).unwrap(), "DaemonSet")["spec"]["template"]["spec"].clone();
     assert_eq!(default["tolerations"], serde_json::json!([{"operator": "Exists"}]));
@@ -418,4 +429,58 @@ fn the_provider_secret_turns_on_the_reconcilers_provider_release() {
     let (reconciler, volumes) = reconciler_of(&render(&[]));
     assert!(!reconciler["command"].to_string().contains("iaas"), "off by default");
     assert!(!volumes.to_string().contains("iaas-provider"), "off by default");
+}
+
+/// Every object carries Helm's standard labels, while what the DaemonSet selects, and its pod template's labels,
+/// stay the one label they were: a selector cannot change on upgrade, and a new chart version alone must not roll
+/// every node's pod.
+#[test]
+fn every_object_has_helms_standard_labels_and_the_selector_stays_put() {
+    let objects = deploy::parse(&render(&[
+        "monitoring.service=true",
+        "monitoring.podMonitor=true",
+        "monitoring.prometheusRule=true",
+        "crds.install=true",
+        "cni.rangeChoice=true",
+        "cni.providerEvents=true",
+    ]))
+    .unwrap();
+    for o in &objects {
+        let labels = &o["metadata"]["labels"];
+        let what = format!("{} {}", o["kind"], o["metadata"]["name"]);
+        assert_eq!(labels["app.kubernetes.io/name"], "hereabouts", "{what}");
+        assert_eq!(labels["app.kubernetes.io/instance"], "hereabouts", "{what}: the release's name");
+        assert_eq!(labels["app.kubernetes.io/version"], "0.1.0", "{what}");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{what}");
+        assert_eq!(labels["helm.sh/chart"], "hereabouts-0.1.0", "{what}");
+    }
+    let only_name = serde_json::json!({"app.kubernetes.io/name": "hereabouts"});
+    let ds = find(&objects, "DaemonSet");
+    assert_eq!(ds["spec"]["selector"]["matchLabels"], only_name);
+    assert_eq!(ds["spec"]["template"]["metadata"]["labels"], only_name);
+    for kind in ["Service", "PodMonitor"] {
+        let o = find(&objects, kind);
+        let selector = if kind == "Service" { &o["spec"]["selector"] } else { &o["spec"]["selector"]["matchLabels"] };
+        assert_eq!(*selector, only_name, "{kind}");
+    }
+}
+
+/// `crds.install` puts the three CRDs of `crds/` in the release, as they are there plus the release's labels, and
+/// each kept on uninstall; without it the release holds none.
+#[test]
+fn the_crds_come_with_the_release_only_when_asked_and_are_kept_on_uninstall() {
+    let none = deploy::parse(&render(&[])).unwrap();
+    assert!(!none.iter().any(|o| o["kind"] == "CustomResourceDefinition"));
+    let objects = deploy::parse(&render(&["crds.install=true"])).unwrap();
+    let crds: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").collect();
+    let dir = testenv::repo_root().join("crds");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert_eq!(crds.len(), files.len(), "one per file of crds/");
+    for (crd, file) in crds.iter().zip(&files) {
+        let committed = deploy::parse(&std::fs::read_to_string(file).unwrap()).unwrap().remove(0);
+        assert_eq!(crd["metadata"]["name"], committed["metadata"]["name"], "{}", file.display());
+        assert_eq!(crd["spec"], committed["spec"], "{}: the same schema", file.display());
+        assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    }
 }
