@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hereabouts_ipam::allocator::MAX_OFFSET;
-use hereabouts_ipam::claim::{address_of, reservation_of, understand};
-use hereabouts_ipam::crd::{IpPool, NodeSlicePool, OverlappingRangeIpReservation};
+use hereabouts_ipam::claim::{address_of, reservation_of};
+use hereabouts_ipam::crd::{NodeSlicePool, OverlappingRangeIpReservation};
 use hereabouts_ipam::reconcile::rules::{
     EntryClaim, Facts, Index, Keep, NodeView, PodView, ReservationVerdict, StatefulSetView, Verdict, entry_claim,
     judge, judge_reservation,
@@ -24,6 +24,7 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::KubeFlags;
+use crate::output::Format;
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
@@ -38,9 +39,13 @@ pub struct CheckArgs {
     /// `--orphan-age`.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     orphan_age: Duration,
-    /// `table` or `json`.
-    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-    output: String,
+    /// `table`, `json` or `yaml`.
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    output: Format,
+    /// Also write what was found to this file (JSON), for `ipam release --from-report` to give back the stale
+    /// entries once a person has read it.
+    #[arg(long, value_name = "FILE", conflicts_with = "repair")]
+    report: Option<std::path::PathBuf>,
     /// Allow --grace or --orphan-age below the settle time (an ADD may still be writing that long): a repair may
     /// then take the claim of an ADD under way.
     #[arg(long)]
@@ -48,7 +53,7 @@ pub struct CheckArgs {
 }
 
 /// One inconsistency.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Finding {
     /// An entry whose pod is gone (deleted, finished, or replaced by a new pod of its name): `--repair` releases it.
@@ -134,7 +139,13 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
     crate::client::on_server_clock(&client).await?;
     let found = check(&client, &namespace, args).await?;
     if !args.repair {
-        print(&found, &args.output)?;
+        if let Some(path) = &args.report {
+            let report = Report { namespace: namespace.clone(), findings: found.clone() };
+            std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+                .with_context(|| format!("write the report {}", path.display()))?;
+            eprintln!("report written to {}", path.display());
+        }
+        print(&found, args.output)?;
         return Ok(found.is_empty());
     }
     let releaser = Releaser {
@@ -147,11 +158,11 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
     };
     let summary = reconcile_once(&releaser).await.context("repair")?;
     let left = check(&client, &namespace, args).await?;
-    if args.output == "json" {
+    if args.output.structured() {
         let report = serde_json::json!({"found": found, "repaired": {
             "entries_released": summary.released, "reservations_released": summary.reservations_released,
             "reservations_restored": summary.restored}, "left": left});
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        args.output.emit(&report)?;
     } else {
         for f in &found {
             println!("{f}");
@@ -168,9 +179,16 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
     Ok(left.is_empty())
 }
 
-fn print(found: &[Finding], output: &str) -> anyhow::Result<()> {
-    if output == "json" {
-        println!("{}", serde_json::to_string_pretty(found)?);
+/// What `--report` writes: the namespace checked and what was found there.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct Report {
+    pub namespace: String,
+    pub findings: Vec<Finding>,
+}
+
+fn print(found: &[Finding], output: Format) -> anyhow::Result<()> {
+    if output.structured() {
+        output.emit(&found)?;
     } else {
         for f in found {
             println!("{f}");
@@ -188,12 +206,18 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
         .await
         .context("list reservations")?
         .items;
-    let mut pools = Api::<IpPool>::namespaced(client.clone(), namespace).list(&lp).await.context("list pools")?.items;
-    understand(&mut pools, &node_slices(client, namespace).await?);
+    let pools = crate::client::pools_of(client, namespace).await?;
     let listed: HashMap<&str, _> =
         reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
     let now = hereabouts_ipam::clock::now();
-    let mut views: HashMap<String, PodView> = HashMap::new();
+    let entries: usize = pools.iter().map(|p| p.spec.allocations.len()).sum();
+    eprintln!(
+        "checking: {} pools with {entries} entries and {} reservations in namespace {namespace}",
+        pools.len(),
+        reservations.len()
+    );
+    let podrefs = pools.iter().flat_map(|p| p.spec.allocations.values().map(|e| e.podref.as_str()));
+    let views = crate::client::pod_views(client, podrefs).await?;
     let mut found = BTreeSet::new();
     for pool in &pools {
         let pool_name = pool.metadata.name.clone().unwrap_or_default();
@@ -203,9 +227,6 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
                 found.insert(Finding::UnreadableOffset { pool: pool_name.clone(), offset: key.clone() });
             }
             let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());
-            if !views.contains_key(&entry.podref) {
-                views.insert(entry.podref.clone(), crate::client::pod_view(client, &entry.podref).await?);
-            }
             let sticky = crate::client::sticky(client, entry).await?;
             let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace, sticky };
             match judge(entry, &facts) {

@@ -5,8 +5,12 @@ use hereabouts_ipam::reconcile::rules::{PodView, podref_parts, sticky_wanted};
 use hereabouts_ipam::reconcile::{read_statefulset, view_of};
 use hereabouts_ipam::store::DEFAULT_NAMESPACE;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use hereabouts_ipam::crd::{IpPool, NodeSlicePool};
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
 
 use crate::KubeFlags;
 
@@ -30,12 +34,59 @@ pub async fn connect(flags: &KubeFlags) -> anyhow::Result<(Client, String)> {
                 .context("no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and not in a cluster")?,
         },
     };
+    let config = own_resolver(config).await?;
     let client = Client::try_from(config).context("build the client")?;
     let namespace = match &flags.namespace {
         Some(namespace) => namespace.clone(),
         None => installed_namespace(&client).await.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
     };
     Ok((client, namespace))
+}
+
+/// A static build (the workspace's default, as for the node binaries) cannot trust the C library's resolver: its
+/// `getaddrinfo` loads the host's NSS modules, which need not match it. It resolves the server's name as the CNI
+/// plugin does. A build for the laptop's own target (`cargo install --path ctl`) uses the system's, which knows
+/// the VPN's split DNS and the like.
+#[cfg(target_feature = "crt-static")]
+async fn own_resolver(mut config: kube::Config) -> anyhow::Result<kube::Config> {
+    hereabouts_ipam::store::pin_server_address(&mut config).await?;
+    Ok(config)
+}
+
+#[cfg(not(target_feature = "crt-static"))]
+async fn own_resolver(config: kube::Config) -> anyhow::Result<kube::Config> {
+    Ok(config)
+}
+
+/// The pools of `namespace`, each read with the NodeSlicePools that explain slice pools Whereabouts made.
+pub async fn pools_of(client: &Client, namespace: &str) -> anyhow::Result<Vec<IpPool>> {
+    let lp = ListParams::default();
+    let mut pools = Api::<IpPool>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+        .with_context(|| format!("list pools in {namespace}"))?
+        .items;
+    hereabouts_ipam::claim::understand(&mut pools, &crate::check::node_slices(client, namespace).await?);
+    Ok(pools)
+}
+
+/// The pools of every namespace, by namespace and name, each namespace's read with its own NodeSlicePools.
+pub async fn pools_by_namespace(client: &Client) -> anyhow::Result<BTreeMap<String, Vec<IpPool>>> {
+    let lp = ListParams::default();
+    let pools = Api::<IpPool>::all(client.clone()).list(&lp).await.context("list pools in every namespace")?;
+    let slices =
+        Api::<NodeSlicePool>::all(client.clone()).list(&lp).await.context("list NodeSlicePools in every namespace")?;
+    let mut by_namespace: BTreeMap<String, Vec<IpPool>> = BTreeMap::new();
+    for pool in pools.items {
+        by_namespace.entry(pool.metadata.namespace.clone().unwrap_or_default()).or_default().push(pool);
+    }
+    for (namespace, pools) in &mut by_namespace {
+        let own: Vec<NodeSlicePool> =
+            slices.items.iter().filter(|s| s.metadata.namespace.as_ref() == Some(namespace)).cloned().collect();
+        hereabouts_ipam::claim::understand(pools, &own);
+        pools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    }
+    Ok(by_namespace)
 }
 
 /// The namespace of the chart's DaemonSet, when exactly one namespace has one and this identity may list them.
@@ -73,6 +124,40 @@ pub async fn pod_view(client: &Client, podref: &str) -> anyhow::Result<PodView> 
         .await
         .with_context(|| format!("get pod {podref}"))?;
     Ok(pod.as_ref().map_or(PodView::Missing, view_of))
+}
+
+/// How many pods a LIST page holds: a namespace of thousands of pods is read in a few requests, none of them large.
+const POD_PAGE: u32 = 500;
+
+/// The pods `podrefs` name, as the reconciler's rules see them, read with paged LISTs of their namespaces (one
+/// request per 500 pods, not one per pod); a podref whose pod is not listed is [`PodView::Missing`]. Says on
+/// stderr which namespace it reads.
+pub async fn pod_views<'a>(
+    client: &Client,
+    podrefs: impl IntoIterator<Item = &'a str>,
+) -> anyhow::Result<HashMap<String, PodView>> {
+    let wanted: BTreeSet<&str> = podrefs.into_iter().collect();
+    let namespaces: BTreeSet<&str> = wanted.iter().filter_map(|p| podref_parts(p).map(|(ns, _)| ns)).collect();
+    let mut listed: HashMap<String, PodView> = HashMap::new();
+    for (i, namespace) in namespaces.iter().enumerate() {
+        let api = Api::<Pod>::namespaced(client.clone(), namespace);
+        let mut params = ListParams::default().limit(POD_PAGE);
+        let mut pods = 0;
+        loop {
+            let page = api.list(&params).await.with_context(|| format!("list pods in {namespace}"))?;
+            pods += page.items.len();
+            for pod in &page.items {
+                let name = pod.metadata.name.as_deref().unwrap_or_default();
+                listed.insert(format!("{namespace}/{name}"), view_of(pod));
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        eprintln!("checking: namespace {}/{}: {namespace}, {pods} pods", i + 1, namespaces.len());
+    }
+    Ok(wanted.into_iter().map(|p| (p.to_string(), listed.remove(p).unwrap_or(PodView::Missing))).collect())
 }
 
 /// Whether `entry` is sticky and its StatefulSet, read now, still wants the pod's ordinal.

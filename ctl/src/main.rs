@@ -5,13 +5,14 @@
 mod check;
 mod client;
 mod lint;
+mod output;
 mod release;
 mod show;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(name = "kubectl-hereabouts", version, about = "See, check and fix hereabouts' address allocations")]
@@ -48,6 +49,12 @@ enum Command {
     /// Loads every hereabouts/whereabouts NetworkAttachmentDefinition (or the files given) with hereabouts' config
     /// rules and lists what it would refuse. Exit status 1 when any is refused.
     Lint(lint::LintArgs),
+    /// Prints a shell completion script for `kubectl-hereabouts ...`: `kubectl-hereabouts completion bash >
+    /// /etc/bash_completion.d/kubectl-hereabouts` (zsh: as `_kubectl-hereabouts` in a directory of `$fpath`).
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -76,6 +83,10 @@ fn main() -> ExitCode {
             Command::Ipam { command: IpamCommand::Check(args) } => check::run(&cli.kube, &args).await,
             Command::Ipam { command: IpamCommand::Release(args) } => release::run(&cli.kube, &args).await,
             Command::Lint(args) => lint::run(&cli.kube, &args).await,
+            Command::Completion { shell } => {
+                clap_complete::generate(shell, &mut Cli::command(), "kubectl-hereabouts", &mut std::io::stdout());
+                Ok(true)
+            }
         }
     });
     match outcome {

@@ -8,24 +8,28 @@ use hereabouts_ipam::cooldown;
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_ipam::store::capacity;
 use kube::Api;
-use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::KubeFlags;
+use crate::output::Format;
 
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
     /// Who holds this address, in every pool whose range has it.
     #[arg(long)]
     ip: Option<IpAddr>,
-    /// `table` or `json`.
-    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-    output: String,
+    /// `table`, `json` or `yaml`.
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    output: Format,
+    /// The pools of every namespace (a NAMESPACE column), not only hereabouts' own.
+    #[arg(short = 'A', long, conflicts_with = "ip")]
+    all_namespaces: bool,
 }
 
 /// One pool's numbers.
 #[derive(Debug, Serialize)]
 pub struct PoolRow {
+    pub namespace: String,
     pub pool: String,
     pub range: String,
     pub network: String,
@@ -58,19 +62,30 @@ pub struct Holding {
 
 pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
     let (client, namespace) = crate::client::connect(flags).await?;
-    let pools: Api<IpPool> = Api::namespaced(client.clone(), &namespace);
-    let mut all = pools.list(&ListParams::default()).await.with_context(|| format!("list pools in {namespace}"))?.items;
-    hereabouts_ipam::claim::understand(&mut all, &crate::check::node_slices(&client, &namespace).await?);
+    if args.all_namespaces {
+        let mut rows = Vec::new();
+        for (_, pools) in crate::client::pools_by_namespace(&client).await? {
+            rows.extend(pools.iter().map(row));
+        }
+        if args.output.structured() {
+            args.output.emit(&rows)?;
+        } else if rows.is_empty() {
+            eprintln!("no IPPools in any namespace");
+        } else {
+            print_rows(&rows, true);
+        }
+        return Ok(true);
+    }
+    let mut all = crate::client::pools_of(&client, &namespace).await?;
     all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let json = args.output == "json";
     let Some(ip) = args.ip else {
         let rows: Vec<PoolRow> = all.iter().map(row).collect();
-        if json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
+        if args.output.structured() {
+            args.output.emit(&rows)?;
         } else if rows.is_empty() {
             eprintln!("{}", crate::client::no_pools_hint(&namespace));
         } else {
-            print_rows(&rows);
+            print_rows(&rows, false);
         }
         return Ok(true);
     };
@@ -100,8 +115,8 @@ pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
             },
         });
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&found)?);
+    if args.output.structured() {
+        args.output.emit(&found)?;
     } else if found.is_empty() {
         println!("{ip}: in no pool of namespace {namespace}");
     } else {
@@ -117,6 +132,7 @@ fn row(pool: &IpPool) -> PoolRow {
     let allocated = pool.spec.allocations.len();
     let network = pool_scope(pool).map(|(_, n)| n).unwrap_or_default();
     PoolRow {
+        namespace: pool.metadata.namespace.clone().unwrap_or_default(),
         pool: pool.metadata.name.clone().unwrap_or_default(),
         range: pool.spec.range.clone(),
         network,
@@ -128,12 +144,13 @@ fn row(pool: &IpPool) -> PoolRow {
     }
 }
 
-fn print_rows(rows: &[PoolRow]) {
-    let header = ["POOL", "RANGE", "NETWORK", "NODE", "CAPACITY", "ALLOCATED", "FREE"];
-    let cells: Vec<[String; 7]> = rows
+fn print_rows(rows: &[PoolRow], with_namespace: bool) {
+    let header = ["NAMESPACE", "POOL", "RANGE", "NETWORK", "NODE", "CAPACITY", "ALLOCATED", "FREE"];
+    let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
+                r.namespace.clone(),
                 r.pool.clone(),
                 r.range.clone(),
                 if r.network.is_empty() { "-".into() } else { r.network.clone() },
@@ -144,15 +161,15 @@ fn print_rows(rows: &[PoolRow]) {
             ]
         })
         .collect();
+    let shown: Vec<usize> = (usize::from(!with_namespace)..header.len()).collect();
     let width = |i: usize| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..header.len()).map(width).collect();
-    let line = |cols: Vec<&str>| {
-        let padded: Vec<String> = cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+    let line = |cols: &[&str]| {
+        let padded: Vec<String> = shown.iter().map(|&i| format!("{:<w$}", cols[i], w = width(i))).collect();
         println!("{}", padded.join("  ").trim_end());
     };
-    line(header.to_vec());
+    line(&header);
     for c in &cells {
-        line(c.iter().map(String::as_str).collect());
+        line(&c.iter().map(String::as_str).collect::<Vec<_>>());
     }
 }
 

@@ -311,3 +311,106 @@ async fn without_a_namespace_it_reads_the_pools_where_hereabouts_runs() {
     assert!(empty.success, "{}", empty.stderr);
     assert!(empty.stderr.contains("no IPPools in namespace default"), "a hint: {}", empty.stderr);
 }
+
+/// `ipam check --report` writes what it found (and says on stderr what it reads: the pods of each namespace by
+/// paged LISTs); `ipam release --from-report` gives back the report's stale entries, each judged again: one whose
+/// address another pod took since the report is left alone, and a live pod's address is never touched. A report
+/// of another namespace than `-n` is refused.
+#[tokio::test]
+async fn a_checks_report_releases_only_what_is_still_as_reported() {
+    let fx = CniFixture::new("ctl-report").await;
+    let admin = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let ns = fx.ns.clone();
+    let cfg = fx.netconf("1.0.0", "rep", json!({"range": "198.18.104.0/24"}));
+    runtime::create_pod(&fx.admin, &ns, "live", "node-a", &[]).await.unwrap();
+    for pod in ["live", "gone-1", "gone-2"] {
+        assert!(fx.add(&cfg, pod, &format!("c-{pod}")).await.success);
+    }
+    age_entries(&fx, "198.18.104.0-24", 600).await;
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let report_arg = report.to_str().unwrap();
+
+    let check = ctl(&admin, &ns, &["ipam", "check", "--report", report_arg]).await;
+    eprintln!("$ kubectl hereabouts -n {ns} ipam check --report report.json\n{}{}", check.stdout, check.stderr);
+    assert!(!check.success, "findings: exit status 1");
+    assert!(check.stdout.contains("2 found"), "{}", check.stdout);
+    assert!(check.stderr.contains("checking: 1 pools with 3 entries and 3 reservations"), "{}", check.stderr);
+    assert!(check.stderr.contains(&format!("checking: namespace 1/1: {ns}, 1 pods")), "{}", check.stderr);
+    let written: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(written["namespace"], ns.as_str());
+    assert_eq!(written["findings"].as_array().unwrap().len(), 2, "{written}");
+
+    // since the report: gone-2's address was released and a new pod took it
+    let by_hand = ctl(&admin, &ns, &["ipam", "release", "--ip", "198.18.104.3"]).await;
+    assert!(by_hand.success, "{}", by_hand.stdout);
+    runtime::create_pod(&fx.admin, &ns, "newcomer", "node-a", &[]).await.unwrap();
+    assert!(fx.add(&cfg, "newcomer", "c-newcomer").await.success);
+    let pool = fx.pool("198.18.104.0-24").await;
+    assert_eq!(pool.spec.allocations["3"].podref, format!("{ns}/newcomer"), "the newcomer took .3");
+
+    let elsewhere = ctl(&admin, "default", &["ipam", "release", "--from-report", report_arg]).await;
+    assert!(!elsewhere.success);
+    assert!(
+        elsewhere.stderr.contains(&format!("the report is of namespace {ns}, not default")),
+        "{}",
+        elsewhere.stderr
+    );
+    let forced = ctl(&admin, &ns, &["ipam", "release", "--from-report", report_arg, "--force"]).await;
+    assert!(!forced.success, "--force is for one address, never a report: {}", forced.stdout);
+    assert!(forced.stderr.contains("cannot be used with"), "{}", forced.stderr);
+
+    let released = hereabouts_tests::ctl::ctl_as_is(&admin, &["ipam", "release", "--from-report", report_arg]).await;
+    eprintln!("$ kubectl hereabouts ipam release --from-report report.json\n{}", released.stdout);
+    assert!(released.success, "{}{}", released.stdout, released.stderr);
+    assert!(
+        released
+            .stdout
+            .contains(&format!("released 198.18.104.2 in pool 198.18.104.0-24 from {ns}/gone-1 (pod_deleted)")),
+        "{}",
+        released.stdout
+    );
+    assert!(
+        released
+            .stdout
+            .contains(&format!("left alone: 198.18.104.3 in pool 198.18.104.0-24 is no longer held by {ns}/gone-2")),
+        "{}",
+        released.stdout
+    );
+    let held: BTreeSet<String> =
+        fx.pool("198.18.104.0-24").await.spec.allocations.values().map(|e| e.podref.clone()).collect();
+    assert_eq!(held, BTreeSet::from([format!("{ns}/live"), format!("{ns}/newcomer")]), "the live pods keep theirs");
+}
+
+/// `-A` lists the pools of every namespace with a NAMESPACE column; `-o yaml` says what `-o json` says; the
+/// completion script names the commands.
+#[tokio::test]
+async fn ipam_show_reads_every_namespace_and_speaks_yaml() {
+    let fx = CniFixture::new("ctl-all").await;
+    let admin = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let cfg = fx.netconf("1.0.0", "all", json!({"range": "198.18.105.0/28"}));
+    assert!(fx.add(&cfg, "p1", "c-p1").await.success);
+
+    let json_rows: Vec<Value> =
+        serde_json::from_str(&ctl(&admin, &fx.ns, &["ipam", "show", "-o", "json"]).await.stdout).unwrap();
+    let yaml = ctl(&admin, &fx.ns, &["ipam", "show", "-o", "yaml"]).await;
+    assert!(yaml.success, "{}", yaml.stderr);
+    let yaml_rows: Vec<Value> = serde_yaml_ng::from_str(&yaml.stdout).unwrap();
+    assert_eq!(yaml_rows, json_rows);
+    assert_eq!(json_rows[0]["namespace"], fx.ns.as_str());
+
+    let every = hereabouts_tests::ctl::ctl_as_is(&admin, &["ipam", "show", "-A"]).await;
+    assert!(every.success, "{}", every.stderr);
+    let lines: Vec<&str> = every.stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header[..2], ["NAMESPACE", "POOL"], "{}", every.stdout);
+    let ours = lines.iter().find(|l| l.starts_with(&format!("{} ", fx.ns))).expect("a row of this namespace");
+    let words: Vec<&str> = ours.split_whitespace().collect();
+    assert_eq!(words[1..], ["198.18.105.0-28", "198.18.105.0/28", "-", "-", "14", "1", "13"], "{}", every.stdout);
+
+    let completion = hereabouts_tests::ctl::ctl_as_is(&admin, &["completion", "bash"]).await;
+    assert!(completion.success, "{}", completion.stderr);
+    for word in ["kubectl-hereabouts", "ipam", "release", "--from-report", "--all-namespaces"] {
+        assert!(completion.stdout.contains(word), "the bash completion knows {word}");
+    }
+}
