@@ -267,6 +267,50 @@ impl Default for Metrics {
 mod tests {
     use super::Metrics;
 
+    /// Every series the Grafana dashboard in docs/ queries is one the binaries export (a renamed metric would leave
+    /// a panel silently empty), and the dashboard is JSON Grafana can import.
+    #[test]
+    fn the_dashboard_queries_only_exported_metrics() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana-dashboard.json");
+        let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        // a family is rendered once it has a series
+        let metrics = Metrics::new();
+        let pool = super::PoolLabels { pool: "p".into() };
+        metrics.pool_size.get_or_create(&pool).set(1);
+        metrics.pool_allocated.get_or_create(&pool).set(1);
+        metrics.count_release("pod_deleted");
+        metrics.crd_schema_drift.get_or_create(&super::CrdLabels { crd: "c".into() }).set(0);
+        let invocation = super::InvocationLabels { command: "ADD".into(), outcome: "ok".into() };
+        metrics.agent_invocations.get_or_create(&invocation).inc();
+        metrics.agent_warm_addresses.get_or_create(&super::NetworkLabels { network: "n".into() }).set(0);
+        let text = metrics.render();
+        let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+        let panels = dashboard["panels"].as_array().unwrap();
+        assert!(panels.len() >= 8, "{} panels", panels.len());
+        let mut named = 0;
+        for panel in panels {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    if !word.starts_with("hereabouts_") {
+                        continue;
+                    }
+                    named += 1;
+                    let family = ["_bucket", "_sum", "_count", "_total"]
+                        .iter()
+                        .find_map(|s| word.strip_suffix(s))
+                        .unwrap_or(word);
+                    assert!(
+                        families.contains(&family),
+                        "panel {:?} queries {word}, which is not exported",
+                        panel["title"]
+                    );
+                }
+            }
+        }
+        assert!(named >= 15, "{named} metric names in the dashboard");
+    }
+
     #[test]
     fn build_info_names_the_version_and_the_commit() {
         let text = Metrics::new().render();
