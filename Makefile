@@ -18,9 +18,10 @@ build:
 	cargo build --workspace --bins
 
 ## the local demo (root): a control plane and a real kubelet + containerd node, the chart installed by helm, pods
-## through Multus, the reconciler giving addresses back (3 simulated nodes where containerd/runc cannot run)
+## through Multus, the reconciler giving addresses back (3 simulated nodes where containerd/runc cannot run);
+## `make demo DEMO_ARGS=--multus-thick` runs Multus' thick plugin instead of its thin one
 demo: testenv build
-	cargo run -q -p hereabouts-tests --bin demo
+	cargo run -q -p hereabouts-tests --bin demo -- $(DEMO_ARGS)
 
 ## the image as an OCI layout tar from the static release binaries, with no container daemon (`ctr images import`
 ## loads it; the Dockerfile is the Docker/BuildKit recipe for the same file system)

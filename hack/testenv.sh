@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Go tools the tests run -- kube-apiserver, the kubelet, kube-scheduler, kube-controller-manager, etcd,
-# the CNI reference plugins, cnitool, Whereabouts, Multus and helm -- from the pinned modules under hack/testenv/,
-# each once per version, into $HEREABOUTS_TESTENV (default <repo>/.testenv, which git ignores). A warm machine
-# rebuilds nothing. Prints the versions it provides.
+# the CNI reference plugins, cnitool, Whereabouts, Multus (thin and thick) and helm -- from the pinned modules under
+# hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default <repo>/.testenv, which git ignores). A warm
+# machine rebuilds nothing. Prints the versions it provides.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -84,6 +84,10 @@ fi
 
 # the Multus thin plugin, and the NetworkAttachmentDefinition CRD from the NAD client module it depends on
 build multus "multus-$multus" multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+# and its thick plugin: the daemon that does the work, and the shim CNI plugin that hands it requests over a socket
+for c in multus-daemon multus-shim; do
+  build "$c" "multus-$multus" multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/$c"
+done
 if [[ ! -f $out/nad-client-$nad/networks-crd.yaml ]]; then
   src=$(cd "$mods/multus" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/network-attachment-definition-client)
   mkdir -p "$out/nad-client-$nad"
@@ -102,8 +106,8 @@ link cnitool "cni-$cni"
 link whereabouts "whereabouts-$wb"
 link whereabouts-nodeslicecontroller "whereabouts-$wb"
 ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
-link multus "multus-$multus"
+for c in multus multus-daemon multus-shim; do link "$c" "multus-$multus"; done
 link networks-crd.yaml "nad-client-$nad"
 link helm "helm-$helm"
 
-echo "testenv: $out/bin: kube-apiserver, kubelet, kube-scheduler, kube-controller-manager $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus, NAD CRD $nad, helm $helm"
+echo "testenv: $out/bin: kube-apiserver, kubelet, kube-scheduler, kube-controller-manager $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus (thin, and thick: multus-daemon, multus-shim), NAD CRD $nad, helm $helm"

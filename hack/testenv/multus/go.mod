@@ -2,14 +2,19 @@ module hereabouts.invalid/testenv/multus
 
 go 1.26.8
 
-// the Multus thin plugin (cmd/multus): the go.mod declares the gopkg.in path, so the GitHub path does not resolve
+// the Multus thin plugin (cmd/multus) and thick plugin (cmd/multus-daemon, cmd/multus-shim): the go.mod declares
+// the gopkg.in path, so the GitHub path does not resolve
 require gopkg.in/k8snetworkplumbingwg/multus-cni.v4 v4.2.4 // indirect
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/blang/semver v3.5.1+incompatible // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containernetworking/cni v1.3.0 // indirect
 	github.com/containernetworking/plugins v1.9.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.12.2 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
@@ -28,6 +33,10 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/prometheus/client_golang v1.22.0 // indirect
+	github.com/prometheus/client_model v0.6.1 // indirect
+	github.com/prometheus/common v0.62.0 // indirect
+	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/spf13/pflag v1.0.6 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
@@ -61,4 +70,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-tool gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+tool (
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-daemon
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-shim
+)

@@ -50,6 +50,20 @@ const SYSCTLS: [&str; 3] = ["vm/overcommit_memory", "kernel/panic", "kernel/pani
 /// Where the kubelet's pod cgroups are: the `pids` hierarchy of cgroups v1 (hybrid here), or the unified one.
 const KUBEPODS: [&str; 2] = ["/sys/fs/cgroup/pids/kubepods", "/sys/fs/cgroup/kubepods"];
 
+/// Where client-go's in-cluster config reads its credentials: the only ones Multus' daemon takes.
+const IN_CLUSTER_SECRETS: &str = "/run/secrets/kubernetes.io/serviceaccount";
+
+/// How Multus runs on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Multus {
+    /// The thin plugin: the runtime executes `multus`, which executes its delegates.
+    Thin,
+    /// The thick plugin, as Multus' quick start installs it: the runtime executes `multus-shim`, which hands the
+    /// invocation over a unix socket to `multus-daemon`, which executes the delegates through its chroot
+    /// executor (`chrootDir`).
+    Thick,
+}
+
 static ONE_NODE: Mutex<()> = Mutex::new(());
 
 /// The right to run the machine's one node, and to change what the control plane holds for it; see
@@ -75,6 +89,7 @@ pub struct Node {
     controllers: Vec<u32>,
     sysctls: Vec<(String, String)>,
     netns_before: BTreeSet<String>,
+    multus: Multus,
     /// When the node started: from launching containerd to the Node being Ready and untainted.
     pub ready_after: Duration,
     _one_node: NodeLock,
@@ -90,6 +105,11 @@ impl Node {
 
     /// [`Node::start`] with the lock already taken (to prepare the control plane first).
     pub async fn start_holding(cluster: &TestCluster, one_node: NodeLock) -> Node {
+        Self::start_with(cluster, one_node, Multus::Thin).await
+    }
+
+    /// [`Node::start_holding`] with Multus run as `multus`.
+    pub async fn start_with(cluster: &TestCluster, one_node: NodeLock, multus: Multus) -> Node {
         assert!(
             is_root(),
             "a real node needs root (the kubelet manages cgroups, containerd mounts): run the tests as root"
@@ -106,6 +126,7 @@ impl Node {
             controllers: Vec::new(),
             sysctls,
             netns_before: cni_netns(),
+            multus,
             ready_after: Duration::ZERO,
             _one_node: one_node,
         };
@@ -140,32 +161,46 @@ impl Node {
         let (bin, conf) = (self.cni_bin_dir(), self.cni_conf_dir());
         std::fs::create_dir_all(&bin)?;
         std::fs::create_dir_all(&conf)?;
-        for plugin in ["multus", "bridge", "loopback", "host-local"] {
+        for plugin in ["multus", "multus-shim", "bridge", "loopback", "host-local"] {
             std::fs::copy(testenv::tool(plugin), bin.join(plugin)).with_context(|| format!("copy {plugin}"))?;
         }
         install_nad_crd(cluster).await?;
-        // Written before containerd starts: its config watcher once missed a file moved in.
-        let multus_kubeconfig = cluster.kubeconfig(Identity::Admin, "default");
-        let multus = serde_json::json!({
+        let default_network = serde_json::json!({
             "cniVersion": "1.0.0",
-            "name": "multus-cni-network",
-            "type": "multus",
-            "kubeconfig": multus_kubeconfig,
-            "cniDir": self.dir.join("multus"),
-            "binDir": bin,
-            "logFile": self.dir.join("multus.log"),
-            "logLevel": "verbose",
-            "delegates": [{
-                "cniVersion": "1.0.0",
-                "name": "hab-default",
-                "plugins": [{
-                    "type": "bridge",
-                    "bridge": DEFAULT_BRIDGE,
-                    "ipam": {"type": "host-local", "ranges": [[{"subnet": DEFAULT_NETWORK}]],
-                             "dataDir": self.dir.join("host-local")},
-                }],
+            "name": "hab-default",
+            "plugins": [{
+                "type": "bridge",
+                "bridge": DEFAULT_BRIDGE,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": DEFAULT_NETWORK}]],
+                         "dataDir": self.dir.join("host-local")},
             }],
         });
+        // Written before containerd starts: its config watcher once missed a file moved in.
+        let multus = match self.multus {
+            Multus::Thin => serde_json::json!({
+                "cniVersion": "1.0.0",
+                "name": "multus-cni-network",
+                "type": "multus",
+                "kubeconfig": cluster.kubeconfig(Identity::Admin, "default"),
+                "cniDir": self.dir.join("multus"),
+                "binDir": bin,
+                "logFile": self.dir.join("multus.log"),
+                "logLevel": "verbose",
+                "delegates": [default_network],
+            }),
+            Multus::Thick => {
+                self.start_multus_daemon(cluster, &default_network).await?;
+                serde_json::json!({
+                    "cniVersion": "1.0.0",
+                    "name": "multus-cni-network",
+                    "type": "multus-shim",
+                    "daemonSocketDir": self.dir.join("multus-run"),
+                    "logFile": self.dir.join("multus-shim.log"),
+                    "logLevel": "verbose",
+                    "delegates": [default_network],
+                })
+            }
+        };
         std::fs::write(conf.join("00-multus.conf"), serde_json::to_vec_pretty(&multus)?)?;
 
         let images = self.dir.join("images");
@@ -275,6 +310,76 @@ nodeStatusUpdateFrequency: 2s
         Ok(())
     }
 
+    /// Multus' daemon as a process of the host, as its DaemonSet would run it, and ready: the in-cluster
+    /// credentials it insists on (client-go's fixed path; the daemon reads no kubeconfig) are the admin's, written
+    /// for the node's life; it executes delegates through its chroot executor with the host's root as the root
+    /// (its DaemonSet mounts the host's root at /hostroot). Its config keys win over the shim's on every request,
+    /// so the binaries, the cache and the log are set here. In its `auto` mode it insists on writing a Multus
+    /// config of its own: into a directory the runtime does not read, from a copy of the default network.
+    async fn start_multus_daemon(
+        &mut self,
+        cluster: &TestCluster,
+        default_network: &serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let secrets = Path::new(IN_CLUSTER_SECRETS);
+        if let Ok(owner) = std::fs::read_to_string(secrets.join("owner")) {
+            anyhow::ensure!(
+                !Path::new(owner.trim()).exists(),
+                "{IN_CLUSTER_SECRETS} belongs to the node under {}, which is still there",
+                owner.trim()
+            );
+        } else {
+            anyhow::ensure!(
+                !secrets.exists(),
+                "{IN_CLUSTER_SECRETS} exists on this host and is not a test node's: Multus' daemon would read it"
+            );
+        }
+        std::fs::create_dir_all(secrets)?;
+        std::fs::write(secrets.join("owner"), self.dir.display().to_string())?;
+        std::fs::write(secrets.join("token"), cluster.token(Identity::Admin))?;
+        std::fs::write(secrets.join("ca.crt"), cluster.ca_pem())?;
+
+        let primary = self.dir.join("multus-primary");
+        std::fs::create_dir_all(&primary)?;
+        std::fs::write(primary.join("10-default.conflist"), serde_json::to_vec_pretty(default_network)?)?;
+        let generated = self.dir.join("multus-generated");
+        std::fs::create_dir_all(&generated)?;
+        let config = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "multusConfigFile": "auto",
+            "multusAutoconfigDir": primary,
+            "multusMasterCNI": "10-default.conflist",
+            "cniConfigDir": generated,
+            "socketDir": self.dir.join("multus-run"),
+            "binDir": self.cni_bin_dir(),
+            "cniDir": self.dir.join("multus"),
+            "logFile": self.dir.join("multus.log"),
+            "logLevel": "verbose",
+            "chrootDir": "/",
+        });
+        let config_path = self.dir.join("multus-daemon.json");
+        std::fs::write(&config_path, serde_json::to_vec_pretty(&config)?)?;
+        let (host, port) = workload::url_parts(cluster.server());
+        let mut daemon = Command::new(testenv::tool("multus-daemon"));
+        daemon
+            .arg("-config")
+            .arg(&config_path)
+            .env("KUBERNETES_SERVICE_HOST", host)
+            .env("KUBERNETES_SERVICE_PORT", port)
+            .env("MULTUS_NODE_NAME", NAME);
+        self.controllers.push(self.launch("multus-daemon", daemon)?);
+        // it writes its own config once its caches are synced and it serves
+        let written = generated.join("00-multus.conf");
+        wait::until(Duration::from_secs(90), "Multus' daemon to serve", || async { written.exists().then_some(()) })
+            .await?;
+        Ok(())
+    }
+
+    /// How Multus runs on this node.
+    pub fn multus(&self) -> Multus {
+        self.multus
+    }
+
     /// Imports an OCI layout tar into the kubelet's containerd namespace.
     pub fn import(&self, tar: &Path) -> anyhow::Result<()> {
         let out = self.containerd().ctr_in(K8S_NAMESPACE, &["images", "import", &tar.to_string_lossy()]);
@@ -337,7 +442,7 @@ nodeStatusUpdateFrequency: 2s
     /// The tail of each part's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
-        for name in ["kubelet", "kube-controller-manager", "kube-scheduler", "multus"] {
+        for name in ["kubelet", "kube-controller-manager", "kube-scheduler", "multus", "multus-daemon"] {
             let text = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             out += &format!("--- {name}.log (tail) ---\n{}\n", lines[lines.len().saturating_sub(25)..].join("\n"));
@@ -426,6 +531,12 @@ fn procs_under(root: &Path) -> Vec<u32> {
 /// Undoes what the kubelet and the runtime did outside `dir`: mounts under it (pod volumes), the network
 /// namespaces made since `netns_before`, the `kubepods` cgroups, the test bridge and the log symlinks.
 fn undo_host_changes(dir: &Path, netns_before: &BTreeSet<String>) {
+    let secrets = Path::new(IN_CLUSTER_SECRETS);
+    if std::fs::read_to_string(secrets.join("owner")).is_ok_and(|owner| Path::new(owner.trim()) == dir) {
+        let _ = std::fs::remove_dir_all(secrets);
+        let _ = std::fs::remove_dir(secrets.parent().unwrap());
+        let _ = std::fs::remove_dir(Path::new("/run/secrets"));
+    }
     let table = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let prefix = dir.display().to_string();
     let mut mounts: Vec<&str> =

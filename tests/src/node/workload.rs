@@ -24,6 +24,11 @@ pub fn chart() -> std::path::PathBuf {
 /// The real-node control plane with no trace of an earlier test of this binary: no release of the chart, no pools,
 /// reservations or leader Lease in the system namespace; then a fresh node.
 pub async fn fresh_node() -> (&'static TestCluster, Node) {
+    fresh_node_with(node::Multus::Thin).await
+}
+
+/// [`fresh_node`] with Multus run as `multus`.
+pub async fn fresh_node_with(multus: node::Multus) -> (&'static TestCluster, Node) {
     let cluster = TestCluster::get_for_node();
     let lock = node::exclusive();
     let kubeconfig = cluster.kubeconfig(Identity::Admin, SYSTEM);
@@ -43,7 +48,7 @@ pub async fn fresh_node() -> (&'static TestCluster, Node) {
         .unwrap();
     let leases = Api::<Lease>::namespaced(client, SYSTEM);
     let _ = leases.delete("hereabouts-reconciler", &all).await;
-    let node = Node::start_holding(cluster, lock).await;
+    let node = Node::start_with(cluster, lock, multus).await;
     (cluster, node)
 }
 

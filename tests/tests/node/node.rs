@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use hereabouts_tests::node::workload::*;
-use hereabouts_tests::node::{self, Node};
+use hereabouts_tests::node::{self, Multus, Node};
 use hereabouts_tests::{Identity, TestCluster, plugin, testenv, wait};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -21,7 +21,20 @@ use serde_json::{Value, json};
 /// address and reservation back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
-    let (cluster, node) = fresh_node().await;
+    get_addresses_ping_and_give_them_back(Multus::Thin).await;
+}
+
+/// The same under Multus' thick plugin: the runtime runs `multus-shim`, Multus' daemon runs the delegates (the
+/// plugin among them) through its chroot executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back_under_thick_multus() {
+    get_addresses_ping_and_give_them_back(Multus::Thick).await;
+}
+
+/// The steps of docs/install.md (the image imported, the CRDs in place, `helm install` with the image and the
+/// node's values, the rollout, the files on the node, a NAD and pods, `kubectl hereabouts ipam show`), then DEL.
+async fn get_addresses_ping_and_give_them_back(multus: Multus) {
+    let (cluster, node) = fresh_node_with(multus).await;
     // values an operator sets, beyond the node's own: they reach the running pod
     helm_install(
         cluster,
@@ -85,6 +98,24 @@ async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
     for (_, ip) in &pods[1..] {
         assert!(ping(&node, first, *ip), "pod-0 reaches {ip} over the secondary network");
     }
+    // as docs/install.md has the operator look: the kubectl plugin finds the pools where the chart installed it
+    let shown = hereabouts_tests::ctl::ctl_as_is(
+        &cluster.kubeconfig(Identity::Admin, "default"),
+        &["ipam", "show", "-o", "json"],
+    )
+    .await;
+    assert!(shown.success, "{}", shown.stderr);
+    let rows: Vec<Value> = serde_json::from_str(&shown.stdout).unwrap();
+    let row = rows.iter().find(|r| r["range"] == "198.18.0.0/28").unwrap_or_else(|| panic!("{}", shown.stdout));
+    assert_eq!(row["allocated"], 3, "{row}");
+    if multus == Multus::Thick {
+        let shim = std::fs::read_to_string(node.dir().join("multus-shim.log")).unwrap_or_default();
+        let daemon = std::fs::read_to_string(node.dir().join("multus.log")).unwrap_or_default();
+        assert_eq!(shim.matches("CmdAdd (shim)").count(), names.len(), "the runtime ran the shim:\n{shim}");
+        assert!(daemon.contains("server configured with chroot: /"), "through its chroot executor:\n{daemon}");
+        let attached = daemon.lines().filter(|l| l.contains(&format!("{ns}/sec(sec):net1"))).count();
+        assert_eq!(attached, names.len(), "Multus' daemon ran the plugin for each pod's net1:\n{daemon}");
+    }
 
     delete_pods(cluster, &node, &ns, &names).await;
     assert_eq!(pool_entries(cluster).await, vec![], "DEL through the kubelet gave every address back");
@@ -102,7 +133,17 @@ async fn pods_on_a_real_node_get_addresses_ping_and_give_them_back() {
 /// fails, and afterwards the pools hold exactly the live pods' addresses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_update_fails_no_add_and_no_del() {
-    let (cluster, node) = fresh_node().await;
+    a_rolling_update_under(Multus::Thin).await;
+}
+
+/// The same under Multus' thick plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_fails_no_add_and_no_del_under_thick_multus() {
+    a_rolling_update_under(Multus::Thick).await;
+}
+
+async fn a_rolling_update_under(multus: Multus) {
+    let (cluster, node) = fresh_node_with(multus).await;
     helm_install(cluster, &node, &[]);
     daemonset_ready(cluster, &node, node::IMAGE).await;
     let next = "hereabouts:0.1.1-node";
@@ -208,7 +249,17 @@ async fn a_rolling_update_fails_no_add_and_no_del() {
 /// live pod's address stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_the_reconciler_is_down_is_released_when_it_returns() {
-    let (cluster, node) = fresh_node().await;
+    released_after_the_reconciler_returns(Multus::Thin).await;
+}
+
+/// The same under Multus' thick plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_the_reconciler_is_down_is_released_when_it_returns_under_thick_multus() {
+    released_after_the_reconciler_returns(Multus::Thick).await;
+}
+
+async fn released_after_the_reconciler_returns(multus: Multus) {
+    let (cluster, node) = fresh_node_with(multus).await;
     helm_install(cluster, &node, &[]);
     daemonset_ready(cluster, &node, node::IMAGE).await;
     let ns = cluster.namespace("down").await;
@@ -274,7 +325,17 @@ async fn ping_self(node: &Node, cluster: &TestCluster, ns: &str, name: &str, ip:
 /// pods' DEL, now run by hereabouts, gives their addresses back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_switch_over_from_whereabouts_keeps_old_pods_and_serves_new_ones() {
-    let (cluster, node) = fresh_node().await;
+    switch_over_from_whereabouts(Multus::Thin).await;
+}
+
+/// The same under Multus' thick plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_switch_over_from_whereabouts_keeps_old_pods_and_serves_new_ones_under_thick_multus() {
+    switch_over_from_whereabouts(Multus::Thick).await;
+}
+
+async fn switch_over_from_whereabouts(multus: Multus) {
+    let (cluster, node) = fresh_node_with(multus).await;
     let wb_dir = node.cni_conf_dir().join("whereabouts.d");
     std::fs::create_dir_all(&wb_dir).unwrap();
     std::fs::copy(testenv::tool("whereabouts"), node.cni_bin_dir().join("whereabouts")).unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
 use hereabouts_tests::node::workload::*;
-use hereabouts_tests::node::{self, Node};
+use hereabouts_tests::node::{self, Multus, Node};
 use hereabouts_tests::{TestCluster, wait};
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -62,7 +62,17 @@ impl Held {
 /// policy let a node change an entry or a reservation only for the same pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_start_from_the_nodes_warm_reserve_and_are_handed_over() {
-    let (cluster, node) = fresh_node().await;
+    start_from_the_warm_reserve(Multus::Thin).await;
+}
+
+/// The same under Multus' thick plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_start_from_the_nodes_warm_reserve_and_are_handed_over_under_thick_multus() {
+    start_from_the_warm_reserve(Multus::Thick).await;
+}
+
+async fn start_from_the_warm_reserve(multus: Multus) {
+    let (cluster, node) = fresh_node_with(multus).await;
     let _ = std::fs::remove_dir_all(JOURNAL_DIR);
     helm_install(cluster, &node, &[]);
     daemonset_ready(cluster, &node, node::IMAGE).await;

@@ -34,14 +34,21 @@ pub async fn main(step: &mut Step) -> anyhow::Result<()> {
     detail(&format!("API server {} ready after {:.1} s", cluster.server(), cluster.ready_after.as_secs_f64()));
 
     step.say("starting a node: containerd (CRI, runc), kube-controller-manager, kube-scheduler, kubelet");
-    let (cluster, node) = workload::fresh_node().await;
+    let multus = if std::env::args().any(|a| a == "--multus-thick") { node::Multus::Thick } else { node::Multus::Thin };
+    let (cluster, node) = workload::fresh_node_with(multus).await;
     detail(&format!(
         "node {} Ready after {:.1} s, state in {}",
         node::NAME,
         node.ready_after.as_secs_f64(),
         node.dir().display()
     ));
-    detail("its only CNI config is Multus (thin plugin), delegating the default network to a bridge");
+    detail(match multus {
+        node::Multus::Thin => "its only CNI config is Multus (thin plugin), delegating the default network to a bridge",
+        node::Multus::Thick => {
+            "its only CNI config is Multus' thick plugin (multus-shim, and multus-daemon running the delegates \
+             through its chroot executor), delegating the default network to a bridge"
+        }
+    });
     let result = run(step, cluster, &node).await;
     if let Err(e) = &result {
         eprintln!("\ndemo failed: {e:#}\n{}", node.logs());
