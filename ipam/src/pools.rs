@@ -48,7 +48,15 @@ impl<S: PoolStore + ReservationStore> OneRange for InPool<'_, S> {
         target.requested = cfg.requested_for(index);
         target.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
         target.statefulset = self.pools.sticky_statefulset(&cfg.ranges, range);
-        Claim::new(self.store, self.who, target, &Plain { creates: true }, self.budget).run(journal).await
+        Claim::new(
+            self.store,
+            self.who,
+            target,
+            &Plain { creates: true, names_overlaps: !self.pools.kube.overlapping_ranges },
+            self.budget,
+        )
+        .run(journal)
+        .await
     }
 }
 
@@ -139,4 +147,58 @@ pub(crate) async fn check<S: PoolStore>(
     budget: &Budget,
 ) -> Result<(), IpamError> {
     claim::check(store, &OnePool, scope, req, budget).await
+}
+
+/// The pools of `listed` that a new pool `name` of `range` for the network `network_name` replaces: those of the same
+/// network (as [`crate::claim::pool_scope`] reads a pool's network) whose ranges overlap `range`, but for node-warm
+/// pools (IaaS provider mode: never one range's).
+pub(crate) fn overlapping(
+    listed: &[crate::crd::IpPool],
+    name: &str,
+    range: &IpRange,
+    network_name: &str,
+) -> Vec<String> {
+    let mine = range.cidr();
+    let mut found: Vec<String> = listed
+        .iter()
+        .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n != name) && p.spec.node_name.is_none())
+        .filter_map(|p| {
+            let (theirs, network) = crate::claim::pool_scope(p)?;
+            let theirs = theirs.cidr();
+            let overlap = mine.contains(&theirs.network()) || theirs.contains(&mine.network());
+            (network == network_name && overlap).then(|| p.metadata.name.clone()).flatten()
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::pool_object;
+
+    #[test]
+    fn a_new_pool_replaces_the_overlapping_pools_of_its_own_network_only() {
+        let pool = |name: &str, range: &str, network: &str, node: Option<&str>| {
+            pool_object(name, range, network, 0, node, &[])
+        };
+        let listed = [
+            pool("198.18.61.0-30", "198.18.61.0/30", "", None),
+            pool("198.18.61.4-30", "198.18.61.4/30", "", None),
+            pool("198.18.62.0-30", "198.18.62.0/30", "", None),
+            pool("blue-198.18.61.0-30", "198.18.61.0/30", "blue", None),
+            pool("198.18.61.0-29", "198.18.61.0/29", "", None),
+            pool("warm-198.18.61.0-28", "198.18.61.0/28", "", Some("node-a")),
+            pool("198.18.0.0-16", "198.18.0.0/16", "", None),
+        ];
+        let range = IpRange::parse("198.18.61.0/29", None, None, &[]).unwrap();
+        assert_eq!(
+            overlapping(&listed, "198.18.61.0-29", &range, ""),
+            ["198.18.0.0-16", "198.18.61.0-30", "198.18.61.4-30"],
+            "its own network's pools inside it and around it; not itself, another network's, a disjoint one or a \
+             node-warm pool"
+        );
+        assert_eq!(overlapping(&listed, "blue-198.18.61.0-29", &range, "blue"), ["blue-198.18.61.0-30"]);
+    }
 }

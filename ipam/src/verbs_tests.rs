@@ -215,7 +215,7 @@ async fn every_slice_claimed_and_a_pool_not_made_yet_is_waited_for_not_called_fu
     let late = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         let name = crate::names::slice_pool_name("", "node-d", third);
-        owner.create_pool(&name, &third.to_string(), "", 4, None).await.unwrap();
+        owner.create_pool(&name, &third.to_string(), "", 4, None, &[]).await.unwrap();
     });
     let got = add(&host, &config(ipam.clone(), "p1"), &request("c1", "node-a")).await;
     late.await.unwrap();
@@ -385,4 +385,69 @@ async fn under_whereabouts_schema_a_sticky_add_fails_naming_the_crd() {
     assert_eq!(err.code, Code::StoreRefused, "{}", err.details);
     assert!(err.details.contains("spec.allocations.*.statefulset"), "{}", err.details);
     assert!(held(&store).is_empty(), "rolled back: {:?}", held(&store));
+}
+
+/// A range grown while pods hold addresses of the old one, with no reservations to say so (issue 28's finding:
+/// `enable_overlapping_ranges: false`, a /30 grown to a /29 handed out .1 a second time): the grown range's pool
+/// is a new one, and its ADDs never hand out an address the old pool still holds; the grown range fills up with
+/// what is left.
+#[tokio::test]
+async fn a_grown_range_never_hands_out_what_the_old_range_still_holds() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let old = serde_json::json!({"range": "198.18.61.0/30", "enable_overlapping_ranges": false});
+    let grown = serde_json::json!({"range": "198.18.61.0/29", "enable_overlapping_ranges": false});
+    let mut old_held = Vec::new();
+    for i in 0..2 {
+        old_held.push(
+            add(&host, &config(old.clone(), &format!("old-{i}")), &request(&format!("co{i}"), "n")).await.unwrap()[0]
+                .ip,
+        );
+    }
+    for i in 0..4 {
+        let ip =
+            add(&host, &config(grown.clone(), &format!("new-{i}")), &request(&format!("cn{i}"), "n")).await.unwrap()[0]
+                .ip;
+        assert!(!old_held.contains(&ip), "{ip} is still held in the old range's pool by a pod of {old_held:?}");
+    }
+    assert_no_address_twice(&store);
+    let full = add(&host, &config(grown.clone(), "new-4"), &request("cn4", "n")).await.unwrap_err();
+    assert_eq!(full.code, Code::RangeExhausted, "six usable, two held in the old pool: {}", full.details);
+}
+
+/// The same under concurrency and faults: the grown range's first ADDs race to create its pool (one of them losing
+/// the answer to its create), each handle's writes lose answers or fail at random, and ADDs that fail are run
+/// again; no address is ever held twice, across the old pool and the new.
+#[tokio::test]
+async fn a_grown_range_under_racing_adds_and_lost_answers_holds_no_address_twice() {
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    for seed in 0..12u64 {
+        let store = MemoryStore::new(NS);
+        let host = TestHost(store.clone());
+        let old = serde_json::json!({"range": "198.18.62.0/29", "enable_overlapping_ranges": false});
+        let grown = serde_json::json!({"range": "198.18.62.0/28", "enable_overlapping_ranges": false});
+        for i in 0..3 {
+            add(&host, &config(old.clone(), &format!("old-{i}")), &request(&format!("co{i}"), "n")).await.unwrap();
+        }
+        // no timeouts: each waits out a budget, and what they leave is what a lost answer or a 500 leaves
+        let kinds = [Fault::LostResponse, Fault::ServerError, Fault::Conflict];
+        let adds = (0..6).map(|i| {
+            let mut plan = FaultPlan::random(seed * 100 + i, 0.2, &kinds);
+            if i == 0 {
+                plan = plan.at(Op::CreatePool, 1, Fault::LostResponse);
+            }
+            let host = TestHost(store.handle(&format!("adder-{i}"), plan));
+            let grown = grown.clone();
+            async move {
+                for attempt in 0..10 {
+                    let cfg = config(grown.clone(), &format!("new-{i}"));
+                    if add(&host, &cfg, &request(&format!("cn{i}-{attempt}"), "n")).await.is_ok() {
+                        return;
+                    }
+                }
+            }
+        });
+        futures::future::join_all(adds).await;
+        assert_no_address_twice(&store);
+    }
 }

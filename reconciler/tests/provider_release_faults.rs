@@ -46,7 +46,7 @@ async fn client(provider: &ReferenceProvider) -> ProviderClient {
 
 /// The pool and the provider as ADDs on both nodes left them.
 async fn seed_world(store: &MemoryStore, provider: &ReferenceProvider, client: &ProviderClient) {
-    let mut pool = pool_object(POOL, "198.18.60.0/24", "net", 254, None);
+    let mut pool = pool_object(POOL, "198.18.60.0/24", "net", 254, None, &[]);
     let all = IDLE_GONE.iter().chain([&HELD_GONE]).map(|o| (*o, GONE)).chain(ON_LIVE.iter().map(|o| (*o, LIVE)));
     for (offset, node) in all {
         let request = AllocateRequest {

@@ -221,7 +221,7 @@ impl ReferenceProvider {
             Some(p) => p,
             None => {
                 let range_string = hereabouts_ipam::names::range_string(range.cidr());
-                let object = pool_object(pool, &range_string, "", range.usable_count(), Some(node));
+                let object = pool_object(pool, &range_string, "", range.usable_count(), Some(node), &[]);
                 pools.create(&PostParams::default(), &object).await?
             }
         };

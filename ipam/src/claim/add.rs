@@ -65,6 +65,19 @@ pub(crate) trait Policy<S>: Sync {
     /// freed, and writing into it again would hide the entry from the slice's next owner).
     fn create(&self) -> Option<Option<&str>>;
 
+    /// The pools whose layout the missing pool `name` of `range` replaces, read right before it is created
+    /// ([`crate::store::OVERLAPS_ANNOTATION`]): none unless the mode lays a network out anew when its config changes.
+    fn overlaps(
+        &self,
+        _store: &S,
+        _name: &str,
+        _range: &IpRange,
+        _network_name: &str,
+        _budget: &Budget,
+    ) -> impl Future<Output = Result<Vec<String>, IpamError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
     /// Read again, right before a missing pool is created, whether it still may be: `false`, the claim finds the
     /// pool full.
     fn may_create(&self, _store: &S, _budget: &Budget) -> impl Future<Output = Result<bool, IpamError>> + Send {
@@ -110,16 +123,42 @@ pub(crate) trait Policy<S>: Sync {
     }
 }
 
-/// The claim as Whereabouts has it: the pool is created when missing (unless told not to), nothing else.
+/// The claim as Whereabouts has it: the pool is created when missing (unless told not to), nothing else but the
+/// pools it replaces, for a network without reservations.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plain {
     /// Whether a missing pool is created.
     pub creates: bool,
+    /// Whether a pool it creates names the pools it replaces ([`Policy::overlaps`]): for a network without
+    /// reservations (`enable_overlapping_ranges: false`). With them, the reservations of the old pool's entries
+    /// keep the new pool off their addresses already, at no extra request.
+    pub names_overlaps: bool,
 }
 
 impl<S: PoolStore> Policy<S> for Plain {
     fn create(&self) -> Option<Option<&str>> {
         self.creates.then_some(None)
+    }
+
+    /// A range's pool is named after the range: a config whose range grew, shrank or moved writes into a new pool
+    /// while the old one still holds its pods' entries, and without reservations nothing else tells the new pool
+    /// what they hold. The new pool names the old ones (one LIST, when it is made).
+    async fn overlaps(
+        &self,
+        store: &S,
+        name: &str,
+        range: &IpRange,
+        network_name: &str,
+        budget: &Budget,
+    ) -> Result<Vec<String>, IpamError> {
+        if !self.names_overlaps {
+            return Ok(Vec::new());
+        }
+        let listed = budget
+            .retry(StoreError::is_transient, || store.list_pools())
+            .await
+            .map_err(|e| IpamError::from_retry(&format!("pool {name}: list the pools it may replace"), e))?;
+        Ok(crate::pools::overlapping(&listed, name, range, network_name))
     }
 }
 
@@ -202,6 +241,7 @@ where
             None => self.read_pool().await?,
         };
         let mut hinted = self.target.hinted && self.target.read.is_some();
+        excluded.extend(self.held_by_overlaps(&pool).await?);
         self.set_cooldown(&mut pool).await?;
         self.retime_ahead(&mut pool).await;
         loop {
@@ -282,6 +322,27 @@ where
                 },
             }
         }
+    }
+
+    /// The offsets of this range that the pools `pool` replaces still hold ([`crate::store::OVERLAPS_ANNOTATION`]),
+    /// read now: not to be handed out, whoever holds them. A pool named there that is gone holds nothing.
+    async fn held_by_overlaps(&self, pool: &IpPool) -> Result<BTreeSet<u128>, IpamError> {
+        let mut held = BTreeSet::new();
+        for name in crate::store::overlaps_of(pool) {
+            let read = self
+                .budget
+                .retry(StoreError::is_transient, || self.store.get_pool(&name))
+                .await
+                .map_err(|e| IpamError::from_retry(&format!("pool {name} (replaced by {})", self.pool()), e))?;
+            let Some((range, _)) = read.as_ref().and_then(super::pool_scope) else { continue };
+            for key in read.iter().flat_map(|p| p.spec.allocations.keys()) {
+                let Ok(offset) = key.parse::<u128>() else { continue };
+                if let Some(ours) = self.target.range.offset_of(range.addr_at(offset)) {
+                    held.insert(ours);
+                }
+            }
+        }
+        Ok(held)
     }
 
     /// `ip` at `offset`, once the mode has done what it does with a claimed address.
@@ -411,10 +472,12 @@ where
             let range = names::range_string(self.target.range.cidr());
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;
+            let overlaps =
+                self.policy.overlaps(self.store, self.pool(), self.target.range, network, self.budget).await?;
             let created = self
                 .budget
                 .retry(StoreError::is_transient, || {
-                    self.store.create_pool(self.pool(), &range, network, usable, node_name)
+                    self.store.create_pool(self.pool(), &range, network, usable, node_name, &overlaps)
                 })
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool()), e))?;

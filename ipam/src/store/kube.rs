@@ -157,8 +157,9 @@ impl PoolStore for KubeStore {
         network_name: &str,
         usable: u128,
         node_name: Option<&str>,
+        overlaps: &[String],
     ) -> Result<Created<IpPool>, StoreError> {
-        let pool = super::pool_object(name, range, network_name, usable, node_name);
+        let pool = super::pool_object(name, range, network_name, usable, node_name, overlaps);
         match self.pools.create(&PostParams::default(), &pool).await {
             Ok(created) => Ok(Created::Created(created)),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),

@@ -547,12 +547,13 @@ impl PoolStore for MemoryStore {
         network_name: &str,
         usable: u128,
         node_name: Option<&str>,
+        overlaps: &[String],
     ) -> Result<Created<IpPool>, StoreError> {
         self.call(Op::CreatePool, "pool", name, |s| {
             if s.pools.contains_key(name) {
                 return Ok(Created::Exists);
             }
-            let mut pool = super::pool_object(name, range, network_name, usable, node_name);
+            let mut pool = super::pool_object(name, range, network_name, usable, node_name, overlaps);
             pool.metadata.namespace = Some(self.namespace.clone());
             pool.metadata.resource_version = Some(s.bump());
             pool.metadata.uid = Some(format!("uid-{}", s.version));

@@ -62,8 +62,26 @@ pub fn capacity(pool: &IpPool) -> u128 {
     })
 }
 
+/// The annotation of a pool listing the pools of the same network whose ranges overlap its own, as they were when it
+/// was created (comma-separated names): the layouts it replaces (a range grown, shrunk or moved). Its ADDs never
+/// hand out an address one of them still holds, reservations or not.
+pub const OVERLAPS_ANNOTATION: &str = "hereabouts.cni.cncf.io/overlaps";
+
+/// The pools an [`OVERLAPS_ANNOTATION`] names.
+pub fn overlaps_of(pool: &IpPool) -> Vec<String> {
+    let listed = pool.metadata.annotations.as_ref().and_then(|a| a.get(OVERLAPS_ANNOTATION));
+    listed.map(|l| l.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default()
+}
+
 /// The pool object `create_pool` writes.
-pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128, node_name: Option<&str>) -> IpPool {
+pub fn pool_object(
+    name: &str,
+    range: &str,
+    network_name: &str,
+    usable: u128,
+    node_name: Option<&str>,
+    overlaps: &[String],
+) -> IpPool {
     let spec = crate::crd::IpPoolSpec {
         range: range.to_string(),
         node_name: node_name.map(str::to_string),
@@ -75,7 +93,9 @@ pub fn pool_object(name: &str, range: &str, network_name: &str, usable: u128, no
             (NETWORK_ANNOTATION.to_string(), network_name.to_string()),
             (USABLE_ANNOTATION.to_string(), usable.to_string()),
         ]
-        .into(),
+        .into_iter()
+        .chain((!overlaps.is_empty()).then(|| (OVERLAPS_ANNOTATION.to_string(), overlaps.join(","))))
+        .collect(),
     );
     pool
 }
@@ -249,7 +269,7 @@ pub trait PoolStore: Send + Sync {
 
     /// Creates the pool `name` for `range` of the network `network_name` ([`NETWORK_ANNOTATION`]), `usable` of whose
     /// addresses the config may hand out ([`USABLE_ANNOTATION`]), with no allocations; bound to `node_name` when it
-    /// is a node-warm pool (IaaS provider mode).
+    /// is a node-warm pool (IaaS provider mode); naming the pools whose layout it replaces ([`OVERLAPS_ANNOTATION`]).
     fn create_pool(
         &self,
         name: &str,
@@ -257,6 +277,7 @@ pub trait PoolStore: Send + Sync {
         network_name: &str,
         usable: u128,
         node_name: Option<&str>,
+        overlaps: &[String],
     ) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
 
     /// Every pool of the namespace.

@@ -375,8 +375,9 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         network_name: &str,
         usable: u128,
         node_name: Option<&str>,
+        overlaps: &[String],
     ) -> Result<Created<IpPool>, StoreError> {
-        let created = self.inner.create_pool(name, range, network_name, usable, node_name).await?;
+        let created = self.inner.create_pool(name, range, network_name, usable, node_name, overlaps).await?;
         if let Created::Created(pool) = &created {
             self.remember_pool(pool);
         }
@@ -628,7 +629,7 @@ mod tests {
     }
 
     async fn pool_with(base: &MemoryStore) {
-        let made = base.create_pool("p", "198.18.0.0/24", "", 254, None).await.unwrap();
+        let made = base.create_pool("p", "198.18.0.0/24", "", 254, None, &[]).await.unwrap();
         assert!(matches!(made, Created::Created(_)));
     }
 

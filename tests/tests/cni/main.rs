@@ -7,6 +7,7 @@
 //! - `cni_cost`: the API requests one ADD and one DEL cost. A control plane of its own (it counts every request).
 //! - `cooldown`: the reuse cooldown, also under lost answers. Needs the control plane.
 //! - `pod_ranges`: ranges chosen per pod, namespace and node. Needs the control plane.
+//! - `relayout`: a range grown while pods hold addresses of the old one. Needs the control plane.
 //! - `sticky`: sticky StatefulSet addresses, with the reconciler. Needs the control plane.
 //! - `warm`: the warm reserve through the agent, with the API server stopped (a control plane of its own), and its
 //!   refusal where Whereabouts' reconciler runs.
@@ -19,5 +20,6 @@ mod cni;
 mod cni_cost;
 mod cooldown;
 mod pod_ranges;
+mod relayout;
 mod sticky;
 mod warm;
