@@ -161,15 +161,21 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
     if args.output.structured() {
         let report = serde_json::json!({"found": found, "repaired": {
             "entries_released": summary.released, "reservations_released": summary.reservations_released,
-            "reservations_restored": summary.restored}, "left": left});
+            "reservations_restored": summary.restored, "replaced_pools_retired": summary.pools_retired}, "left": left});
         args.output.emit(&report)?;
     } else {
         for f in &found {
             println!("{f}");
         }
         println!(
-            "repaired: {} entries released, {} reservations released, {} reservations restored",
-            summary.released, summary.reservations_released, summary.restored
+            "repaired: {} entries released, {} reservations released, {} reservations restored{}",
+            summary.released,
+            summary.reservations_released,
+            summary.restored,
+            match summary.pools_retired {
+                0 => String::new(),
+                n => format!(", {n} empty replaced pools deleted"),
+            }
         );
         for f in &left {
             println!("left: {f}");

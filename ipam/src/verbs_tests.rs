@@ -413,6 +413,15 @@ async fn a_grown_range_never_hands_out_what_the_old_range_still_holds() {
     assert_no_address_twice(&store);
     let full = add(&host, &config(grown.clone(), "new-4"), &request("cn4", "n")).await.unwrap_err();
     assert_eq!(full.code, Code::RangeExhausted, "six usable, two held in the old pool: {}", full.details);
+
+    // an old pod's DEL runs with the NAD as it is now: it finds the pod's entry in the pool the new one replaced
+    let released = del(&host, &ReleaseConfig::from(config(grown.clone(), "old-0")), &request("co0", "n")).await;
+    assert_eq!(released.unwrap(), 1, "the old pool's entry released");
+    let old_pool = store.pools().into_iter().find(|p| p.spec.range == "198.18.61.0/30").unwrap();
+    assert_eq!(old_pool.spec.allocations.len(), 1, "only old-1's entry is left");
+    let reused = add(&host, &config(grown.clone(), "new-4"), &request("cn4", "n")).await.unwrap()[0].ip;
+    assert_eq!(reused, old_held[0], "the address old-0 gave back");
+    assert_no_address_twice(&store);
 }
 
 /// The same under concurrency and faults: the grown range's first ADDs race to create its pool (one of them losing

@@ -47,6 +47,7 @@ pub async fn run<S: Store, C: Cluster>(
                 restored = s.restored,
                 conflicts = s.conflicts,
                 kept = s.kept,
+                pools_retired = s.pools_retired,
                 "cluster reconcile done"
             ),
             Err(e) => tracing::error!(tick = %next, error = %e, "cluster reconcile failed"),

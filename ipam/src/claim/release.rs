@@ -149,13 +149,29 @@ async fn release_where<S: PoolStore + ReservationStore>(
                     continue;
                 }
             };
-            for (offset, held) in entries(&pool, &wanted) {
-                found_own |= *own;
-                match release_entry(store, scope, sub, name, &pool, offset, held, budget).await {
-                    Ok(()) => released += 1,
-                    Err(e) => {
-                        tracing::error!(pool = %name, offset, error = %e, "release failed");
-                        errors.push(e);
+            let mut read = vec![(name.clone(), sub.clone(), pool)];
+            // the pools this one replaced (a range changed under running pods) hold the entries of the pods that
+            // were there before: theirs are released where they are, by the same rule
+            for replaced in crate::store::overlaps_of(&read[0].2) {
+                match read_pool(store, &replaced, budget).await {
+                    Ok(Some(old)) => {
+                        if let Some((old_range, _)) = super::pool_scope(&old) {
+                            read.push((replaced, old_range, old));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => errors.push(e),
+                }
+            }
+            for (name, sub, pool) in &read {
+                for (offset, held) in entries(pool, &wanted) {
+                    found_own |= *own;
+                    match release_entry(store, scope, sub, name, pool, offset, held, budget).await {
+                        Ok(()) => released += 1,
+                        Err(e) => {
+                            tracing::error!(pool = %name, offset, error = %e, "release failed");
+                            errors.push(e);
+                        }
                     }
                 }
             }

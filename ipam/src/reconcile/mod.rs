@@ -1,10 +1,11 @@
 //! The release rules, and the guarded writes that follow them: whether an entry or a reservation may be given back
 //! ([`rules`], pure and property-tested), what doing so for one entry or reservation involves ([`Releaser`]), and
-//! one full pass over a namespace ([`reconcile_once`]). The reconciler DaemonSet runs them on pod events and on its
-//! schedule; `kubectl hereabouts` runs the same ones from an operator's machine.
+//! one full pass over a namespace ([`reconcile_once`]), which also retires the empty pools a changed range left
+//! behind ([`retire`]). The reconciler DaemonSet runs them on pod events and on its schedule; `kubectl hereabouts` runs the same ones from an operator's machine.
 
 mod cluster;
 mod releaser;
+pub mod retire;
 pub mod rules;
 mod sweep;
 

@@ -1,7 +1,7 @@
 //! One full pass over the namespace — what the leader reconciler runs on its schedule and `kubectl hereabouts
 //! ipam check --repair` runs once: entries whose pod is gone (re-read from the API server right before), live
 //! entries whose reservation is missing (put back) or held by another pod (reported), and reservations no entry
-//! accounts for once older than any ADD runs (released).
+//! accounts for once older than any ADD runs (released); then the empty pools a changed range left behind.
 
 use std::collections::HashMap;
 
@@ -19,6 +19,8 @@ pub struct Summary {
     pub restored: usize,
     pub conflicts: usize,
     pub kept: usize,
+    /// Empty pools a changed range left behind, deleted.
+    pub pools_retired: usize,
 }
 
 /// One full pass over every pool and reservation of the namespace.
@@ -75,5 +77,7 @@ where
             summary.reservations_released += 1;
         }
     }
+    // on the pools as listed: one emptied by this pass goes on the next
+    summary.pools_retired = super::retire::retire_replaced(&releaser.store, &pools, crate::clock::now()).await?;
     Ok(summary)
 }

@@ -208,6 +208,15 @@ pub fn keep_owners(version: &str, kept: &[OwnerReference]) -> Patch {
     )
 }
 
+/// Narrows a pool's list of the pools it replaces ([`super::OVERLAPS_ANNOTATION`]) from `named`, if it still
+/// reads so, to `kept` (removing it when none is kept). Not under [`Guard`]'s mutation test, which the ADD and
+/// DEL simulation drives: the leader's retirement is proven by its own test (`reconcile::retire`).
+pub fn narrow_overlaps(named: &[String], kept: &[String]) -> Patch {
+    let path = format!("/metadata/annotations/{}", super::OVERLAPS_ANNOTATION.replace('/', "~1"));
+    let change = if kept.is_empty() { remove(&path) } else { replace(&path, json!(kept.join(","))) };
+    Patch(vec![test(&path, json!(named.join(","))), change])
+}
+
 /// Removes the sub-interface record at `offset` if it still names `node`.
 pub fn remove_sub_interface(offset: u128, node: &str) -> Patch {
     let path = format!("/spec/subInterfaces/{offset}");

@@ -13,8 +13,8 @@ use serde_json::json;
 
 /// A /30 grown to a /29: the grown range writes into a new pool, which names the old one, and its ADDs never hand
 /// out what the old pool's pods still hold, though the create of the new pool lost its answer; the grown range
-/// fills up with the rest and then says so; once an old pod's DEL (under the old config) gives its address back,
-/// the grown range may hand it out.
+/// fills up with the rest and then says so; an old pod's DEL under the grown config releases its entry in the old
+/// pool, and the grown range may then hand the address out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grown_range_never_hands_out_what_the_old_range_still_holds() {
     let fx = CniFixture::new("grow").await;
@@ -50,7 +50,10 @@ async fn a_grown_range_never_hands_out_what_the_old_range_still_holds() {
     assert!(!full.success, "six usable, two held by the old pool's pods: {}", full.stdout);
     assert_eq!(full.error_code(), 100, "range exhausted: {}", full.stdout);
 
-    assert!(fx.del_on(&old, "node-1", "old-a").await.success, "the old pod goes under the old config");
+    // an old pod's DEL runs with the NAD as it is now: it finds the entry in the pool the new one replaced
+    assert!(fx.del_on(&grown, "node-1", "old-a").await.success);
+    let old_pool = fx.pool("198.18.106.0-30").await;
+    assert_eq!(old_pool.spec.allocations.len(), 1, "old-a's entry released, old-b's kept: {:?}", old_pool.spec);
     let after = fx.add_on(&grown, "node-1", "new-4").await;
     assert!(after.success, "{}", after.stdout);
     assert!(old_held.contains(&after.ips()[0]), "the address the old pod gave back: {:?}", after.ips());
