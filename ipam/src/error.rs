@@ -17,6 +17,20 @@ pub enum IpamError {
         /// The range.
         range: String,
     },
+    /// The node's slices, as many as `max_slices_per_node` allows, are full, and no other node's has a free address
+    /// to borrow (or the network does not borrow): free slices are left to the other nodes.
+    #[error(
+        "node slices {pool}: node {node} holds {max} slices (max_slices_per_node), all full, and none of another \
+         node's could be borrowed from; free slices are left to other nodes"
+    )]
+    SliceCap {
+        /// The NodeSlicePool.
+        pool: String,
+        /// The node.
+        node: String,
+        /// `max_slices_per_node`.
+        max: u64,
+    },
     /// The requested address is held by another pod.
     #[error("requested address {ip} is taken by {holder}")]
     RequestedTaken {
@@ -156,7 +170,7 @@ impl IpamError {
     /// take the first one's code that is not "try again later", so a runtime retries only what can succeed.
     pub fn code(&self) -> Code {
         match self {
-            IpamError::Exhausted { .. } => Code::RangeExhausted,
+            IpamError::Exhausted { .. } | IpamError::SliceCap { .. } => Code::RangeExhausted,
             IpamError::RequestedTaken { .. } | IpamError::RequestedUnusable { .. } => Code::RequestedAddressTaken,
             IpamError::Missing { .. } => Code::AllocationMissing,
             IpamError::PoolTooLarge { .. } => Code::PoolTooLarge,

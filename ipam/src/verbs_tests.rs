@@ -460,3 +460,38 @@ async fn a_grown_range_under_racing_adds_and_lost_answers_holds_no_address_twice
         assert_no_address_twice(&store);
     }
 }
+
+/// `max_slices_per_node: 1`: a node whose one slice is full borrows from another node's rather than claim a
+/// second, and says why when there is nothing to borrow; the free slices stay for the other nodes.
+#[tokio::test]
+async fn a_node_at_its_slice_cap_borrows_and_leaves_the_free_slices() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.63.0/28", "node_slice_size": "/30", "max_slices_per_node": 1});
+    let on = |node: &'static str, pod: String| {
+        let (host, ipam) = (&host, ipam.clone());
+        async move { add(host, &config(ipam, &pod), &request(&format!("c-{pod}"), node)).await }
+    };
+    // its one slice: 3 or 4 addresses (an edge slice gives up the range's network or broadcast address)
+    let mut taken = 0;
+    let capped = loop {
+        match on("node-a", format!("a{taken}")).await {
+            Ok(_) => taken += 1,
+            Err(e) => break e,
+        }
+        assert!(taken <= 4, "node-a took a second slice");
+    };
+    assert!(taken >= 3, "{taken}");
+    assert_eq!(capped.code, Code::RangeExhausted);
+    assert!(capped.details.contains("holds 1 slices (max_slices_per_node)"), "{}", capped.details);
+    on("node-b", "b0".into()).await.unwrap();
+    let borrowed = on("node-a", format!("a{taken}")).await.unwrap()[0].ip;
+    let owners = store.node_slices()[0].status.clone().unwrap().allocations;
+    let owner_of = |ip: std::net::IpAddr| {
+        owners.iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name.clone()
+    };
+    assert_eq!(owner_of(borrowed), "node-b", "borrowed from node-b's slice");
+    assert_eq!(owners.iter().filter(|s| s.node_name == "node-a").count(), 1, "{owners:?}");
+    assert_eq!(owners.iter().filter(|s| s.node_name.is_empty()).count(), 2, "left to other nodes: {owners:?}");
+    assert_no_address_twice(&store);
+}

@@ -123,6 +123,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         reuse_cooldown: inline.reuse_cooldown.or(flat.reuse_cooldown),
         sticky_statefulset: inline.sticky_statefulset.or(flat.sticky_statefulset),
         warm_addresses: inline.warm_addresses.or(flat.warm_addresses),
+        max_slices_per_node: inline.max_slices_per_node.or(flat.max_slices_per_node),
         routing: inline.routing.merge(flat.routing),
         ignored,
     }

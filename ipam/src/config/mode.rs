@@ -82,6 +82,9 @@ pub struct Slices {
     /// `warm_addresses` (ours): how many attachments' addresses the node agent keeps claimed in advance on each
     /// node ([`crate::warm`]); `0`, none. The binary alone ignores it.
     pub warm: u64,
+    /// `max_slices_per_node` (ours, as Calico caps blocks per host): once a node holds this many slices it
+    /// borrows from other nodes' slices rather than claim another; `None`, no cap.
+    pub max_slices: Option<u64>,
 }
 
 /// IaaS provider candidates: the ranges are an interface's candidates, their addresses cloud sub-interfaces.
@@ -122,6 +125,7 @@ impl Mode {
                 ("sticky_statefulset", raw.sticky_statefulset.is_some() || raw_sticky_ranges(raw)),
                 ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
                 ("warm_addresses", raw.warm_addresses.is_some()),
+                ("max_slices_per_node", raw.max_slices_per_node.is_some()),
             ],
             raw.configuration_path.is_some(),
         )?;
@@ -162,9 +166,16 @@ impl Mode {
                 ));
             }
         }
+        let max_slices = raw.max_slices_per_node.as_ref().map(|f| f.value);
+        if let Some(f) = raw.max_slices_per_node.as_ref().filter(|_| size.is_none()) {
+            return Err(ConfigError::invalid(
+                f.origin.key("max_slices_per_node"),
+                "needs node_slice_size: it caps the slices of the range a node claims",
+            ));
+        }
         Ok(match (provider, size) {
             (Some(provider), _) => Mode::Provider(Box::new(Provider { kube, provider, placements })),
-            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm }),
+            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm, max_slices }),
             (None, None) => Mode::Pools(Pools { kube, selection, owner_statefulset: None }),
         })
     }
@@ -224,6 +235,7 @@ impl Slices {
             selection: self.selection.narrowed(keep),
             size: self.size.clone(),
             warm: self.warm,
+            max_slices: self.max_slices,
         };
         (cfg.with_ranges(keep, Mode::Slices(slices.clone())), slices)
     }

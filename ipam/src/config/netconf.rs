@@ -86,6 +86,8 @@ pub(super) struct RawIpam<'p> {
     pub sticky_statefulset: Field<'p, bool>,
     /// `warm_addresses`: how many attachments' addresses the node agent keeps claimed in advance (node slices).
     pub warm_addresses: Field<'p, u64>,
+    /// `max_slices_per_node`: how many slices of the range one node may claim (node slices).
+    pub max_slices_per_node: Field<'p, u64>,
     /// The routing-table datastore and the announcement of addresses as host routes.
     pub routing: RawRouting<'p>,
     /// Keys accepted and ignored, named as in messages.
@@ -144,6 +146,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "reuse_cooldown_seconds",
     "sticky_statefulset",
     "warm_addresses",
+    "max_slices_per_node",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -268,6 +271,9 @@ fn parse_key<'p>(
         "pod_ranges" => raw.pod_ranges = sourced(origin, boolean(v, key)?),
         "sticky_statefulset" => raw.sticky_statefulset = sourced(origin, boolean(v, key)?),
         "warm_addresses" => raw.warm_addresses = sourced(origin, uint(v, key)?.map(|n| warm(n, key)).transpose()?),
+        "max_slices_per_node" => {
+            raw.max_slices_per_node = sourced(origin, uint(v, key)?.map(|n| slice_cap(n, key)).transpose()?);
+        }
         "reuse_cooldown_seconds" => {
             raw.reuse_cooldown = sourced(origin, uint(v, key)?.map(|n| cooldown(n, key)).transpose()?);
         }
@@ -526,6 +532,17 @@ fn cooldown(n: u64, key: &str) -> Result<u64, ConfigError> {
 fn warm(n: u64, key: &str) -> Result<u64, ConfigError> {
     if n > crate::warm::MAX_WARM {
         return Err(ConfigError::invalid(key, format!("{n} is more than {}", crate::warm::MAX_WARM)));
+    }
+    Ok(n)
+}
+
+/// `max_slices_per_node`: at least one (a node with no slice of its own could only borrow).
+fn slice_cap(n: u64, key: &str) -> Result<u64, ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::invalid(
+            key,
+            "0: a node needs at least one slice of its own; leave it out for no cap",
+        ));
     }
     Ok(n)
 }

@@ -375,6 +375,20 @@ fn refusals() -> Vec<Case> {
             "ipam.warm_addresses: needs node_slice_size",
         ),
         (
+            "slice cap without slices",
+            netconf(ranged(json!({"max_slices_per_node": 2}))),
+            "",
+            7,
+            "ipam.max_slices_per_node: needs node_slice_size",
+        ),
+        (
+            "slice cap of 0",
+            netconf(ranged(json!({"node_slice_size": "/26", "max_slices_per_node": 0}))),
+            "",
+            7,
+            "ipam.max_slices_per_node: 0: a node needs at least one slice",
+        ),
+        (
             "warm too many",
             netconf(ranged(json!({"node_slice_size": "/28", "warm_addresses": 257}))),
             "",

@@ -39,6 +39,8 @@ pub(super) struct SlicedAdd<'a, S> {
     pub given: &'a [IpAddr],
     /// The attachment's first ADD on this node: it has borrowed nothing yet.
     pub first_add: bool,
+    /// `max_slices_per_node`.
+    pub max_slices: Option<u64>,
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
@@ -48,6 +50,11 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
 
     fn network_name(&self) -> &str {
         &self.who.cfg.network_name
+    }
+
+    /// What the node may do once its own slices are full: claim another (up to `max_slices_per_node`), borrow.
+    fn lending(&self, may_borrow: bool) -> slices::Lending {
+        slices::Lending { may_borrow, max_own: self.max_slices.map(|n| usize::try_from(n).unwrap_or(usize::MAX)) }
     }
 
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
@@ -83,7 +90,15 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                 Some(ip) => self.requested_next(&slices, ip)?,
                 None => {
                     let may_borrow = self.who.kube.overlapping_ranges;
-                    slices::next(&slices, self.node(), &full, &unclaimable, preferred, may_borrow, seed >> 16)
+                    slices::next(
+                        &slices,
+                        self.node(),
+                        &full,
+                        &unclaimable,
+                        preferred,
+                        self.lending(may_borrow),
+                        seed >> 16,
+                    )
                 }
             };
             match next {
@@ -94,7 +109,14 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     };
                     let pool = slice.pool_name(self.network_name());
                     if slice.node != self.node() {
-                        tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing");
+                        let held = slices.iter().filter(|s| s.node == self.node()).count();
+                        match self.max_slices.filter(|max| held as u64 >= *max) {
+                            Some(max) if slices.iter().any(|s| s.node.is_empty()) => tracing::warn!(
+                                slice = %slice.cidr, owner = %slice.node, held, max_slices_per_node = max,
+                                "the node holds max_slices_per_node slices, all full: borrowing, though slices are free"
+                            ),
+                            _ => tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing"),
+                        }
                     }
                     let mut target = Target::new(pool.clone(), &sub);
                     target.requested = self.requested;
@@ -176,7 +198,15 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         }
                         slices = now;
                         let may_borrow = self.who.kube.overlapping_ranges;
-                        let again = slices::next(&slices, self.node(), &full, &unclaimable, preferred, may_borrow, 0);
+                        let again = slices::next(
+                            &slices,
+                            self.node(),
+                            &full,
+                            &unclaimable,
+                            preferred,
+                            self.lending(may_borrow),
+                            0,
+                        );
                         if !matches!(again, Next::Claim(_)) {
                             continue;
                         }
@@ -206,7 +236,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     slices = self.read_slices(&name).await?;
                 }
                 Next::Full => {
-                    let exhausted = IpamError::Exhausted { pool: name, range: self.range.cidr().to_string() };
+                    let held = slices.iter().filter(|s| s.node == self.node()).count() as u64;
+                    let capped = self.max_slices.filter(|max| held >= *max && slices.iter().any(|s| s.node.is_empty()));
+                    let exhausted = match capped {
+                        Some(max) => IpamError::SliceCap { pool: name, node: self.node().to_string(), max },
+                        None => IpamError::Exhausted { pool: name, range: self.range.cidr().to_string() },
+                    };
                     return Err(cooling.unwrap_or(exhausted));
                 }
             }

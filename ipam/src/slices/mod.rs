@@ -73,8 +73,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> 
     ) -> Result<IpAddr, IpamError> {
         let requested = self.who.cfg.requested_for(index);
         let (store, who, budget, size) = (self.store, self.who, self.budget, &self.mode.size);
-        let first_add = self.first_add;
-        add::SlicedAdd { store, who, range, budget, size, requested, given, first_add }.run(journal).await
+        let (first_add, max_slices) = (self.first_add, self.mode.max_slices);
+        add::SlicedAdd { store, who, range, budget, size, requested, given, first_add, max_slices }.run(journal).await
     }
 }
 

@@ -134,24 +134,34 @@ pub enum Next {
     Full,
 }
 
+/// What a node may do when its own slices are full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lending {
+    /// Borrow from another node's slice: a borrowed entry is found again through its reservation, so a network
+    /// without reservations does not borrow.
+    pub may_borrow: bool,
+    /// Claim a free slice only while the node holds fewer than this many (`max_slices_per_node`); `None`, no cap.
+    pub max_own: Option<usize>,
+}
+
 /// The next slice to try for `node`, given the slices known to be full in this invocation and the free ones found
 /// in use by another node's pool (`unclaimable`). `seed` spreads
 /// concurrent nodes over the free slices they claim and the slices they borrow from, so they do not all race for
 /// the lowest one. The slice holding `preferred` (the attachment's entry, found before; own or borrowed) comes
 /// first — claimed when it is listed free (a NodeSlicePool lost and rebuilt lists a slice in use as free until the
 /// leader gives it back), so that the attachment keeps its address — then the node's own slices in list order (the
-/// pool of the first stays warm). Borrowing only when
-/// `may_borrow`: a borrowed entry is found again through its reservation, so a network without reservations
-/// does not borrow.
+/// pool of the first stays warm). A free slice is claimed while the node holds fewer than `lending.max_own`;
+/// then, and when none is free, it borrows, if `lending.may_borrow`.
 pub fn next(
     slices: &[Slice],
     node: &str,
     full: &BTreeSet<IpNet>,
     unclaimable: &BTreeSet<IpNet>,
     preferred: Option<IpNet>,
-    may_borrow: bool,
+    lending: Lending,
     seed: u64,
 ) -> Next {
+    let may_borrow = lending.may_borrow;
     let open = |s: &&Slice| !full.contains(&s.cidr);
     if let Some(s) = slices.iter().filter(open).find(|s| Some(s.cidr) == preferred) {
         match s.node.as_str() {
@@ -167,7 +177,10 @@ pub fn next(
         return Next::Own((*s).clone());
     }
     // a free slice found in use (another node's pool of it holds entries) is not claimed
-    let free: Vec<&Slice> = slices.iter().filter(|s| s.node.is_empty() && !unclaimable.contains(&s.cidr)).collect();
+    let held = slices.iter().filter(|s| s.node == node).count();
+    let capped = lending.max_own.is_some_and(|max| held >= max);
+    let free: Vec<&Slice> =
+        slices.iter().filter(|s| !capped && s.node.is_empty() && !unclaimable.contains(&s.cidr)).collect();
     if let Some(s) = pick(&free, seed) {
         return Next::Claim(s.clone());
     }
@@ -217,6 +230,10 @@ pub fn leader_moves(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lend(may_borrow: bool) -> Lending {
+        Lending { may_borrow, max_own: None }
+    }
     use proptest::prelude::*;
     use std::net::IpAddr;
 
@@ -248,28 +265,79 @@ mod tests {
     fn own_slices_first_then_a_free_one_then_borrow() {
         let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "a")]);
         let none = BTreeSet::new();
-        assert_eq!(next(&s, "a", &none, &none_claimed(), None, true, 7), Next::Own(s[0].clone()));
-        assert_eq!(next(&s, "a", &none, &none_claimed(), Some(net("10.0.0.192/26")), true, 7), Next::Own(s[3].clone()));
+        assert_eq!(next(&s, "a", &none, &none_claimed(), None, lend(true), 7), Next::Own(s[0].clone()));
+        assert_eq!(
+            next(&s, "a", &none, &none_claimed(), Some(net("10.0.0.192/26")), lend(true), 7),
+            Next::Own(s[3].clone())
+        );
         let full: BTreeSet<IpNet> = [net("10.0.0.0/26"), net("10.0.0.192/26")].into();
-        assert_eq!(next(&s, "a", &full, &none_claimed(), None, true, 7), Next::Claim(s[1].clone()));
-        assert_eq!(next(&s, "c", &none, &none_claimed(), None, true, 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "a", &full, &none_claimed(), None, lend(true), 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "c", &none, &none_claimed(), None, lend(true), 7), Next::Claim(s[1].clone()));
         let mut taken = s.clone();
         taken[1].node = "b".into();
-        match next(&taken, "a", &full, &none_claimed(), None, true, 7) {
+        match next(&taken, "a", &full, &none_claimed(), None, lend(true), 7) {
             Next::Borrow(s) => assert_eq!(s.node, "b", "{s:?}"),
             other => panic!("no free slice and a's are full: borrow, not {other:?}"),
         }
         assert_eq!(
-            next(&taken, "a", &full, &none_claimed(), None, false, 7),
+            next(&taken, "a", &full, &none_claimed(), None, lend(false), 7),
             Next::Full,
             "no reservations, no borrowing"
         );
         assert_eq!(
-            next(&taken, "a", &none, &none_claimed(), Some(net("10.0.0.128/26")), true, 7),
+            next(&taken, "a", &none, &none_claimed(), Some(net("10.0.0.128/26")), lend(true), 7),
             Next::Borrow(taken[2].clone())
         );
         let all: BTreeSet<IpNet> = s.iter().map(|s| s.cidr).collect();
-        assert_eq!(next(&taken, "a", &all, &none_claimed(), None, true, 7), Next::Full);
+        assert_eq!(next(&taken, "a", &all, &none_claimed(), None, lend(true), 7), Next::Full);
+    }
+
+    #[test]
+    fn a_node_at_its_slice_cap_borrows_rather_than_claim_and_keeps_what_it_holds() {
+        let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "")]);
+        let (none, a_full) = (BTreeSet::new(), BTreeSet::from([net("10.0.0.0/26")]));
+        let capped = |may_borrow| Lending { may_borrow, max_own: Some(1) };
+        assert_eq!(next(&s, "a", &none, &none_claimed(), None, capped(true), 7), Next::Own(s[0].clone()));
+        assert_eq!(
+            next(&s, "a", &a_full, &none_claimed(), None, capped(true), 7),
+            Next::Borrow(s[2].clone()),
+            "one slice held, full: b's is borrowed, the free ones left to other nodes"
+        );
+        assert_eq!(next(&s, "a", &a_full, &none_claimed(), None, capped(false), 7), Next::Full, "nor claims without");
+        let two = Lending { may_borrow: true, max_own: Some(2) };
+        assert!(matches!(next(&s, "a", &a_full, &none_claimed(), None, two, 7), Next::Claim(_)), "under the cap");
+        assert!(matches!(next(&s, "c", &none, &none_claimed(), None, capped(true), 7), Next::Claim(_)), "c holds none");
+        // the slice of the attachment's own entry, listed free after a rebuild, is still claimed back
+        let ours = Some(net("10.0.0.64/26"));
+        assert_eq!(next(&s, "a", &a_full, &none_claimed(), ours, capped(true), 7), Next::Claim(s[1].clone()));
+    }
+
+    proptest! {
+        /// However nodes take turns, none ever holds more slices than the cap (bar the one its own entry is in,
+        /// which a rebuilt NodeSlicePool may list free), and while a node under the cap finds a free slice it gets
+        /// one.
+        #[test]
+        fn no_node_claims_past_its_cap(cap in 1usize..4, nodes in 1usize..6, order in proptest::collection::vec(0usize..6, 1..60)) {
+            let mut slices: Vec<Slice> =
+                (0..16).map(|index| Slice { index, cidr: net(&format!("10.0.{index}.0/24")), node: String::new() }).collect();
+            let lending = Lending { may_borrow: true, max_own: Some(cap) };
+            for (step, pick) in order.into_iter().enumerate() {
+                let node = format!("n{}", pick % nodes);
+                let held = slices.iter().filter(|s| s.node == node).count();
+                let full: BTreeSet<IpNet> = slices.iter().filter(|s| s.node == node).map(|s| s.cidr).collect();
+                match next(&slices, &node, &full, &BTreeSet::new(), None, lending, step as u64) {
+                    Next::Claim(s) => {
+                        prop_assert!(held < cap, "{node} holds {held}, cap {cap}, and claims {s:?}");
+                        let at = slices.iter().position(|x| x.cidr == s.cidr).unwrap();
+                        slices[at].node = node.clone();
+                    }
+                    other => {
+                        let free = slices.iter().any(|s| s.node.is_empty());
+                        prop_assert!(held >= cap || !free, "{node} holds {held} < {cap} with a free slice: {other:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -278,15 +346,15 @@ mod tests {
         let s = mk(&[("10.0.0.0/26", "b"), ("10.0.0.64/26", ""), ("10.0.0.128/26", ""), ("10.0.0.192/26", "")]);
         let none = BTreeSet::new();
         let ours = Some(net("10.0.0.128/26"));
-        assert_eq!(next(&s, "a", &none, &none_claimed(), ours, true, 1), Next::Claim(s[2].clone()));
+        assert_eq!(next(&s, "a", &none, &none_claimed(), ours, lend(true), 1), Next::Claim(s[2].clone()));
         assert_eq!(
-            next(&s, "a", &none, &none_claimed(), ours, true, 2),
+            next(&s, "a", &none, &none_claimed(), ours, lend(true), 2),
             Next::Claim(s[2].clone()),
             "whatever the seed"
         );
         // found in use by another node's pool: not claimed, as any free slice
         let unclaimable: BTreeSet<IpNet> = [net("10.0.0.128/26")].into();
-        assert_ne!(next(&s, "a", &none, &unclaimable, ours, true, 1), Next::Claim(s[2].clone()));
+        assert_ne!(next(&s, "a", &none, &unclaimable, ours, lend(true), 1), Next::Claim(s[2].clone()));
     }
 
     #[test]
@@ -333,7 +401,7 @@ mod tests {
             let mut full = BTreeSet::new();
             let got = loop {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                match next(&slices, &node, &full, &BTreeSet::new(), None, true, seed >> 33) {
+                match next(&slices, &node, &full, &BTreeSet::new(), None, lend(true), seed >> 33) {
                     Next::Own(s) | Next::Borrow(s) => {
                         let sub = parent.slice(s.cidr);
                         let free = sub.as_ref().and_then(|sub| {
