@@ -375,3 +375,42 @@ async fn a_killed_claim_is_the_next_sandboxs_slice() {
     assert!(run("DEL", "c1").run().await.success);
     assert_eq!(assert_distinct_and_reserved(&fx, 1).await, ips.into_iter().collect());
 }
+
+/// `max_slices_per_node: 1` through the compiled plugin: a node whose one slice is full gets code 100 naming the cap
+/// while the other slices are free, borrows once another node holds one, and never claims a second slice; no
+/// address is held twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_its_slice_cap_borrows_instead_of_claiming_another() {
+    let fx = CniFixture::new("slice-cap").await;
+    let config = fx.netconf(
+        "1.1.0",
+        "capped",
+        json!({"range": "198.18.85.0/26", "node_slice_size": "28", "max_slices_per_node": 1}),
+    );
+    let add = |pod: String, node: &'static str| {
+        let inv = fx.invocation("ADD", &config, &pod, &format!("c-{pod}")).with_env("NODENAME", node);
+        async move { inv.run().await }
+    };
+    // node-a's one /28: 15 or 16 addresses (an edge slice gives up the /26's network or broadcast address)
+    let mut taken = 0;
+    let refused = loop {
+        let out = add(format!("a-{taken}"), "node-a").await;
+        if !out.success {
+            break out;
+        }
+        taken += 1;
+        assert!(taken <= 16, "node-a took a second slice");
+    };
+    assert!(taken >= 15, "{taken}");
+    assert_eq!(refused.error_code(), 100, "{}", refused.stdout);
+    assert!(refused.stdout.contains("holds 1 slices (max_slices_per_node)"), "{}", refused.stdout);
+    assert!(add("b-0".into(), "node-b").await.success);
+    let borrowed = add(format!("a-{taken}"), "node-a").await;
+    assert!(borrowed.success, "{}", borrowed.stdout);
+    let owners = owners(&node_slices(&fx, "capped").await);
+    let of = |node: &str| owners.values().filter(|o| o.as_str() == node).count();
+    assert_eq!((of("node-a"), of("node-b"), of("")), (1, 1, 2), "{owners:?}");
+    let slice_of_b = owners.iter().find(|(_, o)| o.as_str() == "node-b").map(|(s, _)| s.parse::<IpNet>().unwrap());
+    assert!(slice_of_b.unwrap().contains(&borrowed.ips()[0]), "borrowed from node-b's slice: {:?}", borrowed.ips());
+    assert_distinct_and_reserved(&fx, taken + 2).await;
+}
