@@ -34,9 +34,21 @@ on every address. */}}
 {{/* The labels of every object: Helm's standard ones. Selectors and the pod template keep app.kubernetes.io/name
 alone, so an upgrade never changes what the DaemonSet selects, nor rolls pods for a chart version alone. */}}
 {{- define "hereabouts.labels" -}}
-app.kubernetes.io/name: hereabouts
+app.kubernetes.io/name: {{ include "hereabouts.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The name label's value: nameOverride, else hereabouts. `kubectl hereabouts` finds the chart's namespace by
+this label's default value; with another, give it -n. */}}
+{{- define "hereabouts.name" -}}
+{{- .Values.nameOverride | default "hereabouts" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every object's name: fullnameOverride, else hereabouts (whatever the release is called: one
+install per cluster, and the names are Whereabouts-like and documented). Short enough for the longest suffix. */}}
+{{- define "hereabouts.fullname" -}}
+{{- .Values.fullnameOverride | default "hereabouts" | trunc 50 | trimSuffix "-" -}}
 {{- end -}}

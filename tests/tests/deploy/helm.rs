@@ -484,3 +484,78 @@ fn the_crds_come_with_the_release_only_when_asked_and_are_kept_on_uninstall() {
         assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
     }
 }
+
+/// `fullnameOverride` renames every object and every reference to one — the bindings' subjects and roles, the
+/// pod's ServiceAccount and ConfigMap, the token the install-cni container mints and the Role that lets it, the
+/// admission policies' service-account match and their bindings, the Lease and the flag that names it — and
+/// `nameOverride` the name label the selectors use; by default neither changes the render.
+#[test]
+fn the_name_overrides_rename_every_object_and_every_reference_to_it() {
+    let objects = deploy::parse(&render(&[
+        "fullnameOverride=ipam",
+        "nameOverride=ipam-app",
+        "cni.rangeChoice=true",
+        "cni.providerEvents=true",
+        "monitoring.service=true",
+        "monitoring.podMonitor=true",
+        "monitoring.prometheusRule=true",
+    ]))
+    .unwrap();
+    for o in &objects {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        assert!(name.starts_with("ipam"), "{} {name}", o["kind"]);
+        assert_eq!(o["metadata"]["labels"]["app.kubernetes.io/name"], "ipam-app", "{} {name}", o["kind"]);
+    }
+    let named = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    for o in objects.iter().filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding") {
+        let role = o["roleRef"]["name"].as_str().unwrap();
+        named(o["roleRef"]["kind"].as_str().unwrap(), role);
+        for subject in o["subjects"].as_array().unwrap() {
+            named("ServiceAccount", subject["name"].as_str().unwrap());
+        }
+    }
+    let ds = named("DaemonSet", "ipam");
+    let pod = &ds["spec"]["template"];
+    assert_eq!(ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "ipam-app");
+    assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "ipam-app");
+    named("ServiceAccount", pod["spec"]["serviceAccountName"].as_str().unwrap());
+    let volumes = pod["spec"]["volumes"].as_array().unwrap();
+    let config = volumes.iter().find(|v| v["name"] == "config").unwrap();
+    named("ConfigMap", config["configMap"]["name"].as_str().unwrap());
+    let command = |c: &Value| -> Vec<String> {
+        c["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+    };
+    let install = command(&pod["spec"]["initContainers"][0]);
+    let minted = &install[install.iter().position(|a| a == "--cni-service-account").unwrap() + 1];
+    assert_eq!(minted, "ipam-cni");
+    let role = named("Role", "ipam");
+    let token_rule = role["rules"].as_array().unwrap().iter().find(|r| r["resources"][0] == "serviceaccounts/token");
+    assert_eq!(token_rule.unwrap()["resourceNames"], serde_json::json!(["ipam-cni"]));
+    let reconciler = pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "reconciler").unwrap();
+    assert!(command(reconciler).contains(&"--lease-name=ipam-reconciler".to_string()), "{:?}", command(reconciler));
+    named("Lease", "ipam-reconciler");
+    let lease_rule = role["rules"].as_array().unwrap().iter().find(|r| r["resources"][0] == "leases").unwrap();
+    assert_eq!(lease_rule["resourceNames"], serde_json::json!(["ipam-reconciler"]));
+    let policy = named("ValidatingAdmissionPolicy", "ipam-cni-node");
+    let matched = policy["spec"]["matchConditions"].to_string();
+    assert!(matched.contains(":ipam-cni'"), "the policy matches the renamed ServiceAccount: {matched}");
+    for binding in objects.iter().filter(|o| o["kind"] == "ValidatingAdmissionPolicyBinding") {
+        named("ValidatingAdmissionPolicy", binding["spec"]["policyName"].as_str().unwrap());
+    }
+    let service = named("Service", "ipam-metrics");
+    assert_eq!(service["spec"]["selector"]["app.kubernetes.io/name"], "ipam-app");
+
+    let refused = helm_refused(&[
+        "template",
+        "hereabouts",
+        chart().to_str().unwrap(),
+        "--set-string",
+        "fullnameOverride=Not_A_Name",
+    ]);
+    assert!(refused.contains("fullnameOverride"), "{refused}");
+}
