@@ -52,9 +52,19 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         &self.who.cfg.network_name
     }
 
-    /// What the node may do once its own slices are full: claim another (up to `max_slices_per_node`), borrow.
-    fn lending(&self, may_borrow: bool) -> slices::Lending {
-        slices::Lending { may_borrow, max_own: self.max_slices.map(|n| usize::try_from(n).unwrap_or(usize::MAX)) }
+    /// [`slices::next`] for this node: once its own slices are full it claims another (up to
+    /// `max_slices_per_node`), else borrows, if the network has reservations to find a borrowed entry by.
+    fn next_slice(
+        &self,
+        slices: &[Slice],
+        full: &BTreeSet<IpNet>,
+        unclaimable: &BTreeSet<IpNet>,
+        preferred: Option<IpNet>,
+        seed: u64,
+    ) -> Next {
+        let max_own = self.max_slices.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        let lending = slices::Lending { may_borrow: self.who.kube.overlapping_ranges, max_own };
+        slices::next(slices, self.node(), full, unclaimable, preferred, lending, seed)
     }
 
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
@@ -88,18 +98,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             }
             let next = match self.requested {
                 Some(ip) => self.requested_next(&slices, ip)?,
-                None => {
-                    let may_borrow = self.who.kube.overlapping_ranges;
-                    slices::next(
-                        &slices,
-                        self.node(),
-                        &full,
-                        &unclaimable,
-                        preferred,
-                        self.lending(may_borrow),
-                        seed >> 16,
-                    )
-                }
+                None => self.next_slice(&slices, &full, &unclaimable, preferred, seed >> 16),
             };
             match next {
                 Next::Own(slice) | Next::Borrow(slice) => {
@@ -197,16 +196,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                             continue;
                         }
                         slices = now;
-                        let may_borrow = self.who.kube.overlapping_ranges;
-                        let again = slices::next(
-                            &slices,
-                            self.node(),
-                            &full,
-                            &unclaimable,
-                            preferred,
-                            self.lending(may_borrow),
-                            0,
-                        );
+                        let again = self.next_slice(&slices, &full, &unclaimable, preferred, 0);
                         if !matches!(again, Next::Claim(_)) {
                             continue;
                         }
