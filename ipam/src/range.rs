@@ -44,6 +44,16 @@ impl fmt::Display for Family {
     }
 }
 
+/// Which addresses of a CIDR are hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hosts {
+    /// Every address but the network and broadcast addresses (Whereabouts' default).
+    #[default]
+    Inner,
+    /// Every address (`enable_l3`: routed, point-to-point and /32 networks, where neither is special).
+    All,
+}
+
 /// The configuration key a value came from, so that an error names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RangeKey {
@@ -272,9 +282,21 @@ impl IpRange {
     /// CIDR; a bound outside the CIDR is refused. Excludes of the range's family that reach outside the CIDR are
     /// clipped to it (or have no effect); excludes of the other family are refused.
     pub fn parse(range: &str, start: Option<&str>, end: Option<&str>, exclude: &[String]) -> Result<Self, RangeError> {
+        Self::parse_as(range, start, end, exclude, Hosts::Inner)
+    }
+
+    /// [`IpRange::parse`], with the network and broadcast addresses hosts too when `hosts` is [`Hosts::All`]
+    /// (`enable_l3`): a /31 or /32 is a range then, and bounds are clamped into the whole CIDR.
+    pub fn parse_as(
+        range: &str,
+        start: Option<&str>,
+        end: Option<&str>,
+        exclude: &[String],
+        hosts: Hosts,
+    ) -> Result<Self, RangeError> {
         let (cidr, implied) = parse_range(range)?;
         let prefix = cidr.prefix_len();
-        if cidr.max_prefix_len() - prefix < 2 {
+        if hosts == Hosts::Inner && cidr.max_prefix_len() - prefix < 2 {
             return Err(RangeError::TooSmall { cidr, prefix });
         }
         if let IpNet::V6(n) = cidr
@@ -326,10 +348,15 @@ impl IpRange {
                 (start, end)
             }
         };
-        // Clamping is monotonic, so start <= end survives it.
-        let usable = |ip: IpAddr| (to_u128(ip) - base).clamp(1, broadcast - 1);
-        let first = start.map_or(1, usable);
-        let last = end.map_or(broadcast - 1, usable);
+        // Clamping is monotonic, so start <= end survives it. The last offset stays below 2^128 - 1 (an IPv6 /0
+        // with every address a host gives up one), so `last + 1` never overflows.
+        let (lowest, highest) = match hosts {
+            Hosts::Inner => (1, broadcast - 1),
+            Hosts::All => (0, broadcast.min(u128::MAX - 1)),
+        };
+        let usable = |ip: IpAddr| (to_u128(ip) - base).clamp(lowest, highest);
+        let first = start.map_or(lowest, usable);
+        let last = end.map_or(highest, usable);
 
         let mut excludes = Vec::with_capacity(exclude.len());
         for value in exclude {
@@ -363,7 +390,7 @@ impl IpRange {
         let mut merged: Vec<(u128, u128)> = Vec::with_capacity(clipped.len());
         for (a, b) in clipped {
             match merged.last_mut() {
-                // `end + 1` cannot overflow: every end is <= last < broadcast.
+                // `end + 1` cannot overflow: every end is <= last < 2^128 - 1.
                 Some(prev) if a <= prev.1 + 1 => prev.1 = prev.1.max(b),
                 _ => merged.push((a, b)),
             }
@@ -424,7 +451,7 @@ impl IpRange {
 
     /// How many addresses may be handed out.
     pub fn usable_count(&self) -> u128 {
-        // At most 2^128 - 2, so this cannot overflow even for an IPv6 /0.
+        // At most 2^128 - 1 (last < 2^128 - 1), so this cannot overflow even for an IPv6 /0.
         let excluded: u128 = self.excludes.iter().map(|&(a, b)| b - a + 1).sum();
         self.last - self.first + 1 - excluded
     }
@@ -457,7 +484,7 @@ impl IpRange {
                 let from = cursor?;
                 match excludes.next() {
                     Some(&(a, b)) => {
-                        // `b + 1` cannot overflow (b <= last < broadcast); it may pass `last`, which ends the walk.
+                        // `b + 1` cannot overflow (b <= last < 2^128 - 1); it may pass `last`, which ends the walk.
                         cursor = (b < self.last).then_some(b + 1);
                         if a > from {
                             return Some(from..=a - 1);
@@ -539,6 +566,27 @@ mod tests {
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn with_every_address_a_host_the_network_and_broadcast_are_handed_out() {
+        let all = |r: &str, s: Option<&str>, e: Option<&str>| IpRange::parse_as(r, s, e, &[], Hosts::All).unwrap();
+        let usable = |r: &IpRange| (0..=r.broadcast_offset()).filter(|&o| r.is_usable(o)).collect::<Vec<_>>();
+        assert_eq!(usable(&all("198.18.0.0/31", None, None)), [0, 1]);
+        assert_eq!(usable(&all("198.18.0.7/32", None, None)), [0]);
+        assert_eq!(all("198.18.0.7/32", None, None).addr_at(0), ip("198.18.0.7"));
+        assert_eq!(usable(&all("198.18.0.0/30", None, None)), [0, 1, 2, 3]);
+        assert_eq!(all("2001:db8::/127", None, None).usable_count(), 2);
+        // bounds on the network or broadcast address stay there
+        let bounded = all("198.18.0.0/29", Some("198.18.0.0"), Some("198.18.0.7"));
+        assert_eq!((bounded.first_usable(), bounded.last_usable()), (Some(0), Some(7)));
+        // an IPv6 /0 gives up its last address, so that no count overflows
+        assert_eq!(all("::/0", None, None).usable_count(), u128::MAX);
+        // without, a /31 and a /32 are no range
+        for small in ["198.18.0.0/31", "198.18.0.7/32"] {
+            assert!(matches!(IpRange::parse(small, None, None, &[]), Err(RangeError::TooSmall { .. })), "{small}");
+        }
+        assert_eq!(usable(&IpRange::parse("198.18.0.0/30", None, None, &[]).unwrap()), [1, 2]);
     }
 
     fn ex(list: &[&str]) -> Vec<String> {

@@ -495,3 +495,31 @@ async fn a_node_at_its_slice_cap_borrows_and_leaves_the_free_slices() {
     assert_eq!(owners.iter().filter(|s| s.node_name.is_empty()).count(), 2, "left to other nodes: {owners:?}");
     assert_no_address_twice(&store);
 }
+
+/// `enable_l3` (the maintained fork's): a /31's both addresses and a /32's one are handed out, the network address
+/// first; the range then says it is full; DEL finds and releases them.
+#[tokio::test]
+async fn with_enable_l3_a_31_and_a_32_hand_out_every_address() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let p2p = serde_json::json!({"range": "198.18.64.0/31", "enable_l3": true});
+    let got: Vec<_> = futures::future::join_all((0..2).map(|i| {
+        let (host, p2p) = (&host, p2p.clone());
+        async move { add(host, &config(p2p, &format!("p{i}")), &request(&format!("c{i}"), "n")).await.unwrap() }
+    }))
+    .await;
+    let mut ips: Vec<std::net::IpAddr> = got.iter().map(|a| a[0].ip).collect();
+    ips.sort();
+    assert_eq!(ips, ["198.18.64.0".parse::<std::net::IpAddr>().unwrap(), "198.18.64.1".parse().unwrap()]);
+    assert!(got.iter().all(|a| a[0].prefix_len == 31));
+    let full = add(&host, &config(p2p.clone(), "p2"), &request("c2", "n")).await.unwrap_err();
+    assert_eq!(full.code, Code::RangeExhausted);
+    let released = del(&host, &ReleaseConfig::from(config(p2p.clone(), "p0")), &request("c0", "n")).await.unwrap();
+    assert_eq!(released, 1);
+
+    let host32 = serde_json::json!({"range": "198.18.64.9/32", "enable_l3": true});
+    let one = add(&host, &config(host32.clone(), "h"), &request("ch", "n")).await.unwrap();
+    assert_eq!((one[0].ip.to_string(), one[0].prefix_len), ("198.18.64.9".to_string(), 32));
+    assert_eq!(del(&host, &ReleaseConfig::from(config(host32, "h")), &request("ch", "n")).await.unwrap(), 1);
+    assert_no_address_twice(&store);
+}

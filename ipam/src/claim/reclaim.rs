@@ -25,7 +25,8 @@ pub enum Reclaimed {
 
 /// The range of `pool` and the network its name says it belongs to, if both can be read.
 pub fn pool_scope(pool: &IpPool) -> Option<(IpRange, String)> {
-    let range = IpRange::parse(&pool.spec.range, None, None, &[]).ok()?;
+    // every address of it: a pool of a range with `enable_l3` (a /31, a /32) holds its network address too
+    let range = IpRange::parse_as(&pool.spec.range, None, None, &[], crate::range::Hosts::All).ok()?;
     let name = pool.metadata.name.as_deref()?;
     // what hereabouts wrote when it made the pool, if its name agrees; else what the name says
     let annotated = pool.metadata.annotations.as_ref().and_then(|a| a.get(crate::store::NETWORK_ANNOTATION));

@@ -124,6 +124,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         sticky_statefulset: inline.sticky_statefulset.or(flat.sticky_statefulset),
         warm_addresses: inline.warm_addresses.or(flat.warm_addresses),
         max_slices_per_node: inline.max_slices_per_node.or(flat.max_slices_per_node),
+        enable_l3: inline.enable_l3.or(flat.enable_l3),
         routing: inline.routing.merge(flat.routing),
         ignored,
     }

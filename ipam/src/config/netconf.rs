@@ -86,6 +86,8 @@ pub(super) struct RawIpam<'p> {
     pub sticky_statefulset: Field<'p, bool>,
     /// `warm_addresses`: how many attachments' addresses the node agent keeps claimed in advance (node slices).
     pub warm_addresses: Field<'p, u64>,
+    /// `enable_l3` (the maintained Whereabouts fork's): the network and broadcast addresses are handed out too.
+    pub enable_l3: Field<'p, bool>,
     /// `max_slices_per_node`: how many slices of the range one node may claim (node slices).
     pub max_slices_per_node: Field<'p, u64>,
     /// The routing-table datastore and the announcement of addresses as host routes.
@@ -147,6 +149,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "sticky_statefulset",
     "warm_addresses",
     "max_slices_per_node",
+    "enable_l3",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -271,6 +274,7 @@ fn parse_key<'p>(
         "pod_ranges" => raw.pod_ranges = sourced(origin, boolean(v, key)?),
         "sticky_statefulset" => raw.sticky_statefulset = sourced(origin, boolean(v, key)?),
         "warm_addresses" => raw.warm_addresses = sourced(origin, uint(v, key)?.map(|n| warm(n, key)).transpose()?),
+        "enable_l3" => raw.enable_l3 = sourced(origin, boolean(v, key)?),
         "max_slices_per_node" => {
             raw.max_slices_per_node = sourced(origin, uint(v, key)?.map(|n| slice_cap(n, key)).transpose()?);
         }

@@ -14,7 +14,7 @@ use super::StaticAddress;
 use super::error::ConfigError;
 use super::field::{Origin, Sourced};
 use super::netconf::{RawIpam, cidr, family, ip, net_v4, same_family};
-use crate::range::IpRange;
+use crate::range::{Hosts, IpRange};
 
 /// One range entry with the keys of its parts.
 struct Spec<'s> {
@@ -26,6 +26,8 @@ struct Spec<'s> {
     end: Option<(&'s str, String)>,
     exclude: &'s [String],
     exclude_key: String,
+    /// `enable_l3`: the network and broadcast addresses are hosts too.
+    hosts: Hosts,
 }
 
 pub(super) fn build(raw: &RawIpam<'_>) -> Result<Vec<IpRange>, ConfigError> {
@@ -90,11 +92,11 @@ pub(super) fn build_for_release(raw: &RawIpam<'_>, warnings: &mut Vec<String>) -
     out
 }
 
-/// The whole CIDR of `range` without its bounds and excludes: that of `B/len` in `A-B/len`, which
-/// [`IpRange::parse`] also splits at the first `-`.
+/// The whole CIDR of `range` without its bounds and excludes, every address of it (a release only needs the
+/// pool's name and offsets): that of `B/len` in `A-B/len`, which [`IpRange::parse`] also splits at the first `-`.
 fn whole_cidr(range: &str) -> Option<IpRange> {
     let cidr = range.split_once('-').map_or(range, |(_, cidr)| cidr);
-    IpRange::parse(cidr, None, None, &[]).ok()
+    IpRange::parse_as(cidr, None, None, &[], Hosts::All).ok()
 }
 
 /// The top-level `range_start`, `range_end` and `exclude` narrow `range` only.
@@ -118,6 +120,7 @@ fn check_unanchored(raw: &RawIpam<'_>) -> Result<(), ConfigError> {
 /// `range` is an error in its place.
 fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
     let mut out = Vec::new();
+    let hosts = if raw.enable_l3.as_ref().is_some_and(|f| f.value) { Hosts::All } else { Hosts::Inner };
     if let Some(range) = &raw.range {
         let (exclude, exclude_origin) = match &raw.exclude {
             Some(e) => (e.value.as_slice(), e.origin),
@@ -131,6 +134,7 @@ fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
             end: raw.range_end.as_ref().map(|f| (f.value.as_str(), f.origin.key("range_end"))),
             exclude,
             exclude_key: exclude_origin.key("exclude"),
+            hosts,
         }));
     }
     if let Some(list) = &raw.ip_ranges {
@@ -147,6 +151,7 @@ fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
                     end: entry.range_end.as_deref().map(|s| (s, sub("range_end"))),
                     exclude: &entry.exclude,
                     exclude_key: sub("exclude"),
+                    hosts,
                 }),
             });
             // IaaS provider mode: the paired IPv6 range is a range of its own (its pool), right after its IPv4 one
@@ -159,6 +164,7 @@ fn specs<'s>(raw: &'s RawIpam<'_>) -> Vec<Result<Spec<'s>, ConfigError>> {
                     end: None,
                     exclude: &[],
                     exclude_key: sub("paired_range"),
+                    hosts,
                 }));
             }
         }
@@ -196,7 +202,7 @@ fn one(spec: &Spec<'_>) -> Result<IpRange, ConfigError> {
     }
     let start_s = spec.start.as_ref().map(|(s, _)| *s);
     let end_s = spec.end.as_ref().map(|(s, _)| *s);
-    IpRange::parse(spec.range, start_s, end_s, spec.exclude)
+    IpRange::parse_as(spec.range, start_s, end_s, spec.exclude, spec.hosts)
         .map_err(|source| ConfigError::Range { key: spec.key.clone(), source })
 }
 

@@ -939,3 +939,18 @@ fn a_paired_range_follows_its_ipv4_range_and_is_refused_where_it_cannot_pair() {
     let del = load_for_release_with_paths(&Input { stdin: &stdin, cni_args: "" }, &[]);
     assert_eq!(del.ranges.len(), 2);
 }
+
+#[test]
+fn enable_l3_makes_a_31_and_a_32_ranges_whose_every_address_is_a_host() {
+    let cfg = ok(&netconf(ranged(json!({"range": "10.0.0.0/31", "enable_l3": true}))), "");
+    assert_eq!(cfg.ranges[0].usable_count(), 2);
+    let cfg = ok(&netconf(ranged(json!({"range": "10.0.0.1/32", "enable_l3": true}))), "");
+    assert_eq!((cfg.ranges[0].usable_count(), cfg.ranges[0].first_usable()), (1, Some(0)));
+    let cfg = ok(&netconf(ranged(json!({"range": "10.0.0.0/24", "enable_l3": true}))), "");
+    assert!(cfg.ranges[0].is_usable(0) && cfg.ranges[0].is_usable(255));
+    let listed =
+        ok(&netconf(ranged(json!({"range": null, "ipRanges": [{"range": "10.0.1.0/31"}], "enable_l3": true}))), "");
+    assert_eq!(listed.ranges[0].usable_count(), 2, "every range of the config");
+    let not_bool = refused(&netconf(ranged(json!({"enable_l3": "yes"}))), "");
+    assert!(not_bool.to_string().contains("enable_l3"), "{not_bool}");
+}

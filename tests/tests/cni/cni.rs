@@ -524,3 +524,33 @@ fn run_by_hand_on_a_terminal_the_plugin_says_what_it_is() {
     assert!(said.contains("log_file"), "and where its log goes: {said}");
     assert_eq!(out.status.code(), Some(1), "it exits 1 (124: it waited for stdin): {said}");
 }
+
+/// `enable_l3` (the maintained Whereabouts fork's key) through the compiled plugin: a /31's two addresses go to
+/// two pods at once (the network address among them, each with its /31), a third ADD is told the range is full and
+/// writes nothing, a DEL gives one back; without the key a /31 is refused with code 7 naming `ipam.range`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_enable_l3_a_point_to_point_range_hands_out_both_addresses() {
+    let fx = CniFixture::new("cni-l3").await;
+    let config = fx.netconf("1.0.0", "p2p", json!({"range": "198.18.107.0/31", "enable_l3": true}));
+    let both = join_all(["a", "b"].map(|pod| {
+        let inv = fx.invocation("ADD", &config, pod, &format!("c-{pod}"));
+        async move { inv.run().await }
+    }))
+    .await;
+    let got: BTreeSet<IpAddr> = both.iter().flat_map(|o| o.ips()).collect();
+    assert_eq!(got, BTreeSet::from([ip("198.18.107.0"), ip("198.18.107.1")]), "{:?}", both);
+    for out in &both {
+        assert_eq!(out.json()["ips"][0]["address"].as_str().unwrap().split('/').nth(1), Some("31"), "{}", out.stdout);
+    }
+    let before = fx.object_count().await;
+    let full = fx.add(&config, "c", "c-c").await;
+    assert_eq!(full.error_code(), 100, "{}", full.stdout);
+    assert_eq!(fx.object_count().await, before, "nothing written");
+    assert!(fx.del(&config, "a", "c-a").await.success);
+    assert_eq!(fx.pool("198.18.107.0-31").await.spec.allocations.len(), 1);
+
+    let without = fx.netconf("1.0.0", "p2p", json!({"range": "198.18.107.2/31"}));
+    let refused = fx.add(&without, "d", "c-d").await;
+    assert_eq!(refused.error_code(), 7, "{}", refused.stdout);
+    assert!(refused.stdout.contains("ipam.range"), "{}", refused.stdout);
+}
