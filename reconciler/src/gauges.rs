@@ -1,6 +1,7 @@
 //! The pool gauges, kept by the leader alone: every `--gauge-interval` it reads the namespace's pools, a few at a
 //! time, and sets each pool's capacity and allocated count; a reconciler that does not lead exports none, so one
-//! scrape of every node counts each pool once, and a former leader's figures do not linger.
+//! scrape of every node counts each pool once, and a former leader's figures do not linger. The same figures go
+//! into each pool's annotations when they changed, for `kubectl get ippools`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,9 +9,9 @@ use std::time::Duration;
 
 use hereabouts_ipam::crd::IpPool;
 
-use hereabouts_ipam::store::capacity;
+use hereabouts_ipam::store::{ALLOCATED_ANNOTATION, USABLE_ANNOTATION, capacity, guard};
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 
 use crate::http::Health;
@@ -73,11 +74,30 @@ async fn refresh(pools: &Api<IpPool>, metrics: &Metrics) -> Result<BTreeSet<Pool
             let labels = PoolLabels { pool: pool.metadata.name.clone().unwrap_or_default() };
             metrics.pool_size.get_or_create(&labels).set(i64::try_from(capacity(pool)).unwrap_or(i64::MAX));
             metrics.pool_allocated.get_or_create(&labels).set(pool.spec.allocations.len() as i64);
+            write_counts(pools, pool).await;
             seen.insert(labels);
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(seen),
         }
+    }
+}
+
+/// Writes `pool`'s entry count and capacity into its annotations when they differ from what it shows. Best effort:
+/// the table is news, the next pass writes what this one could not.
+async fn write_counts(pools: &Api<IpPool>, pool: &IpPool) {
+    let annotations = pool.metadata.annotations.clone().unwrap_or_default();
+    let (allocated, usable) = (pool.spec.allocations.len(), capacity(pool));
+    let shown = |key: &str| annotations.get(key).cloned();
+    if shown(ALLOCATED_ANNOTATION) == Some(allocated.to_string())
+        && shown(USABLE_ANNOTATION) == Some(usable.to_string())
+    {
+        return;
+    }
+    let name = pool.metadata.name.as_deref().unwrap_or_default();
+    let patch = Patch::Merge(guard::counted(allocated, usable));
+    if let Err(e) = pools.patch(name, &PatchParams::default(), &patch).await {
+        tracing::debug!(pool = name, error = %e, "pool counts not written; the next pass tries again");
     }
 }

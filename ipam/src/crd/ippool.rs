@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
     doc = "The addresses of one range (one node slice in slice mode) and who holds each: one entry per allocated address, keyed by its offset in the range. Written by the CNI plugin with guarded JSON patches; entries of gone pods are released by the reconciler. `kubectl hereabouts ipam show` summarises them.",
     printcolumn = r#"{"name":"Range","type":"string","jsonPath":".spec.range"}"#,
     printcolumn = r#"{"name":"Network","type":"string","jsonPath":".metadata.annotations.hereabouts\\.cni\\.cncf\\.io/network-name"}"#,
+    printcolumn = r#"{"name":"Allocated","type":"string","description":"Entries, as the leader reconciler last counted them","jsonPath":".metadata.annotations.hereabouts\\.cni\\.cncf\\.io/allocated"}"#,
+    printcolumn = r#"{"name":"Usable","type":"string","description":"Addresses the creating config may hand out","jsonPath":".metadata.annotations.hereabouts\\.cni\\.cncf\\.io/usable-addresses"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     namespaced
 )]

@@ -238,6 +238,15 @@ pub fn set_cooldown(seconds: u64) -> Value {
     }
 }
 
+/// The merge patch that writes a pool's entry count and capacity where `kubectl get ippools` shows them. Not a
+/// guard: the leader alone writes them, and a count a moment old is what a table of pools shows anyway.
+pub fn counted(allocated: usize, usable: u128) -> Value {
+    json!({"metadata": {"annotations": {
+        super::ALLOCATED_ANNOTATION: allocated.to_string(),
+        super::USABLE_ANNOTATION: usable.to_string(),
+    }}})
+}
+
 /// The merge patch that makes `spec.released` when it is missing, and changes nothing else: a JSON Patch cannot
 /// add below a missing map.
 pub fn make_released() -> Value {

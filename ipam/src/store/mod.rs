@@ -53,6 +53,10 @@ pub const NETWORK_ANNOTATION: &str = "hereabouts.cni.cncf.io/network-name";
 /// counted by its range.
 pub const USABLE_ANNOTATION: &str = "hereabouts.cni.cncf.io/usable-addresses";
 
+/// The annotation in which the leader reconciler keeps a pool's entry count, for `kubectl get ippools` (beside
+/// [`USABLE_ANNOTATION`]): never read by an allocation, so never more than a few seconds stale matters to no one.
+pub const ALLOCATED_ANNOTATION: &str = "hereabouts.cni.cncf.io/allocated";
+
 /// How many addresses `pool` may hand out: what its creator's config said ([`USABLE_ANNOTATION`]), else its
 /// range's usable count.
 pub fn capacity(pool: &IpPool) -> u128 {

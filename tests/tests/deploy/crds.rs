@@ -47,9 +47,11 @@ async fn kubectl_get_shows_range_network_podref_interface_and_node() {
         }
     };
     let (columns, rows) = table("ippools").await;
-    assert_eq!(columns, ["Name", "Range", "Network", "Age"]);
+    assert_eq!(columns, ["Name", "Range", "Network", "Allocated", "Usable", "Age"]);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0][1..3], [json!("198.18.96.0/28"), json!("blue")]);
+    // the usable count is the creating ADD's; the allocated count is the leader reconciler's, not running here
+    assert_eq!(rows[0][4], json!("14"), "{:?}", rows[0]);
 
     let (columns, rows) = table("overlappingrangeipreservations").await;
     assert_eq!(columns, ["Name", "PodRef", "Interface", "Node", "Age"]);

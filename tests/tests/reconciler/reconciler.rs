@@ -187,7 +187,8 @@ async fn exports_gauges(r: &Reconciler) -> bool {
 }
 
 /// The pool gauges: exported by the leader alone, following ADDs within seconds, with the capacity the config
-/// gives (range_end), and taken over by the next leader.
+/// gives (range_end), written into the pool's annotations for `kubectl get ippools` too, and taken over by the next
+/// leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_exports_pool_gauges_and_they_follow_adds() {
     let mut fx = Fx::new("rec-gauges", "198.18.98.0/28").await;
@@ -210,6 +211,30 @@ async fn only_the_leader_exports_pool_gauges_and_they_follow_adds() {
     let (leader, follower) = if a_leads { (&mut a, &mut b) } else { (&mut b, &mut a) };
     assert!(!exports_gauges(follower).await, "a follower exports no pool gauge:\n{}", follower.logs());
     assert_eq!(leader.metric(size).await, 10.0, "range_end .10: 10 usable addresses");
+    // the same figures where `kubectl get ippools` shows them (the CRD's printer columns)
+    wait::until(Duration::from_secs(20), "the pool's annotations to count 3 of 10", || async {
+        let annotations = fx.pool("198.18.98.0-28").await.metadata.annotations.unwrap_or_default();
+        let shown = |key: &str| annotations.get(key).cloned().unwrap_or_default();
+        let counts =
+            (shown(hereabouts_ipam::store::ALLOCATED_ANNOTATION), shown(hereabouts_ipam::store::USABLE_ANNOTATION));
+        (counts == ("3".to_string(), "10".to_string())).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", leader.logs()));
+    // as kubectl asks for them: the API server's table of the pools
+    let table: serde_json::Value = {
+        let path = format!("/apis/whereabouts.cni.cncf.io/v1alpha1/namespaces/{}/ippools", fx.ns);
+        let request = http::Request::get(path)
+            .header(http::header::ACCEPT, "application/json;as=Table;v=v1;g=meta.k8s.io")
+            .body(Vec::new())
+            .unwrap();
+        fx.cluster.admin().await.request(request).await.unwrap()
+    };
+    let columns: Vec<&str> =
+        table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let row = &table["rows"][0]["cells"];
+    let cell = |name: &str| row[columns.iter().position(|c| *c == name).unwrap()].clone();
+    assert_eq!((cell("Allocated"), cell("Usable")), (serde_json::json!("3"), serde_json::json!("10")), "{columns:?}");
 
     leader.stop();
     wait::until(Duration::from_secs(40), "the next leader's gauges", || async {
