@@ -337,7 +337,8 @@ where
             let Some((range, _)) = read.as_ref().and_then(super::pool_scope) else { continue };
             for key in read.iter().flat_map(|p| p.spec.allocations.keys()) {
                 let Ok(offset) = key.parse::<u128>() else { continue };
-                if let Some(ours) = self.target.range.offset_of(range.addr_at(offset)) {
+                // an offset outside its CIDR (another tool wrote it) names no address
+                if let Some(ours) = range.checked_addr_at(offset).and_then(|ip| self.target.range.offset_of(ip)) {
                     held.insert(ours);
                 }
             }
