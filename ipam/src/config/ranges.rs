@@ -92,11 +92,12 @@ pub(super) fn build_for_release(raw: &RawIpam<'_>, warnings: &mut Vec<String>) -
     out
 }
 
-/// The whole CIDR of `range` without its bounds and excludes, every address of it (a release only needs the
-/// pool's name and offsets): that of `B/len` in `A-B/len`, which [`IpRange::parse`] also splits at the first `-`.
+/// The whole CIDR of `range` without its bounds and excludes: that of `B/len` in `A-B/len`, which
+/// [`IpRange::parse`] also splits at the first `-`; a /31 or /32 with every address a host (a release only needs
+/// the pool's name and offsets).
 fn whole_cidr(range: &str) -> Option<IpRange> {
     let cidr = range.split_once('-').map_or(range, |(_, cidr)| cidr);
-    IpRange::parse_as(cidr, None, None, &[], Hosts::All).ok()
+    IpRange::parse(cidr, None, None, &[]).or_else(|_| IpRange::parse_as(cidr, None, None, &[], Hosts::All)).ok()
 }
 
 /// The top-level `range_start`, `range_end` and `exclude` narrow `range` only.
