@@ -181,6 +181,14 @@ async fn a_failed_release_is_retried_before_any_cron() {
         ..ReconcilerOptions::new(&node, &fx.ns)
     };
     let reconciler = Reconciler::start(fx.cluster, &opts).await;
+    // the leader's pool counts are PATCHes of ippools too: the refusals are for the releases, so they are armed
+    // once the count is written (it changes again only when the release goes through)
+    hereabouts_tests::wait::until(Duration::from_secs(20), "the leader's count of the pool", || async {
+        let annotations = fx.pool("198.18.60.0-24").await.metadata.annotations.unwrap_or_default();
+        (annotations.get(hereabouts_ipam::store::ALLOCATED_ANNOTATION).map(String::as_str) == Some("1")).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
     proxy.add_rule(Rule {
         times: 2,
         ..Rule::nth(Verb::Patch, "ippools", 1, Action::Status(403, "forbidden: RBAC not yet in place".into()))
