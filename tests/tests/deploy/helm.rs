@@ -210,6 +210,8 @@ fn the_pod_values_land_in_the_pod() {
         "extraArgs.agent[0]=--concurrency=7",
         "extraEnv[0].name=HTTPS_PROXY",
         "extraEnv[0].value=http://198.18.0.1:3128",
+        "cni.logLevel=debug",
+        "cni.logFile=/var/log/hereabouts-cni.log",
     ]);
     let objects = deploy::parse(&text).unwrap();
     let pod = &find(&objects, "DaemonSet")["spec"]["template"];
@@ -242,6 +244,11 @@ fn the_pod_values_land_in_the_pod() {
         assert_eq!(extra, usize::from(c["name"] == "agent"), "{}: {command:?}", c["name"]);
         if c["name"] == "agent" {
             assert_eq!(command.last(), Some(&"--concurrency=7"), "appended after the chart's flags");
+        }
+        if c["name"] == "install-cni" {
+            // the flat file's log settings (install-cni's flags; its own tests read the file they write)
+            assert!(command.contains(&"--log-level=debug"), "{command:?}");
+            assert!(command.contains(&"--log-file=/var/log/hereabouts-cni.log"), "{command:?}");
         }
     }
     let default = find(&deploy::parse(&render(&[])).unwrap(), "DaemonSet")["spec"]["template"]["spec"].clone();
