@@ -212,7 +212,9 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
         .await
         .context("list reservations")?
         .items;
-    let pools = crate::client::pools_of(client, namespace).await?;
+    // one list of the NodeSlicePools: what explains the slice pools, and whose slices may be a gone node's
+    let slices = node_slices(client, namespace).await?;
+    let pools = crate::client::pools_with(client, namespace, &slices).await?;
     let listed: HashMap<&str, _> =
         reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
     let now = hereabouts_ipam::clock::now();
@@ -280,7 +282,7 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
             found.insert(Finding::OrphanedReservation { reservation: name, podref: reservation.spec.podref.clone() });
         }
     }
-    found.extend(gone_node_slices(client, namespace).await?);
+    found.extend(gone_node_slices(client, &slices).await?);
     for pool in &pools {
         if let Some(finalizers) = pool.metadata.finalizers.as_ref().filter(|f| !f.is_empty()) {
             let pool = pool.metadata.name.clone().unwrap_or_default();
@@ -324,18 +326,16 @@ pub async fn node_slices(client: &Client, namespace: &str) -> anyhow::Result<Vec
     Ok(listed.context("list NodeSlicePools")?.items)
 }
 
-/// Slices of NodeSlicePools whose node is not a Node any more.
-async fn gone_node_slices(client: &Client, namespace: &str) -> anyhow::Result<Vec<Finding>> {
+/// Slices of the NodeSlicePools `slices` whose node is not a Node any more.
+async fn gone_node_slices(client: &Client, slices: &[NodeSlicePool]) -> anyhow::Result<Vec<Finding>> {
     let lp = ListParams::default();
-    let slices =
-        Api::<NodeSlicePool>::namespaced(client.clone(), namespace).list(&lp).await.context("list NodeSlicePools")?;
-    if slices.items.iter().all(|s| s.status.as_ref().is_none_or(|st| st.allocations.is_empty())) {
+    if slices.iter().all(|s| s.status.as_ref().is_none_or(|st| st.allocations.is_empty())) {
         return Ok(Vec::new());
     }
     let nodes = Api::<Node>::all(client.clone()).list_metadata(&lp).await.context("list Nodes")?;
     let live: BTreeSet<String> = nodes.items.into_iter().filter_map(|n| n.metadata.name).collect();
     let mut found = Vec::new();
-    for pool in &slices.items {
+    for pool in slices {
         for slice in pool.status.iter().flat_map(|s| &s.allocations) {
             if !slice.node_name.is_empty() && !live.contains(&slice.node_name) {
                 found.push(Finding::GoneNodeSlice {

@@ -60,13 +60,18 @@ async fn own_resolver(config: kube::Config) -> anyhow::Result<kube::Config> {
 
 /// The pools of `namespace`, each read with the NodeSlicePools that explain slice pools Whereabouts made.
 pub async fn pools_of(client: &Client, namespace: &str) -> anyhow::Result<Vec<IpPool>> {
+    pools_with(client, namespace, &crate::check::node_slices(client, namespace).await?).await
+}
+
+/// [`pools_of`] with the namespace's NodeSlicePools as already listed.
+pub async fn pools_with(client: &Client, namespace: &str, slices: &[NodeSlicePool]) -> anyhow::Result<Vec<IpPool>> {
     let lp = ListParams::default();
     let mut pools = Api::<IpPool>::namespaced(client.clone(), namespace)
         .list(&lp)
         .await
         .with_context(|| format!("list pools in {namespace}"))?
         .items;
-    hereabouts_ipam::claim::understand(&mut pools, &crate::check::node_slices(client, namespace).await?);
+    hereabouts_ipam::claim::understand(&mut pools, slices);
     Ok(pools)
 }
 

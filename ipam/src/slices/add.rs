@@ -52,6 +52,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         &self.who.cfg.network_name
     }
 
+    /// `max_slices_per_node`, when it is what keeps this node from a free slice: it holds that many.
+    fn capped(&self, slices: &[Slice]) -> Option<u64> {
+        let held = slices.iter().filter(|s| s.node == self.node()).count() as u64;
+        self.max_slices.filter(|max| held >= *max && slices.iter().any(|s| s.node.is_empty()))
+    }
+
     /// [`slices::next`] for this node: once its own slices are full it claims another (up to
     /// `max_slices_per_node`), else borrows, if the network has reservations to find a borrowed entry by.
     fn next_slice(
@@ -108,13 +114,14 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     };
                     let pool = slice.pool_name(self.network_name());
                     if slice.node != self.node() {
-                        let held = slices.iter().filter(|s| s.node == self.node()).count();
-                        match self.max_slices.filter(|max| held as u64 >= *max) {
-                            Some(max) if slices.iter().any(|s| s.node.is_empty()) => tracing::warn!(
-                                slice = %slice.cidr, owner = %slice.node, held, max_slices_per_node = max,
+                        match self.capped(&slices) {
+                            Some(max) => tracing::warn!(
+                                slice = %slice.cidr, owner = %slice.node, max_slices_per_node = max,
                                 "the node holds max_slices_per_node slices, all full: borrowing, though slices are free"
                             ),
-                            _ => tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing"),
+                            None => {
+                                tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing")
+                            }
                         }
                     }
                     let mut target = Target::new(pool.clone(), &sub);
@@ -226,9 +233,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     slices = self.read_slices(&name).await?;
                 }
                 Next::Full => {
-                    let held = slices.iter().filter(|s| s.node == self.node()).count() as u64;
-                    let capped = self.max_slices.filter(|max| held >= *max && slices.iter().any(|s| s.node.is_empty()));
-                    let exhausted = match capped {
+                    let exhausted = match self.capped(&slices) {
                         Some(max) => IpamError::SliceCap { pool: name, node: self.node().to_string(), max },
                         None => IpamError::Exhausted { pool: name, range: self.range.cidr().to_string() },
                     };
