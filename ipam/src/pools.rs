@@ -176,12 +176,12 @@ pub(crate) fn overlapping(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::pool_object;
+    use crate::store::NewPool;
 
     #[test]
     fn a_new_pool_replaces_the_overlapping_pools_of_its_own_network_only() {
         let pool = |name: &str, range: &str, network: &str, node: Option<&str>| {
-            pool_object(name, range, network, 0, node, &[])
+            NewPool { network_name: network, node_name: node, ..NewPool::new(name, range, 0) }.object()
         };
         let listed = [
             pool("198.18.61.0-30", "198.18.61.0/30", "", None),

@@ -215,7 +215,7 @@ async fn every_slice_claimed_and_a_pool_not_made_yet_is_waited_for_not_called_fu
     let late = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         let name = crate::names::slice_pool_name("", "node-d", third);
-        owner.create_pool(&name, &third.to_string(), "", 4, None, &[]).await.unwrap();
+        owner.create_pool(&crate::store::NewPool::new(&name, &third.to_string(), 4)).await.unwrap();
     });
     let got = add(&host, &config(ipam.clone(), "p1"), &request("c1", "node-a")).await;
     late.await.unwrap();

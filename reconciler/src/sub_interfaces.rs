@@ -200,7 +200,7 @@ mod tests {
     use super::*;
 
     fn pool(records: &[(&str, &str)], entries: &[(&str, IpAllocation)]) -> IpPool {
-        let mut p = hereabouts_ipam::store::pool_object("p", "198.18.0.0/24", "", 254, None, &[]);
+        let mut p = hereabouts_ipam::store::NewPool::new("p", "198.18.0.0/24", 254).object();
         for (offset, node) in records {
             let record = SubInterfaceRecord { node: node.to_string(), ..SubInterfaceRecord::default() };
             p.spec.sub_interfaces.insert(offset.to_string(), record);

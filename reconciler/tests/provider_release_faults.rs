@@ -13,7 +13,7 @@ use hereabouts_ipam::budget::Budget;
 use hereabouts_ipam::crd::{IpAllocation, SubInterfaceRecord};
 use hereabouts_ipam::provider::{AllocateRequest, HOLD_ID, ProviderClient, RELEASE_PATH, SubEniRequest};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, Op};
-use hereabouts_ipam::store::{AsRead, MemoryStore, Patched, PoolStore, pool_object};
+use hereabouts_ipam::store::{AsRead, MemoryStore, NewPool, Patched, PoolStore};
 use hereabouts_reconciler::sub_interfaces::{SubInterfaceKeeper, steps};
 use hereabouts_tests::provider::{Fault as ProviderFault, ProviderOptions, ReferenceProvider};
 use serde_json::json;
@@ -46,7 +46,7 @@ async fn client(provider: &ReferenceProvider) -> ProviderClient {
 
 /// The pool and the provider as ADDs on both nodes left them.
 async fn seed_world(store: &MemoryStore, provider: &ReferenceProvider, client: &ProviderClient) {
-    let mut pool = pool_object(POOL, "198.18.60.0/24", "net", 254, None, &[]);
+    let mut pool = NewPool { network_name: "net", ..NewPool::new(POOL, "198.18.60.0/24", 254) }.object();
     let all = IDLE_GONE.iter().chain([&HELD_GONE]).map(|o| (*o, GONE)).chain(ON_LIVE.iter().map(|o| (*o, LIVE)));
     for (offset, node) in all {
         let request = AllocateRequest {

@@ -20,7 +20,7 @@ use hereabouts_ipam::provider::{
     ALLOCATE_PATH, AllocateRequest, AllocateResponse, RELEASE_PATH, ReleaseRequest, SubEniResponse, TIMEOUT_HEADER,
 };
 use hereabouts_ipam::range::IpRange;
-use hereabouts_ipam::store::pool_object;
+use hereabouts_ipam::store::NewPool;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -221,7 +221,9 @@ impl ReferenceProvider {
             Some(p) => p,
             None => {
                 let range_string = hereabouts_ipam::names::range_string(range.cidr());
-                let object = pool_object(pool, &range_string, "", range.usable_count(), Some(node), &[]);
+                let object =
+                    NewPool { node_name: Some(node), ..NewPool::new(pool, &range_string, range.usable_count()) }
+                        .object();
                 pools.create(&PostParams::default(), &object).await?
             }
         };

@@ -17,7 +17,7 @@ use crate::crd::{IpAllocation, IpPool, SubInterfaceRecord};
 use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
-use crate::store::{AsRead, Created, Patched, PoolStore, ReservationStore, StoreError};
+use crate::store::{AsRead, Created, NewPool, Patched, PoolStore, ReservationStore, StoreError};
 use crate::{clock, cooldown};
 
 /// Which pool an address is claimed in, and what the caller already knows.
@@ -475,11 +475,15 @@ where
             let network = &self.who.cfg.network_name;
             let overlaps =
                 self.policy.overlaps(self.store, self.pool(), self.target.range, network, self.budget).await?;
+            let new = NewPool {
+                network_name: network,
+                node_name,
+                overlaps: &overlaps,
+                ..NewPool::new(self.pool(), &range, usable)
+            };
             let created = self
                 .budget
-                .retry(StoreError::is_transient, || {
-                    self.store.create_pool(self.pool(), &range, network, usable, node_name, &overlaps)
-                })
+                .retry(StoreError::is_transient, || self.store.create_pool(&new))
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool()), e))?;
             if let Created::Created(pool) = created {

@@ -61,7 +61,7 @@ mod tests {
 
     use super::*;
     use crate::crd::IpAllocation;
-    use crate::store::{MemoryStore, OVERLAPS_ANNOTATION, pool_object};
+    use crate::store::{MemoryStore, NewPool, OVERLAPS_ANNOTATION};
 
     fn entry(podref: &str) -> IpAllocation {
         IpAllocation { id: format!("c-{podref}"), podref: podref.into(), ..IpAllocation::default() }
@@ -72,12 +72,12 @@ mod tests {
     fn fleet(age: SignedDuration) -> (MemoryStore, Timestamp) {
         let store = MemoryStore::new("ns");
         let names = ["198.18.61.0-30", "198.18.61.4-30", "198.18.61.8-30"].map(String::from);
-        let mut grown = pool_object("198.18.61.0-28", "198.18.61.0/28", "", 14, None, &names);
+        let mut grown = NewPool { overlaps: &names, ..NewPool::new("198.18.61.0-28", "198.18.61.0/28", 14) }.object();
         let now = Timestamp::now();
         grown.metadata.creation_timestamp = Some(Time(now - age));
         store.put_pool(grown);
-        store.put_pool(pool_object(&names[0], "198.18.61.0/30", "", 2, None, &[]));
-        let mut b = pool_object(&names[1], "198.18.61.4/30", "", 2, None, &[]);
+        store.put_pool(NewPool::new(&names[0], "198.18.61.0/30", 2).object());
+        let mut b = NewPool::new(&names[1], "198.18.61.4/30", 2).object();
         b.spec.allocations.insert("1".into(), entry("ns/old"));
         store.put_pool(b);
         (store, now)

@@ -150,16 +150,9 @@ impl PoolStore for KubeStore {
         self.pools.get_opt(name).await.map_err(|e| error(POOL, name, "get", e))
     }
 
-    async fn create_pool(
-        &self,
-        name: &str,
-        range: &str,
-        network_name: &str,
-        usable: u128,
-        node_name: Option<&str>,
-        overlaps: &[String],
-    ) -> Result<Created<IpPool>, StoreError> {
-        let pool = super::pool_object(name, range, network_name, usable, node_name, overlaps);
+    async fn create_pool(&self, new: &super::NewPool<'_>) -> Result<Created<IpPool>, StoreError> {
+        let name = new.name;
+        let pool = new.object();
         match self.pools.create(&PostParams::default(), &pool).await {
             Ok(created) => Ok(Created::Created(created)),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(Created::Exists),

@@ -540,20 +540,13 @@ impl PoolStore for MemoryStore {
         self.call(Op::GetPool, "pool", name, |s| Ok(s.pools.get(name).cloned())).await
     }
 
-    async fn create_pool(
-        &self,
-        name: &str,
-        range: &str,
-        network_name: &str,
-        usable: u128,
-        node_name: Option<&str>,
-        overlaps: &[String],
-    ) -> Result<Created<IpPool>, StoreError> {
+    async fn create_pool(&self, new: &super::NewPool<'_>) -> Result<Created<IpPool>, StoreError> {
+        let name = new.name;
         self.call(Op::CreatePool, "pool", name, |s| {
             if s.pools.contains_key(name) {
                 return Ok(Created::Exists);
             }
-            let mut pool = super::pool_object(name, range, network_name, usable, node_name, overlaps);
+            let mut pool = new.object();
             pool.metadata.namespace = Some(self.namespace.clone());
             pool.metadata.resource_version = Some(s.bump());
             pool.metadata.uid = Some(format!("uid-{}", s.version));

@@ -77,31 +77,46 @@ pub fn overlaps_of(pool: &IpPool) -> Vec<String> {
     listed.map(|l| l.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default()
 }
 
-/// The pool object `create_pool` writes.
-pub fn pool_object(
-    name: &str,
-    range: &str,
-    network_name: &str,
-    usable: u128,
-    node_name: Option<&str>,
-    overlaps: &[String],
-) -> IpPool {
-    let spec = crate::crd::IpPoolSpec {
-        range: range.to_string(),
-        node_name: node_name.map(str::to_string),
-        ..Default::default()
-    };
-    let mut pool = IpPool::new(name, spec);
-    pool.metadata.annotations = Some(
-        [
-            (NETWORK_ANNOTATION.to_string(), network_name.to_string()),
-            (USABLE_ANNOTATION.to_string(), usable.to_string()),
-        ]
-        .into_iter()
-        .chain((!overlaps.is_empty()).then(|| (OVERLAPS_ANNOTATION.to_string(), overlaps.join(","))))
-        .collect(),
-    );
-    pool
+/// The pool `create_pool` makes, with no allocations: `name`, for `range` of the network `network_name`
+/// ([`NETWORK_ANNOTATION`]), `usable` of whose addresses the config may hand out ([`USABLE_ANNOTATION`]); bound to
+/// `node_name` when it is a node-warm pool (IaaS provider mode); naming the pools whose layout it replaces
+/// ([`OVERLAPS_ANNOTATION`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NewPool<'a> {
+    pub name: &'a str,
+    pub range: &'a str,
+    pub network_name: &'a str,
+    pub usable: u128,
+    pub node_name: Option<&'a str>,
+    pub overlaps: &'a [String],
+}
+
+impl<'a> NewPool<'a> {
+    /// The pool `name` of `range` with `usable` addresses, of the unnamed network, bound to no node, replacing none.
+    pub fn new(name: &'a str, range: &'a str, usable: u128) -> Self {
+        Self { name, range, network_name: "", usable, node_name: None, overlaps: &[] }
+    }
+
+    /// The object `create_pool` writes.
+    pub fn object(&self) -> IpPool {
+        let spec = crate::crd::IpPoolSpec {
+            range: self.range.to_string(),
+            node_name: self.node_name.map(str::to_string),
+            ..Default::default()
+        };
+        let mut pool = IpPool::new(self.name, spec);
+        let overlaps = (!self.overlaps.is_empty()).then(|| (OVERLAPS_ANNOTATION.to_string(), self.overlaps.join(",")));
+        pool.metadata.annotations = Some(
+            [
+                (NETWORK_ANNOTATION.to_string(), self.network_name.to_string()),
+                (USABLE_ANNOTATION.to_string(), self.usable.to_string()),
+            ]
+            .into_iter()
+            .chain(overlaps)
+            .collect(),
+        );
+        pool
+    }
 }
 
 /// The NodeSlicePool object `create_node_slices` writes: `slices` as its status.
@@ -271,18 +286,8 @@ pub trait PoolStore: Send + Sync {
     /// Reads the pool `name`, or `None` when it does not exist.
     fn get_pool(&self, name: &str) -> impl Future<Output = Result<Option<IpPool>, StoreError>> + Send;
 
-    /// Creates the pool `name` for `range` of the network `network_name` ([`NETWORK_ANNOTATION`]), `usable` of whose
-    /// addresses the config may hand out ([`USABLE_ANNOTATION`]), with no allocations; bound to `node_name` when it
-    /// is a node-warm pool (IaaS provider mode); naming the pools whose layout it replaces ([`OVERLAPS_ANNOTATION`]).
-    fn create_pool(
-        &self,
-        name: &str,
-        range: &str,
-        network_name: &str,
-        usable: u128,
-        node_name: Option<&str>,
-        overlaps: &[String],
-    ) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
+    /// Creates the pool `new` describes.
+    fn create_pool(&self, new: &NewPool<'_>) -> impl Future<Output = Result<Created<IpPool>, StoreError>> + Send;
 
     /// Every pool of the namespace.
     fn list_pools(&self) -> impl Future<Output = Result<Vec<IpPool>, StoreError>> + Send;

@@ -368,16 +368,8 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         Ok(read.map(|p| *p))
     }
 
-    async fn create_pool(
-        &self,
-        name: &str,
-        range: &str,
-        network_name: &str,
-        usable: u128,
-        node_name: Option<&str>,
-        overlaps: &[String],
-    ) -> Result<Created<IpPool>, StoreError> {
-        let created = self.inner.create_pool(name, range, network_name, usable, node_name, overlaps).await?;
+    async fn create_pool(&self, new: &super::NewPool<'_>) -> Result<Created<IpPool>, StoreError> {
+        let created = self.inner.create_pool(new).await?;
         if let Created::Created(pool) = &created {
             self.remember_pool(pool);
         }
@@ -629,7 +621,7 @@ mod tests {
     }
 
     async fn pool_with(base: &MemoryStore) {
-        let made = base.create_pool("p", "198.18.0.0/24", "", 254, None, &[]).await.unwrap();
+        let made = base.create_pool(&crate::store::NewPool::new("p", "198.18.0.0/24", 254)).await.unwrap();
         assert!(matches!(made, Created::Created(_)));
     }
 
