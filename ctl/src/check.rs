@@ -236,14 +236,15 @@ pub async fn check(client: &Client, namespace: &str, args: &CheckArgs) -> anyhow
             }
             let ip = address_of(pool, offset).map_or_else(|| format!("offset {offset}"), |ip| ip.to_string());
             let sticky = crate::client::sticky(client, entry).await?;
-            let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace, sticky };
+            let claimed = crate::client::claimed(client, entry, address_of(pool, offset)).await?;
+            let facts = Facts { pod: &views[&entry.podref], gone_uid: None, now, grace: args.grace, sticky, claimed };
             match judge(entry, &facts) {
                 Verdict::Release(reason) => {
                     let reason = reason.as_str().into();
                     let (pool, podref) = (pool_name.clone(), entry.podref.clone());
                     found.insert(Finding::StaleEntry { pool, ip, podref, reason });
                 }
-                Verdict::Keep(Keep::Live | Keep::Sticky) => {
+                Verdict::Keep(Keep::Live | Keep::Sticky | Keep::Claimed) => {
                     let name = reservation_of(pool, offset);
                     match entry_claim(entry, name.as_deref().and_then(|n| listed.get(n).copied())) {
                         EntryClaim::Fine => {}
@@ -360,6 +361,10 @@ impl Cluster for CliCluster {
 
     async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
         read_statefulset(&self.0, namespace, name).await
+    }
+
+    async fn ipamclaim(&self, namespace: &str, name: &str) -> Result<Option<Vec<String>>, String> {
+        hereabouts_ipam::reconcile::read_ipamclaim(&self.0, namespace, name).await
     }
 
     async fn node(&self, name: &str) -> Result<NodeView, String> {

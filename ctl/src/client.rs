@@ -173,6 +173,18 @@ pub async fn sticky(client: &Client, entry: &hereabouts_ipam::crd::IpAllocation)
     Ok(sticky_wanted(entry, set.as_ref()))
 }
 
+/// Whether `entry` (at `ip`) belongs to an IPAMClaim that still wants it.
+pub async fn claimed(
+    client: &Client,
+    entry: &hereabouts_ipam::crd::IpAllocation,
+    ip: Option<std::net::IpAddr>,
+) -> anyhow::Result<bool> {
+    let Some(name) = entry.ipamclaim.as_deref() else { return Ok(false) };
+    let Some((namespace, _)) = podref_parts(&entry.podref) else { return Ok(false) };
+    let ips = hereabouts_ipam::reconcile::read_ipamclaim(client, namespace, name).await.map_err(anyhow::Error::msg)?;
+    Ok(hereabouts_ipam::reconcile::rules::claim_wants(ips.as_deref(), ip))
+}
+
 /// How far this machine's clock may be from the API server's before the ages `kubectl hereabouts` judges (how old an
 /// entry or a reservation is) are refused as untrustworthy: NTP keeps machines far closer.
 pub const MAX_SKEW: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(5);

@@ -120,8 +120,9 @@ async fn release(
         held += 1;
         let view = crate::client::pod_view(client, &entry.podref).await?;
         let sticky = crate::client::sticky(client, entry).await?;
-        let facts =
-            Facts { pod: &view, gone_uid: None, now: hereabouts_ipam::clock::now(), grace: SETTLE_TIME, sticky };
+        let claimed = crate::client::claimed(client, entry, Some(ip)).await?;
+        let now = hereabouts_ipam::clock::now();
+        let facts = Facts { pod: &view, gone_uid: None, now, grace: SETTLE_TIME, sticky, claimed };
         let reason = match judge(entry, &facts) {
             Verdict::Release(reason) => reason.as_str().to_string(),
             Verdict::Keep(keep) if wanted.force => format!("forced over: {}", why_kept(keep, &view)),
@@ -153,6 +154,7 @@ fn why_kept(keep: Keep, view: &PodView) -> String {
         ),
         (Keep::Unjudgeable, _) => "its podref is not namespace/name, so no pod can be looked up".into(),
         (Keep::Sticky, _) => "a sticky StatefulSet address: its StatefulSet still wants the pod's ordinal".into(),
+        (Keep::Claimed, _) => "an IPAMClaim's address: the claim exists, and its next pod takes it over".into(),
         (Keep::Warm, _) => "a warm address: its Node still exists, and its agent may hand it to a pod".into(),
     }
 }

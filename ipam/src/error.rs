@@ -152,6 +152,29 @@ pub enum IpamError {
     /// the node, a malformed annotation.
     #[error(transparent)]
     Choice(crate::config::ConfigError),
+    /// The pod names an IPAMClaim that does not exist (yet: KubeVirt makes it before the VM's pod).
+    #[error("IPAMClaim {claim} does not exist; it is made before the pod that names it")]
+    ClaimMissing {
+        /// `namespace/name`.
+        claim: String,
+    },
+    /// The IPAMClaim cannot give this attachment its addresses (another network's, addresses outside the ranges).
+    #[error("IPAMClaim {claim}: {reason}")]
+    ClaimUnusable {
+        /// `namespace/name`.
+        claim: String,
+        /// Why.
+        reason: String,
+    },
+    /// Another pod of the IPAMClaim recorded other addresses on it meanwhile: this ADD's are given back; the next
+    /// try takes the claim's.
+    #[error("IPAMClaim {claim} now holds {holds}, recorded by another pod meanwhile; try again")]
+    ClaimConflict {
+        /// `namespace/name`.
+        claim: String,
+        /// Its addresses, as recorded.
+        holds: String,
+    },
     /// Several failures (DEL and GC keep going after one).
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Many(Vec<IpamError>),
@@ -189,6 +212,8 @@ impl IpamError {
             IpamError::Provider(e) => e.code(),
             IpamError::Choice(e) => e.code(),
             IpamError::CoolingDown { .. } => Code::TryAgainLater,
+            IpamError::ClaimMissing { .. } | IpamError::ClaimConflict { .. } => Code::TryAgainLater,
+            IpamError::ClaimUnusable { .. } => Code::InvalidConfig,
             IpamError::Many(all) => {
                 all.iter().map(IpamError::code).find(|c| *c != Code::TryAgainLater).unwrap_or(Code::TryAgainLater)
             }

@@ -15,6 +15,16 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+/// Whether `name` can name a namespaced object (a DNS-1123 subdomain: at most 253 characters of lower-case letters,
+/// digits, `-` and `.`, starting and ending with a letter or digit).
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= 253
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
 /// An IP address as Go's `net.IP.String()` prints it, which is what Whereabouts puts into names.
 ///
 /// IPv6 follows RFC 5952 (lower-case hex, the first longest run of two or more zero groups as `::`), exactly like

@@ -5,26 +5,40 @@ use std::future::Future;
 use std::net::IpAddr;
 
 use crate::budget::Budget;
-use crate::claim::{self, Claim, Claimant, Journal, Layout, Place, Plain, Scope, Target};
+use crate::claim::{self, Claim, ClaimRead, Claimant, Journal, Layout, Place, Plain, Scope, Target};
 use crate::config::{IpamConfig, Pools};
 use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
 use crate::request::{Assigned, Request};
-use crate::store::{PoolStore, ReservationStore};
+use crate::store::{IpamClaimStore, PoolStore, ReservationStore};
 
 /// Assigns one address from each range of `cfg` to the attachment `req`. An attachment (pod + interface) that
 /// already holds an address in a pool gets it back. On any failure, what this call wrote is rolled back first.
-pub(crate) async fn add<S: PoolStore + ReservationStore>(
+///
+/// With an IPAMClaim (`claim`), the addresses are the claim's: `cfg` asks for those it records, the entries and
+/// reservations name it, and what the ADD holds is recorded on it; another pod of the claim that recorded other
+/// addresses meanwhile makes this ADD give its own back.
+pub(crate) async fn add<S: PoolStore + ReservationStore + IpamClaimStore>(
     store: &S,
     cfg: &IpamConfig,
     pools: &Pools,
     req: &Request,
     budget: &Budget,
+    claim: Option<&ClaimRead>,
 ) -> Result<Vec<Assigned>, IpamError> {
     let podref = cfg.pod.to_string();
-    let who = Claimant::new(cfg, &pools.kube, req, &podref);
-    each_range(store, cfg, budget, &InPool { store, who: &who, pools, budget }).await
+    let who = Claimant::new(cfg, &pools.kube, req, &podref).for_claim(claim.map(|c| c.name.as_str()));
+    let one = InPool { store, who: &who, pools, budget };
+    let Some(claim) = claim else { return each_range(store, cfg, budget, &one).await };
+    let (assigned, journal) = each_range_journaled(store, cfg, budget, &one).await?;
+    if let Err(e) = claim.record(store, &assigned, &cfg.pod.name, budget).await {
+        for back in journal.roll_back(store, budget).await {
+            tracing::error!(error = %back, "roll-back of an ADD its IPAMClaim refused");
+        }
+        return Err(e);
+    }
+    Ok(assigned)
 }
 
 /// The claim of one range's address in that range's pool.

@@ -217,8 +217,13 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 Some((keep, owner)) => mode.narrowed(cfg, &keep, owner),
                 None => (cfg.clone(), mode.clone()),
             };
+            let claim = claim::resolve_ipamclaim(&store, &cfg, &mode.persistent_ips, &req.ifname, &budget).await?;
+            let cfg = match &claim {
+                Some(claim) => claim.asking(&cfg)?,
+                None => cfg,
+            };
             let _lock = host_lock(host, &store, pools::locked(&cfg), &req.node, &budget).await;
-            let assigned = pools::add(&store, &cfg, &mode, req, &budget).await;
+            let assigned = pools::add(&store, &cfg, &mode, req, &budget, claim.as_ref()).await;
             announced(host, &store, &cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
         }
         Mode::Slices(mode) => {

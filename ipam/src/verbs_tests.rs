@@ -81,6 +81,7 @@ async fn an_address_the_fork_reserved_under_its_ipv6_name_is_not_handed_out() {
             podref: "ns/forks-pod".into(),
             ifname: "net1".into(),
             containerid: String::new(),
+            ipamclaim: None,
         },
         node: "node-b".into(),
         at: crate::clock::now(),
@@ -109,6 +110,7 @@ async fn gc_leaves_an_entry_whereabouts_took_over_for_a_new_sandbox() {
         network: Some("net".into()),
         reserved: true,
         statefulset: None,
+        ipamclaim: None,
         recorded_for: Some("hereabouts-sandbox".into()),
     };
     let spec = IpPoolSpec {
@@ -522,4 +524,169 @@ async fn with_enable_l3_a_31_and_a_32_hand_out_every_address() {
     assert_eq!((one[0].ip.to_string(), one[0].prefix_len), ("198.18.64.9".to_string(), 32));
     assert_eq!(del(&host, &ReleaseConfig::from(config(host32, "h")), &request("ch", "n")).await.unwrap(), 1);
     assert_no_address_twice(&store);
+}
+
+/// A config of network `net` with `allowPersistentIPs` at the top level (as KubeVirt reads it).
+fn persistent_config(ipam: serde_json::Value, pod: &str) -> IpamConfig {
+    let mut ipam = ipam;
+    ipam["type"] = "hereabouts".into();
+    ipam["kubernetes"] = serde_json::json!({"kubeconfig": "/k"});
+    let stdin = serde_json::json!({
+        "cniVersion": "1.0.0", "name": "net", "type": "macvlan", "allowPersistentIPs": true, "ipam": ipam
+    })
+    .to_string();
+    let args = format!("K8S_POD_NAMESPACE=ns;K8S_POD_NAME={pod};K8S_POD_UID={pod}-uid");
+    crate::config::load_with_paths(&crate::config::Input { stdin: stdin.as_bytes(), cni_args: &args }, &[]).unwrap()
+}
+
+/// KubeVirt's part: the VM's pod `pod` names the IPAMClaim `claim` for its interface `net1`.
+fn launcher_pod(store: &MemoryStore, pod: &str, claim: &str) {
+    let networks = serde_json::json!([{"name": "nad", "interface": "net1", "ipam-claim-reference": claim}]);
+    let annotations = [(crate::claim::NETWORKS_ANNOTATION.to_string(), networks.to_string())].into();
+    let meta = crate::store::ObjectMeta { annotations: Some(annotations), ..Default::default() };
+    store.put_core(crate::store::CoreObject::Pod, "ns", pod, meta);
+}
+
+fn claim_ips(store: &MemoryStore, name: &str) -> Vec<String> {
+    store.ipamclaim("ns", name).and_then(|c| c.status).map(|s| s.ips).unwrap_or_default()
+}
+
+/// A VM's address survives a live migration (the target pod's ADD while the source pod still runs gets the same
+/// address), the source's DEL and the VM's stop: DEL never gives an IPAMClaim's address back, and the VM's next pod
+/// gets it again. Pods without a claim never get it.
+#[tokio::test]
+async fn a_vms_address_follows_its_ipamclaim_across_a_migration_and_a_restart() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.70.0/28"});
+    store.put_ipamclaim("ns", "vm1.net", "net", "net1");
+    launcher_pod(&store, "launcher-a", "vm1.net");
+    let first = add(&host, &persistent_config(ipam.clone(), "launcher-a"), &request("ca", "node-a")).await.unwrap();
+    let ip = first[0].ip;
+    assert_eq!(claim_ips(&store, "vm1.net"), [format!("{ip}/28")], "recorded on the claim");
+    assert_eq!(store.ipamclaim("ns", "vm1.net").unwrap().status.unwrap().owner_pod.unwrap().name, "launcher-a");
+
+    let other = add(&host, &persistent_config(ipam.clone(), "plain"), &request("cp", "node-a")).await.unwrap();
+    assert_ne!(other[0].ip, ip, "a pod without a claim gets another address");
+
+    // the migration's target pod, on another node, while the source still runs
+    launcher_pod(&store, "launcher-b", "vm1.net");
+    let target = add(&host, &persistent_config(ipam.clone(), "launcher-b"), &request("cb", "node-b")).await.unwrap();
+    assert_eq!(target[0].ip, ip, "the target pod gets the VM's address");
+    let pool = store.pools().into_iter().next().unwrap();
+    let claimed: Vec<_> = pool.spec.allocations.values().filter(|a| a.ipamclaim.is_some()).collect();
+    assert_eq!(claimed.len(), 1, "one entry for the claim: {claimed:?}");
+    assert_eq!((claimed[0].podref.as_str(), claimed[0].id.as_str()), ("ns/launcher-b", "cb"));
+    let reservation = store.reservations().into_iter().find(|r| r.spec.ipamclaim.is_some()).unwrap();
+    assert_eq!(reservation.spec.podref, "ns/launcher-b", "the reservation taken over too");
+    assert_eq!(store.ipamclaim("ns", "vm1.net").unwrap().status.unwrap().owner_pod.unwrap().name, "launcher-b");
+
+    // the source pod goes, then the VM stops: nothing is given back
+    let release = |pod: &str| ReleaseConfig::from(persistent_config(ipam.clone(), pod));
+    assert_eq!(del(&host, &release("launcher-a"), &request("ca", "node-a")).await.unwrap(), 0, "source DEL");
+    assert_eq!(del(&host, &release("launcher-b"), &request("cb", "node-b")).await.unwrap(), 0, "target DEL");
+    assert!(held(&store).iter().any(|(_, held)| *held == ip), "the claim still holds {ip}");
+
+    // the VM starts again: its new pod gets the address
+    launcher_pod(&store, "launcher-c", "vm1.net");
+    let restarted = add(&host, &persistent_config(ipam.clone(), "launcher-c"), &request("cc", "node-a")).await;
+    assert_eq!(restarted.unwrap()[0].ip, ip);
+    assert_no_address_twice(&store);
+}
+
+/// What a claim cannot give is refused with the right code, and nothing is written: a claim that does not exist
+/// (yet), one of another network, one recording an address outside the ranges.
+#[tokio::test]
+async fn an_ipamclaim_that_cannot_give_the_address_fails_the_add_and_writes_nothing() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.71.0/28"});
+    launcher_pod(&store, "launcher", "vm.net");
+    let cfg = persistent_config(ipam.clone(), "launcher");
+    let missing = add(&host, &cfg, &request("c1", "n")).await.unwrap_err();
+    assert_eq!(missing.code, Code::TryAgainLater, "{}", missing.details);
+    assert!(missing.details.contains("IPAMClaim ns/vm.net does not exist"), "{}", missing.details);
+
+    store.put_ipamclaim("ns", "vm.net", "another-net", "net1");
+    let other = add(&host, &cfg, &request("c1", "n")).await.unwrap_err();
+    assert_eq!(other.code, Code::InvalidConfig, "{}", other.details);
+    assert!(other.details.contains("\"another-net\""), "{}", other.details);
+
+    store.put_ipamclaim("ns", "vm.net", "net", "net1");
+    let mut claim = store.ipamclaim("ns", "vm.net").unwrap();
+    claim.status = Some(crate::crd::IpamClaimStatus { ips: vec!["198.18.99.5/24".into()], owner_pod: None });
+    crate::store::IpamClaimStore::set_ipamclaim_status(&store, &claim, claim.status.as_ref().unwrap()).await.unwrap();
+    let moved = add(&host, &cfg, &request("c1", "n")).await.unwrap_err();
+    assert_eq!(moved.code, Code::InvalidConfig, "{}", moved.details);
+    assert!(moved.details.contains("198.18.99.5"), "{}", moved.details);
+    assert!(store.pools().iter().all(|p| p.spec.allocations.is_empty()), "nothing allocated");
+    assert!(store.reservations().is_empty(), "nothing reserved");
+}
+
+/// Under Whereabouts' schema the claim cannot be recorded in the entry, and DEL would give a VM's address back
+/// with its pod: the ADD fails naming the field, and takes back what it wrote.
+#[tokio::test]
+async fn under_whereabouts_schema_an_ipamclaim_add_fails_naming_the_crd() {
+    let store = MemoryStore::new(NS).with_whereabouts_schema();
+    store.put_ipamclaim("ns", "vm.net", "net", "net1");
+    launcher_pod(&store, "launcher", "vm.net");
+    let cfg = persistent_config(serde_json::json!({"range": "198.18.72.0/28"}), "launcher");
+    let err = add(&TestHost(store.clone()), &cfg, &request("c1", "n")).await.unwrap_err();
+    assert_eq!(err.code, Code::StoreRefused, "{}", err.details);
+    assert!(err.details.contains("spec.allocations.*.ipamclaim"), "{}", err.details);
+    assert!(held(&store).is_empty(), "rolled back: {:?}", held(&store));
+}
+
+/// The pods of one claim ADD at once (a migration's source retried while the target starts, both before the claim
+/// records anything), among pods without a claim, every request losing answers, failing with 500s and conflicts at
+/// random, the claim's status write too; failed ADDs are run again. The claim ends with one address, every pod of
+/// it that succeeded last got that address, no address is held twice, and an entry of the claim at another address
+/// is only one whose roll-back failed, which the reconciler's rule gives back ([`claim_wants`]).
+#[tokio::test]
+async fn pods_of_one_ipamclaim_racing_under_lost_answers_get_one_address() {
+    use crate::reconcile::rules::claim_wants;
+    use crate::store::memory::{Fault, FaultPlan};
+    for seed in 0..16u64 {
+        let store = MemoryStore::new(NS);
+        store.put_ipamclaim("ns", "vm.net", "net", "net1");
+        // random picks, so that pods of the claim that read before either wrote pick different addresses
+        let strategy = if seed % 2 == 0 { "random" } else { "lowest" };
+        let ipam = serde_json::json!({"range": "198.18.73.0/27", "allocation_strategy": strategy});
+        let kinds = [Fault::LostResponse, Fault::ServerError, Fault::Conflict];
+        let adds = (0..6u64).map(|i| {
+            let pod = if i < 3 { format!("launcher-{i}") } else { format!("plain-{i}") };
+            if i < 3 {
+                launcher_pod(&store, &pod, "vm.net");
+            }
+            // requests take up to 5 ms, so that the pods' reads and writes interleave
+            let mut plan = FaultPlan::random(seed * 100 + i, 0.2, &kinds);
+            plan.max_latency_ms = 5;
+            let host = TestHost(store.handle(&pod, plan));
+            let ipam = ipam.clone();
+            async move {
+                for attempt in 0..12 {
+                    let cfg = persistent_config(ipam.clone(), &pod);
+                    if let Ok(got) = add(&host, &cfg, &request(&format!("c{i}-{attempt}"), "n")).await {
+                        return Some((pod, got[0].ip));
+                    }
+                }
+                None
+            }
+        });
+        let got: Vec<_> = futures::future::join_all(adds).await.into_iter().flatten().collect();
+        assert_no_address_twice(&store);
+        let recorded = claim_ips(&store, "vm.net");
+        assert_eq!(recorded.len(), 1, "seed {seed}: one address on the claim: {recorded:?}");
+        let vm_ip: std::net::IpAddr = recorded[0].parse::<ipnet::IpNet>().unwrap().addr();
+        for (pod, ip) in &got {
+            let is_vm = pod.starts_with("launcher");
+            assert_eq!(*ip == vm_ip, is_vm, "seed {seed}: {pod} got {ip}, the claim holds {vm_ip}");
+        }
+        let pool = store.pools().into_iter().next().unwrap();
+        let range = crate::range::IpRange::parse("198.18.73.0/27", None, None, &[]).unwrap();
+        for (offset, entry) in pool.spec.allocations.iter().filter(|(_, a)| a.ipamclaim.is_some()) {
+            let ip = range.addr_at(offset.parse().unwrap());
+            assert_eq!(claim_wants(Some(recorded.as_slice()), Some(ip)), ip == vm_ip, "seed {seed}: {entry:?}");
+        }
+    }
 }

@@ -229,6 +229,11 @@ impl Cluster for SimCluster {
         Ok(None)
     }
 
+    // the simulation's pods name no IPAMClaim
+    async fn ipamclaim(&self, _namespace: &str, _name: &str) -> Result<Option<Vec<String>>, String> {
+        Ok(None)
+    }
+
     // the simulated nodes never leave
     async fn node(&self, _name: &str) -> Result<NodeView, String> {
         Ok(NodeView::Present)

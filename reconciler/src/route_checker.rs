@@ -265,6 +265,9 @@ mod tests {
         async fn statefulset(&self, _: &str, _: &str) -> Result<Option<StatefulSetView>, String> {
             Ok(None)
         }
+        async fn ipamclaim(&self, _: &str, _: &str) -> Result<Option<Vec<String>>, String> {
+            Ok(None)
+        }
         async fn node(&self, _: &str) -> Result<NodeView, String> {
             Ok(NodeView::Present)
         }

@@ -220,6 +220,7 @@ where
             network: Some(cfg.name.clone()).filter(|n| !n.is_empty()),
             reserved: who.kube.overlapping_ranges,
             statefulset: target.statefulset.clone(),
+            ipamclaim: who.me.claim.map(str::to_string),
             recorded_for: Some(who.me.container.to_string()),
         };
         Self { store, who, target, policy, budget, entry }
@@ -349,26 +350,36 @@ where
     /// `ip` at `offset`, once the mode has done what it does with a claimed address.
     async fn placed(&self, pool: &IpPool, offset: u128, ip: IpAddr) -> Result<IpAddr, IpamError> {
         self.policy.claimed(self.store, pool, self.target.range, offset, self.budget).await?;
-        self.kept_statefulset(offset).await?;
+        self.kept_owner(offset).await?;
         Ok(ip)
     }
 
-    /// A sticky entry is read back once: a schema that drops its StatefulSet would have the address released as
-    /// any other when the pod goes, the promise of `sticky_statefulset` broken without a word.
-    async fn kept_statefulset(&self, offset: u128) -> Result<(), IpamError> {
-        if self.entry.statefulset.is_none() {
+    /// An entry that outlives its pod (a sticky StatefulSet's, an IPAMClaim's) is read back once: a schema that
+    /// drops what it records would have the address released as any other when the pod goes, the promise broken
+    /// without a word.
+    async fn kept_owner(&self, offset: u128) -> Result<(), IpamError> {
+        if self.entry.statefulset.is_none() && self.entry.ipamclaim.is_none() {
             return Ok(());
         }
         let read = self.get_pool().await?;
-        let entry = read.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string()));
-        match entry {
-            Some(entry) if entry.id == self.entry.id && entry.statefulset.is_none() => Err(IpamError::SchemaPrunes {
-                crd: IPPOOLS_CRD.into(),
-                field: drift::STATEFULSET.into(),
-                needed_by: "sticky_statefulset".into(),
-            }),
-            _ => Ok(()),
+        let Some(entry) = read.as_ref().and_then(|p| p.spec.allocations.get(&offset.to_string())) else {
+            return Ok(());
+        };
+        let pruned = |field: &str, needed_by: &str| IpamError::SchemaPrunes {
+            crd: IPPOOLS_CRD.into(),
+            field: field.into(),
+            needed_by: needed_by.into(),
+        };
+        if entry.id != self.entry.id {
+            return Ok(());
         }
+        if self.entry.statefulset.is_some() && entry.statefulset.is_none() {
+            return Err(pruned(drift::STATEFULSET, "sticky_statefulset"));
+        }
+        if self.entry.ipamclaim.is_some() && entry.ipamclaim.is_none() {
+            return Err(pruned(drift::IPAMCLAIM, "allowPersistentIPs"));
+        }
+        Ok(())
     }
 
     /// What the claim of `offset` decided on in `pool` as read, besides the offset being free: its release record

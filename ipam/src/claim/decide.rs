@@ -21,18 +21,29 @@ pub struct Me<'a> {
     pub ifname: &'a str,
     /// The sandbox.
     pub container: &'a str,
+    /// The IPAMClaim (in the pod's namespace) the attachment's addresses belong to: then the attachment is the
+    /// claim's, whichever pod of it holds the entry now (a VM's pod before and after a migration or a restart).
+    pub claim: Option<&'a str>,
 }
 
 impl Me<'_> {
-    /// Whether `entry` is this attachment's, in any sandbox.
+    /// Whether `entry` is this attachment's, in any sandbox (of any pod of its IPAMClaim).
     pub fn is_attachment(&self, entry: &IpAllocation) -> bool {
-        entry.podref == self.podref && entry.ifname == self.ifname
+        match self.claim {
+            Some(claim) => entry.ipamclaim.as_deref() == Some(claim) && same_namespace(&entry.podref, self.podref),
+            None => entry.podref == self.podref && entry.ifname == self.ifname,
+        }
     }
 
     /// Whether `entry` is this attachment's in this sandbox.
     pub fn is_mine(&self, entry: &IpAllocation) -> bool {
-        self.is_attachment(entry) && entry.id == self.container
+        self.is_attachment(entry) && entry.id == self.container && entry.podref == self.podref
     }
+}
+
+/// Whether the pod references `a` and `b` (`namespace/name`) are in one namespace.
+fn same_namespace(a: &str, b: &str) -> bool {
+    matches!((a.split_once('/'), b.split_once('/')), (Some((x, _)), Some((y, _))) if x == y)
 }
 
 /// What the ADD of one range does after reading its pool.
@@ -40,7 +51,7 @@ impl Me<'_> {
 pub enum Plan {
     /// The attachment already holds this entry (a retried ADD, or a new sandbox of the same pod and interface):
     /// keep it, for this sandbox.
-    Keep { offset: u128, entry: IpAllocation },
+    Keep { offset: u128, entry: Box<IpAllocation> },
     /// Claim this free offset.
     Claim(u128),
     /// No usable offset is free.
@@ -92,7 +103,7 @@ pub fn plan(pool: &IpPool, ask: &Ask<'_>) -> Plan {
         ip.is_some() && ask.requested.is_none_or(|r| Some(r) == ip)
     });
     if let Some((offset, entry)) = held {
-        return Plan::Keep { offset, entry };
+        return Plan::Keep { offset, entry: Box::new(entry) };
     }
     let taken = |offset: u128| pool.spec.allocations.contains_key(&offset.to_string());
     if let Some(ip) = ask.requested {
@@ -131,8 +142,12 @@ pub enum Holder {
 /// Who holds a reservation, as `me` sees it. A reservation that records no interface (written before
 /// Whereabouts recorded one) is the pod's.
 pub fn holder(spec: &OverlappingRangeIpReservationSpec, me: &Me<'_>) -> Holder {
-    let attachment = spec.podref == me.podref && (spec.ifname.is_empty() || spec.ifname == me.ifname);
-    match (attachment, spec.containerid == me.container && spec.ifname == me.ifname) {
+    let attachment = match me.claim {
+        Some(claim) => spec.ipamclaim.as_deref() == Some(claim) && same_namespace(&spec.podref, me.podref),
+        None => spec.podref == me.podref && (spec.ifname.is_empty() || spec.ifname == me.ifname),
+    };
+    let this_sandbox = spec.podref == me.podref && spec.containerid == me.container && spec.ifname == me.ifname;
+    match (attachment, this_sandbox) {
         (true, true) => Holder::Me,
         (true, false) => Holder::MyEarlierSandbox,
         (false, _) => Holder::Other(format!("{} (interface {})", spec.podref, spec.ifname)),
@@ -175,7 +190,7 @@ mod tests {
     use crate::crd::IpPoolSpec;
     use proptest::prelude::{prop_assert, prop_assert_eq, proptest};
 
-    const ME: Me<'static> = Me { podref: "ns/a", ifname: "net1", container: "c2" };
+    const ME: Me<'static> = Me { podref: "ns/a", ifname: "net1", container: "c2", claim: None };
 
     fn mk_entry(podref: &str, ifname: &str, id: &str) -> IpAllocation {
         IpAllocation { id: id.into(), podref: podref.into(), ifname: ifname.into(), ..Default::default() }
@@ -207,7 +222,10 @@ mod tests {
     fn keeps_what_the_attachment_holds_in_any_sandbox() {
         let (range, none) = (mk_range(), BTreeSet::new());
         let pool = mk_pool(&[(1, mk_entry("ns/b", "net1", "x")), (7, mk_entry("ns/a", "net1", "c1"))]);
-        assert_eq!(plan(&pool, &ask(&range, &none)), Plan::Keep { offset: 7, entry: mk_entry("ns/a", "net1", "c1") });
+        assert_eq!(
+            plan(&pool, &ask(&range, &none)),
+            Plan::Keep { offset: 7, entry: Box::new(mk_entry("ns/a", "net1", "c1")) }
+        );
         // another interface of the same pod is another attachment
         let pool = mk_pool(&[(7, mk_entry("ns/a", "net2", "c2"))]);
         assert_eq!(plan(&pool, &ask(&range, &none)), Plan::Claim(1));
@@ -249,6 +267,7 @@ mod tests {
             podref: podref.into(),
             ifname: ifname.into(),
             containerid: c.into(),
+            ipamclaim: None,
         };
         assert_eq!(holder(&spec("ns/a", "net1", "c2"), &ME), Holder::Me);
         assert_eq!(holder(&spec("ns/a", "net1", "c1"), &ME), Holder::MyEarlierSandbox);

@@ -10,6 +10,7 @@
 mod add;
 mod choose;
 pub mod decide;
+mod ipamclaim;
 mod journal;
 mod reclaim;
 mod release;
@@ -18,6 +19,8 @@ mod reservation;
 pub(crate) use add::{Claim, Plain, Policy, Steer, Target};
 pub(crate) use choose::choose_ranges;
 pub use choose::{RANGES_CLUSTER_ROLE, RANGES_VALUE, statefulset_ordinal};
+pub(crate) use ipamclaim::{ClaimRead, resolve as resolve_ipamclaim};
+pub use ipamclaim::{NETWORKS_ANNOTATION, reference_in};
 pub(crate) use journal::{Journal, Written};
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, reservations_of,
@@ -83,6 +86,17 @@ pub(crate) struct Claimant<'a> {
 impl<'a> Claimant<'a> {
     /// The claimant of `req` under `cfg` (whose pod reference is `podref`) and `kube`.
     pub fn new(cfg: &'a IpamConfig, kube: &'a Kube, req: &'a Request, podref: &'a str) -> Self {
-        Self { me: Me { podref, ifname: &req.ifname, container: &req.container_id }, node: &req.node, cfg, kube }
+        Self {
+            me: Me { podref, ifname: &req.ifname, container: &req.container_id, claim: None },
+            node: &req.node,
+            cfg,
+            kube,
+        }
+    }
+
+    /// The same claimant, its addresses those of the IPAMClaim `claim` (in the pod's namespace).
+    pub fn for_claim(mut self, claim: Option<&'a str>) -> Self {
+        self.me.claim = claim;
+        self
     }
 }

@@ -129,6 +129,7 @@ pub async fn restore_reservation(
             containerid: held.id.clone(),
             ifname: held.ifname.clone(),
             podref: held.podref.clone(),
+            ipamclaim: held.ipamclaim.clone(),
         },
         node: held.node.clone().unwrap_or_default(),
         at: crate::clock::now(),

@@ -218,8 +218,11 @@ pub(crate) async fn release<S: PoolStore + ReservationStore>(
     budget: &Budget,
 ) -> Result<usize, IpamError> {
     // a sticky StatefulSet entry waits for the pod's next incarnation; the reconciler releases it once the
-    // StatefulSet no longer wants the ordinal (DEL cannot tell a scale-down from a pod being replaced)
-    let wanted = |a: &IpAllocation| a.id == req.container_id && a.ifname == req.ifname && a.statefulset.is_none();
+    // StatefulSet no longer wants the ordinal (DEL cannot tell a scale-down from a pod being replaced); an
+    // IPAMClaim's entry is the claim's, not the pod's, and is released once the claim is gone
+    let wanted = |a: &IpAllocation| {
+        a.id == req.container_id && a.ifname == req.ifname && a.statefulset.is_none() && a.ipamclaim.is_none()
+    };
     release_where(store, layout, scope, &req.node, Search::OwnFirst, budget, wanted).await
 }
 
@@ -278,6 +281,7 @@ pub(crate) async fn gc<S: PoolStore + ReservationStore>(
             && a.network.as_deref() == Some(scope.network)
             && !valid.contains(&(a.id.as_str(), a.ifname.as_str()))
             && a.statefulset.is_none()
+            && a.ipamclaim.is_none()
             // the node's warm reserve: no sandbox holds it yet, and the reserve is not the runtime's to list
             && crate::warm::node_of(&a.podref).is_none()
     })

@@ -71,6 +71,7 @@ async fn claim_one(
             containerid: me.container.to_string(),
             ifname: me.ifname.to_string(),
             podref: me.podref.to_string(),
+            ipamclaim: me.claim.map(str::to_string),
         },
         node: node.to_string(),
         at: crate::clock::now(),

@@ -56,7 +56,7 @@ use serde::Serialize;
 
 pub use error::{ConfigError, UnknownKey};
 pub use flatfile::{DEFAULT_FLAT_FILE_PATHS, NODE_NAME_FILE};
-pub use mode::{Kube, Mode, Pools, Provider, ReleaseKube, ReleaseMode, Slices};
+pub use mode::{Kube, Mode, PersistentIps, Pools, Provider, ReleaseKube, ReleaseMode, Slices};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 pub use routing::{
@@ -317,7 +317,13 @@ pub fn load_with_paths(input: &Input<'_>, flat_file_paths: &[PathBuf]) -> Result
     }
     let requested = requested::resolve(&net.runtime_ips, &args.ips, &ranges)?;
     let timeout = raw.timeout.as_ref().map_or(DEFAULT_TIMEOUT, |f| f.value);
-    let mode = Mode::build(&raw, &ranges, timeout)?;
+    let mode = Mode::build(&raw, &ranges, timeout)?.with_persistent_ips(net.persistent_ips)?;
+    if matches!(&mode, Mode::Pools(p) if p.persistent_ips.reference.is_some()) && !requested.is_empty() {
+        return Err(ConfigError::invalid(
+            "args.cni.ipam-claim-reference",
+            "not with addresses asked for (runtimeConfig.ips, CNI_ARGS IP=): the IPAMClaim decides the addresses",
+        ));
+    }
     let mut ignored = raw.ignored;
     ignored.extend(args.ignored);
     Ok(IpamConfig {

@@ -67,6 +67,19 @@ pub struct Pools {
     pub selection: RangeSelection,
     /// The StatefulSet that controls the pod, as the ADD read it (sticky ranges only; never from the config).
     pub owner_statefulset: Option<String>,
+    /// Top-level `allowPersistentIPs` (the key KubeVirt reads before it makes IPAMClaims for a VM's networks): an
+    /// attachment whose network selection element names an IPAMClaim gets the claim's addresses.
+    pub persistent_ips: PersistentIps,
+}
+
+/// `allowPersistentIPs`, and the IPAMClaim the runtime named, if it did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PersistentIps {
+    /// `allowPersistentIPs`: an ADD reads the pod's network selection elements for its IPAMClaim.
+    pub allowed: bool,
+    /// `args.cni["ipam-claim-reference"]`: the IPAMClaim, named by the runtime (no pod read). Multus hands an
+    /// element's `cni-args` to the plugin there; it does not pass `ipam-claim-reference` itself.
+    pub reference: Option<String>,
 }
 
 /// Node slices: one range cut into slices listed in a NodeSlicePool, each node allocating in its own.
@@ -176,7 +189,12 @@ impl Mode {
         Ok(match (provider, size) {
             (Some(provider), _) => Mode::Provider(Box::new(Provider { kube, provider, placements })),
             (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm, max_slices }),
-            (None, None) => Mode::Pools(Pools { kube, selection, owner_statefulset: None }),
+            (None, None) => Mode::Pools(Pools {
+                kube,
+                selection,
+                owner_statefulset: None,
+                persistent_ips: PersistentIps::default(),
+            }),
         })
     }
 
@@ -206,6 +224,34 @@ impl Mode {
     }
 }
 
+impl Mode {
+    /// Sets what the netconf's top level says of IPAMClaims (`allowPersistentIPs`, `args.cni`); refuses it where
+    /// the mode cannot keep a claim's addresses for its next pod.
+    pub(super) fn with_persistent_ips(mut self, persistent: PersistentIps) -> Result<Mode, ConfigError> {
+        if persistent.reference.is_some() && !persistent.allowed {
+            return Err(ConfigError::invalid(
+                "args.cni.ipam-claim-reference",
+                "an IPAMClaim is named but the network does not allow persistent IPs: set \"allowPersistentIPs\": \
+                 true at the top level of the network's config",
+            ));
+        }
+        if !persistent.allowed {
+            return Ok(self);
+        }
+        match &mut self {
+            Mode::Pools(pools) => pools.persistent_ips = persistent,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "allowPersistentIPs",
+                    "only with one pool per range: node slices, an IaaS provider and the routing table keep \
+                     addresses per node, and a VM's pod moves between nodes",
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
 impl Pools {
     /// `cfg` (whose mode this is) and these settings with only the ranges at `keep`, for a pod whose StatefulSet
     /// is `owner` (ranges chosen per pod or node).
@@ -215,8 +261,12 @@ impl Pools {
         keep: &[usize],
         owner: Option<String>,
     ) -> (super::IpamConfig, Pools) {
-        let pools =
-            Pools { kube: self.kube.clone(), selection: self.selection.narrowed(keep), owner_statefulset: owner };
+        let pools = Pools {
+            kube: self.kube.clone(),
+            selection: self.selection.narrowed(keep),
+            owner_statefulset: owner,
+            persistent_ips: self.persistent_ips.clone(),
+        };
         (cfg.with_ranges(keep, Mode::Pools(pools.clone())), pools)
     }
 

@@ -104,7 +104,12 @@ pub(super) struct NetConf<'v> {
     pub ipam: &'v Map<String, Value>,
     /// `runtimeConfig.ips`, each with its key.
     pub runtime_ips: Vec<(String, String)>,
+    /// `allowPersistentIPs` and `args.cni["ipam-claim-reference"]`.
+    pub persistent_ips: super::mode::PersistentIps,
 }
+
+/// The key of `args.cni` that names an IPAMClaim, as the network selection element names it.
+pub const CLAIM_REFERENCE_ARG: &str = "ipam-claim-reference";
 
 /// Whereabouts' keys of the `ipam` object that hereabouts accepts and ignores (etcd, leader election, test knobs).
 pub const IGNORED_KEYS: &[&str] = &[
@@ -213,7 +218,26 @@ pub(super) fn parse_netconf(v: &Value) -> Result<NetConf<'_>, ConfigError> {
         let ips = strings(ips, "runtimeConfig.ips")?.unwrap_or_default();
         runtime_ips = ips.into_iter().enumerate().map(|(i, ip)| (format!("runtimeConfig.ips[{i}]"), ip)).collect();
     }
-    Ok(NetConf { cni_version, name, ipam, runtime_ips })
+    let allowed = match top.get("allowPersistentIPs") {
+        None | Some(Value::Null) => false,
+        Some(v) => boolean(v, "allowPersistentIPs")?.unwrap_or(false),
+    };
+    let mut reference = None;
+    if let Some(args) = top.get("args")
+        && let Some(args) = object(args, "args")?
+        && let Some(cni) = args.get("cni")
+        && let Some(cni) = object(cni, "args.cni")?
+        && let Some(v) = cni.get(CLAIM_REFERENCE_ARG)
+    {
+        let key = format!("args.cni.{CLAIM_REFERENCE_ARG}");
+        let name = string(v, &key)?.unwrap_or_default();
+        if !crate::names::is_dns_subdomain(&name) {
+            return Err(ConfigError::invalid(key, format!("{name:?} is not an IPAMClaim name")));
+        }
+        reference = Some(name);
+    }
+    let persistent_ips = super::mode::PersistentIps { allowed, reference };
+    Ok(NetConf { cni_version, name, ipam, runtime_ips, persistent_ips })
 }
 
 /// Reads one `ipam` object: the inline one or the flat file. Strict, the first mistake is the error; lenient, a

@@ -38,6 +38,7 @@ impl Drift {
             match path.as_str() {
                 "spec.released" => say("reuse_cooldown_seconds cannot keep its release records"),
                 p if p.ends_with(".statefulset") => say("sticky_statefulset cannot record an entry's StatefulSet"),
+                p if p.ends_with(".ipamclaim") => say("allowPersistentIPs cannot record an address's IPAMClaim"),
                 p if p.starts_with("spec.subInterfaces") => say("iaas_provider cannot record sub-interfaces"),
                 p if p.ends_with(".poduid") || p.ends_with(".recordedFor") || p.ends_with(".node") => {
                     say("a recreated pod's entry cannot be told from its predecessor's")
@@ -59,6 +60,8 @@ pub const IPPOOLS_CRD: &str = "ippools.whereabouts.cni.cncf.io";
 pub const RELEASED: &str = "spec.released";
 /// A sticky entry's StatefulSet.
 pub const STATEFULSET: &str = "spec.allocations.*.statefulset";
+/// A persistent entry's IPAMClaim.
+pub const IPAMCLAIM: &str = "spec.allocations.*.ipamclaim";
 
 /// How `installed` differs from `ours` (the same CRD): every field of `ours`, in each version `ours` serves, that
 /// `installed` would prune.

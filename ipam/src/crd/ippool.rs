@@ -100,6 +100,12 @@ pub struct IpAllocation {
     /// the reconciler releases it once the StatefulSet is gone or no longer has the pod's ordinal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statefulset: Option<String>,
+    /// Persistent addresses (hereabouts addition): the IPAMClaim (`ipamclaims.k8s.cni.cncf.io`, in the pod's
+    /// namespace) the address belongs to. The address is the claim's, not the pod's: the next pod of the claim (a
+    /// VM's pod after a live migration or a restart) takes the entry over, DEL and GC leave it, and the reconciler
+    /// releases it once the claim is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipamclaim: Option<String>,
     /// The container (`id`) the fields above that hereabouts adds were written for (hereabouts addition). Whereabouts
     /// and its maintained fork give the entry of a pod recreated under the same name to the new pod by rewriting only
     /// `id`: then `poduid`, `allocated`, `node` and `network` describe an earlier sandbox, and nothing is judged by

@@ -2,10 +2,12 @@
 //! written by either binary stay readable by the other.
 
 pub mod drift;
+mod ipamclaim;
 mod ippool;
 mod nodeslice;
 mod reservation;
 
+pub use ipamclaim::{IPAMCLAIM_GROUP, IpamClaim, IpamClaimSpec, IpamClaimStatus, OwnerPod};
 pub use ippool::{IpAllocation, IpPool, IpPoolSpec, SubInterfaceRecord};
 pub use nodeslice::{NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
 pub use reservation::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};

@@ -28,4 +28,8 @@ pub struct OverlappingRangeIpReservationSpec {
     pub ifname: String,
     /// The pod holding the address, as `namespace/name`.
     pub podref: String,
+    /// The IPAMClaim (in the pod's namespace) the address belongs to (hereabouts addition): the next pod of the
+    /// claim takes the reservation over as an earlier sandbox's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipamclaim: Option<String>,
 }

@@ -37,6 +37,14 @@ pub trait Cluster: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<StatefulSetView>, String>> + Send;
 
+    /// The addresses the IPAMClaim `name` in `namespace` records (`status.ips`), as the API server has it now;
+    /// `None` when the claim does not exist. Read only for entries of a claim.
+    fn ipamclaim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, String>> + Send;
+
     /// Whether the Node `name` exists, as the API server has it now (not a cache). Read only for warm entries.
     fn node(&self, name: &str) -> impl Future<Output = Result<NodeView, String>> + Send;
 
@@ -79,6 +87,16 @@ pub fn is_finished(pod: &Pod) -> bool {
 }
 
 /// Reads the StatefulSet `name` in `namespace` (metadata and spec are all the rules need).
+/// The addresses the IPAMClaim `name` in `namespace` records, or `None` when it does not exist (a cluster without
+/// the IPAMClaim CRD has none: its 404 says so).
+pub async fn read_ipamclaim(client: &Client, namespace: &str, name: &str) -> Result<Option<Vec<String>>, String> {
+    let api: Api<crate::crd::IpamClaim> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(found) => Ok(found.map(|c| c.status.map(|s| s.ips).unwrap_or_default())),
+        Err(e) => Err(format!("get ipamclaim {namespace}/{name}: {e}")),
+    }
+}
+
 pub async fn read_statefulset(client: &Client, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
     use k8s_openapi::api::apps::v1::StatefulSet;
     let found = Api::<StatefulSet>::namespaced(client.clone(), namespace)
@@ -111,6 +129,10 @@ impl Cluster for KubeCluster {
 
     async fn statefulset(&self, namespace: &str, name: &str) -> Result<Option<StatefulSetView>, String> {
         read_statefulset(&self.client, namespace, name).await
+    }
+
+    async fn ipamclaim(&self, namespace: &str, name: &str) -> Result<Option<Vec<String>>, String> {
+        read_ipamclaim(&self.client, namespace, name).await
     }
 
     async fn node(&self, name: &str) -> Result<NodeView, String> {

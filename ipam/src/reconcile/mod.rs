@@ -9,7 +9,9 @@ pub mod retire;
 pub mod rules;
 mod sweep;
 
-pub use cluster::{Cluster, KubeCluster, MIRROR_ANNOTATION, Notice, is_finished, read_node, read_statefulset, view_of};
+pub use cluster::{
+    Cluster, KubeCluster, MIRROR_ANNOTATION, Notice, is_finished, read_ipamclaim, read_node, read_statefulset, view_of,
+};
 pub use releaser::{Considered, Releaser, ReservationOutcome, Tally, Views, entries};
 pub use sweep::{Summary, reconcile_once};
 

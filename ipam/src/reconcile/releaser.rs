@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::cluster::{Cluster, Notice};
 use super::rules::{
-    Facts, Index, Keep, KeepReservation, NodeView, PodView, Reason, ReservationVerdict, Verdict, judge,
+    Facts, Index, Keep, KeepReservation, NodeView, PodView, Reason, ReservationVerdict, Verdict, claim_wants, judge,
     judge_reservation, judge_warm, podref_parts, sticky_wanted, warm_node,
 };
 use crate::budget::Budget;
@@ -186,9 +186,30 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
         }
     }
 
+    /// Whether `held` (at `ip`) belongs to an IPAMClaim that still wants it ([`claim_wants`]); `None` when that
+    /// cannot be read (the entry is then kept: never guess).
+    async fn claimed(&self, held: &IpAllocation, ip: Option<std::net::IpAddr>) -> Option<bool> {
+        let Some(name) = held.ipamclaim.as_deref() else { return Some(false) };
+        let (namespace, _) = podref_parts(&held.podref)?;
+        match self.cluster.ipamclaim(namespace, name).await {
+            Ok(ips) => Some(claim_wants(ips.as_deref(), ip)),
+            Err(e) => {
+                tracing::warn!(podref = %held.podref, ipamclaim = name, error = %e,
+                    "cannot read the IPAMClaim; keeping its address");
+                None
+            }
+        }
+    }
+
     /// The verdict on `held`, from what the API server says now: of its pod, or of its Node for a warm entry.
     /// `None` when that cannot be read.
-    async fn verdict(&self, held: &IpAllocation, gone_uid: Option<&str>, views: &mut Views) -> Option<Verdict> {
+    async fn verdict(
+        &self,
+        held: &IpAllocation,
+        ip: Option<std::net::IpAddr>,
+        gone_uid: Option<&str>,
+        views: &mut Views,
+    ) -> Option<Verdict> {
         if let Some(node) = warm_node(held) {
             let view = self.node(node, views).await?;
             return Some(judge_warm(view, self.missing_nodes.seen(node, view), self.grace));
@@ -198,7 +219,8 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
         }
         let view = self.view(&held.podref, views).await?;
         let sticky = self.sticky(held).await?;
-        let facts = Facts { pod: &view, gone_uid, now: crate::clock::now(), grace: self.grace, sticky };
+        let claimed = self.claimed(held, ip).await?;
+        let facts = Facts { pod: &view, gone_uid, now: crate::clock::now(), grace: self.grace, sticky, claimed };
         Some(judge(held, &facts))
     }
 
@@ -212,7 +234,7 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
         gone_uid: Option<&str>,
         views: &mut Views,
     ) -> Considered {
-        let reason = match self.verdict(held, gone_uid, views).await {
+        let reason = match self.verdict(held, address_of(pool, offset), gone_uid, views).await {
             None => return Considered::Failed,
             Some(Verdict::Keep(keep)) => return Considered::Kept(keep),
             Some(Verdict::Release(reason)) => reason,

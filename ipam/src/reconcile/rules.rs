@@ -71,6 +71,9 @@ pub enum Keep {
     /// Its pod is gone or being replaced, but the StatefulSet that owns it still wants the pod's ordinal: the pod
     /// recreated under the same name takes it over (sticky StatefulSet addresses).
     Sticky,
+    /// Its pod is gone or being replaced, but the IPAMClaim it belongs to exists: the claim's next pod (a VM's,
+    /// after a migration or a restart) takes it over.
+    Claimed,
 }
 
 /// The verdict on one allocation.
@@ -102,6 +105,8 @@ pub struct Facts<'a> {
     pub grace: Duration,
     /// Whether the entry is sticky and its StatefulSet still wants the pod's ordinal ([`sticky_wanted`]).
     pub sticky: bool,
+    /// Whether the entry belongs to an IPAMClaim that exists.
+    pub claimed: bool,
 }
 
 /// What the API server says of the StatefulSet a sticky entry names.
@@ -127,6 +132,16 @@ pub fn sticky_wanted(entry: &IpAllocation, statefulset: Option<&StatefulSetView>
     let (Some(name), Some(set)) = (entry.statefulset.as_deref(), statefulset) else { return false };
     let Some(ordinal) = ordinal_of(&entry.podref, name) else { return false };
     !set.deleting && ordinal >= set.start && i64::from(ordinal) < i64::from(set.start) + i64::from(set.replicas)
+}
+
+/// Whether an IPAMClaim that records `ips` (`None`: the claim is gone) still wants its entry at `ip`: it exists,
+/// and records this address or none yet (the ADD that holds it has not recorded it). An entry of the claim at
+/// another address is one an ADD that lost the claim to another pod could not give back.
+pub fn claim_wants(ips: Option<&[String]>, ip: Option<std::net::IpAddr>) -> bool {
+    let Some(ips) = ips else { return false };
+    let address =
+        |s: &String| s.parse::<ipnet::IpNet>().map(|n| n.addr()).ok().or_else(|| s.parse::<std::net::IpAddr>().ok());
+    ips.is_empty() || ip.is_some_and(|ip| ips.iter().any(|s| address(s) == Some(ip)))
 }
 
 /// `namespace/name`, if `podref` is of that form.
@@ -158,12 +173,15 @@ fn allocated_at(allocation: &IpAllocation) -> Option<Timestamp> {
 /// 5. An entry whose pod is missing is released, unless it is younger than the grace period (entries Whereabouts
 ///    wrote carry no time and are judged by their pod alone).
 /// 6. Whatever rules 2 to 5 release (or keep only as fresh), a sticky entry whose StatefulSet still wants its
-///    ordinal keeps ([`Facts::sticky`]).
+///    ordinal keeps ([`Facts::sticky`]), and so does an entry of an IPAMClaim that exists ([`Facts::claimed`]).
 pub fn judge(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
     match judge_pod(allocation, facts) {
         // a fresh entry is kept anyway; saying why it outlives its pod tells more
         Verdict::Release(_) | Verdict::Keep(Keep::Fresh) if facts.sticky && allocation.statefulset.is_some() => {
             Verdict::Keep(Keep::Sticky)
+        }
+        Verdict::Release(_) | Verdict::Keep(Keep::Fresh) if facts.claimed && allocation.ipamclaim.is_some() => {
+            Verdict::Keep(Keep::Claimed)
         }
         verdict => verdict,
     }

@@ -33,7 +33,12 @@ fn mk_pool(name: &str, range: &str, entries: &[(u128, &str)]) -> IpPool {
 }
 
 fn mk_spec(podref: &str) -> OverlappingRangeIpReservationSpec {
-    OverlappingRangeIpReservationSpec { containerid: "c".into(), ifname: "net1".into(), podref: podref.into() }
+    OverlappingRangeIpReservationSpec {
+        containerid: "c".into(),
+        ifname: "net1".into(),
+        podref: podref.into(),
+        ipamclaim: None,
+    }
 }
 
 fn mk_holder(podref: &str) -> Holder {
@@ -41,7 +46,7 @@ fn mk_holder(podref: &str) -> Holder {
 }
 
 fn facts<'a>(pod: &'a PodView, gone_uid: Option<&'a str>, now: Timestamp) -> Facts<'a> {
-    Facts { pod, gone_uid, now, grace: GRACE, sticky: false }
+    Facts { pod, gone_uid, now, grace: GRACE, sticky: false, claimed: false }
 }
 
 fn live(uid: &str) -> PodView {
@@ -157,7 +162,7 @@ fn an_entry_another_tool_took_over_is_judged_by_its_pod_name() {
     let now = Timestamp::now();
     let old_pod = mk_alloc(Some("uid-old"), Some(9999), now);
     let new_pod = PodView::Present { uid: "uid-new".into(), finished: false, mirror: false };
-    let facts = Facts { pod: &new_pod, gone_uid: None, now, grace: GRACE, sticky: false };
+    let facts = Facts { pod: &new_pod, gone_uid: None, now, grace: GRACE, sticky: false, claimed: false };
     assert_eq!(judge(&old_pod, &facts), Verdict::Release(Reason::Replaced), "hereabouts' own entry of the old pod");
     let taken_over = IpAllocation { id: "whereabouts-sandbox".into(), ..old_pod.clone() };
     assert_eq!(judge(&taken_over, &facts), Verdict::Keep(Keep::Live));
@@ -311,6 +316,33 @@ fn a_statefulset_wants_the_ordinals_below_its_replicas_from_its_start() {
 }
 
 #[test]
+fn an_ipamclaims_entry_outlives_its_pods_until_the_claim_is_gone() {
+    let now = Timestamp::now();
+    let entry = IpAllocation {
+        podref: "ns/virt-launcher-vm1-abcde".into(),
+        ipamclaim: Some("vm1.net".into()),
+        ..mk_alloc(Some("u1"), Some(3600), now)
+    };
+    let judged = |pod: &PodView, claimed: bool| {
+        judge(&entry, &Facts { pod, gone_uid: Some("u1"), now, grace: GRACE, sticky: false, claimed })
+    };
+    assert_eq!(judged(&PodView::Missing, true), Verdict::Keep(Keep::Claimed), "the VM stopped; its claim stays");
+    assert_eq!(judged(&live("u1"), false), Verdict::Keep(Keep::Live), "a live pod keeps it, claim or not");
+    assert_eq!(judged(&PodView::Missing, false), Verdict::Release(Reason::Deleted), "the claim is gone");
+    let plain = mk_alloc(Some("u1"), Some(3600), now);
+    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: false, claimed: true };
+    assert_eq!(judge(&plain, &facts), Verdict::Release(Reason::Deleted), "`claimed` says nothing of other entries");
+
+    let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+    let recorded = ["198.18.0.5/24".to_string(), "2001:db8::5".to_string()];
+    assert!(claim_wants(Some(&recorded), ip("198.18.0.5")));
+    assert!(claim_wants(Some(&recorded), ip("2001:db8::5")), "a bare address too");
+    assert!(!claim_wants(Some(&recorded), ip("198.18.0.6")), "an address the claim does not record");
+    assert!(claim_wants(Some(&[]), ip("198.18.0.6")), "nothing recorded yet: its ADD is under way");
+    assert!(!claim_wants(None, ip("198.18.0.5")), "the claim is gone");
+}
+
+#[test]
 fn a_wanted_sticky_entry_outlives_its_pod_and_nothing_else_changes() {
     let now = Timestamp::now();
     let sticky = IpAllocation {
@@ -319,7 +351,7 @@ fn a_wanted_sticky_entry_outlives_its_pod_and_nothing_else_changes() {
         ..mk_alloc(Some("u1"), Some(3600), now)
     };
     let wanted = |pod: &PodView, gone: Option<&str>| {
-        judge(&sticky, &Facts { pod, gone_uid: gone, now, grace: GRACE, sticky: true })
+        judge(&sticky, &Facts { pod, gone_uid: gone, now, grace: GRACE, sticky: true, claimed: false })
     };
     assert_eq!(wanted(&PodView::Missing, Some("u1")), Verdict::Keep(Keep::Sticky), "deleted, seen gone");
     assert_eq!(wanted(&live("u2"), None), Verdict::Keep(Keep::Sticky), "recreated under the same name");
@@ -327,14 +359,15 @@ fn a_wanted_sticky_entry_outlives_its_pod_and_nothing_else_changes() {
     assert_eq!(wanted(&finished, None), Verdict::Keep(Keep::Sticky));
     assert_eq!(wanted(&live("u1"), None), Verdict::Keep(Keep::Live), "a live pod is simply live");
     let fresh = IpAllocation { allocated: Some(now.to_string()), ..sticky.clone() };
-    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true };
+    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true, claimed: false };
     assert_eq!(judge(&fresh, &facts), Verdict::Keep(Keep::Sticky), "fresh too: the reason that lasts");
     // not wanted: the ordinary rules
-    let unwanted = Facts { pod: &PodView::Missing, gone_uid: Some("u1"), now, grace: GRACE, sticky: false };
+    let unwanted =
+        Facts { pod: &PodView::Missing, gone_uid: Some("u1"), now, grace: GRACE, sticky: false, claimed: false };
     assert_eq!(judge(&sticky, &unwanted), Verdict::Release(Reason::Deleted));
     // `sticky` says nothing of an entry that records no StatefulSet
     let plain = mk_alloc(Some("u1"), Some(3600), now);
-    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true };
+    let facts = Facts { pod: &PodView::Missing, gone_uid: None, now, grace: GRACE, sticky: true, claimed: false };
     assert_eq!(judge(&plain, &facts), Verdict::Release(Reason::Deleted));
 }
 
@@ -421,7 +454,7 @@ proptest! {
         } else {
             PodView::Present { uid: uid.unwrap_or_default(), finished, mirror: false }
         };
-        let facts = Facts { pod: &pod, gone_uid: gone.as_deref(), now, grace: GRACE, sticky };
+        let facts = Facts { pod: &pod, gone_uid: gone.as_deref(), now, grace: GRACE, sticky, claimed: false };
         prop_assert!(matches!(judge(&warm, &facts), Verdict::Keep(_)));
     }
 }

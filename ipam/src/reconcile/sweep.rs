@@ -43,8 +43,8 @@ where
     for (pool, offset, held) in entries(&pools, |_| true) {
         match releaser.consider(pool, offset, held, None, &mut views).await {
             Considered::Released(_) => summary.released += 1,
-            // a sticky entry keeps its reservation too: the address stays claimed for the pod's next incarnation
-            Considered::Kept(Keep::Live | Keep::Sticky) => {
+            // a sticky or IPAMClaim entry keeps its reservation too: the address stays claimed for the next pod
+            Considered::Kept(Keep::Live | Keep::Sticky | Keep::Claimed) => {
                 summary.kept += 1;
                 // under any of its names: an entry the fork wrote has the fork's reservation
                 let listed_claim =

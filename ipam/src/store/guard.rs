@@ -40,11 +40,13 @@ pub enum Guard {
     RetimeRelease,
     /// A NodeSlicePool's owner references rewritten while the object is still at the version read.
     KeepOwners,
+    /// An IPAMClaim's status written while the claim is still at the version read.
+    ClaimStatus,
 }
 
 impl Guard {
     /// Every guarded write.
-    pub const ALL: [Guard; 8] = [
+    pub const ALL: [Guard; 9] = [
         Guard::AddEntry,
         Guard::ReplaceEntry,
         Guard::RemoveEntry,
@@ -53,6 +55,7 @@ impl Guard {
         Guard::RemoveSubInterface,
         Guard::RetimeRelease,
         Guard::KeepOwners,
+        Guard::ClaimStatus,
     ];
 }
 
@@ -160,15 +163,30 @@ pub fn retime_release(offset: u128, read: &str, now: &str) -> Patch {
 pub fn take_over(current: &OverlappingRangeIpReservation, claim: &Claim) -> Patch {
     let (labels, annotations) = claim_metadata(current, claim);
     let spec = &claim.spec;
+    let mut ops = vec![
+        test("/metadata/resourceVersion", json!(current.metadata.resource_version)),
+        add("/spec/podref", json!(spec.podref)),
+        add("/spec/containerid", json!(spec.containerid)),
+        add("/spec/ifname", json!(spec.ifname)),
+    ];
+    match &spec.ipamclaim {
+        Some(claim) => ops.push(add("/spec/ipamclaim", json!(claim))),
+        None if current.spec.ipamclaim.is_some() => ops.push(remove("/spec/ipamclaim")),
+        None => {}
+    }
+    ops.push(add("/metadata/labels", labels));
+    ops.push(add("/metadata/annotations", annotations));
+    guarded(Guard::TakeOver, ops)
+}
+
+/// Writes `status` on the IPAMClaim `current` if it is still at the version read: of two pods of one claim
+/// writing their addresses at once, one wins and the other reads again.
+pub fn claim_status(current: &crate::crd::IpamClaim, status: &crate::crd::IpamClaimStatus) -> Patch {
     guarded(
-        Guard::TakeOver,
+        Guard::ClaimStatus,
         vec![
             test("/metadata/resourceVersion", json!(current.metadata.resource_version)),
-            add("/spec/podref", json!(spec.podref)),
-            add("/spec/containerid", json!(spec.containerid)),
-            add("/spec/ifname", json!(spec.ifname)),
-            add("/metadata/labels", labels),
-            add("/metadata/annotations", annotations),
+            add("/status", json!(status)),
         ],
     )
 }

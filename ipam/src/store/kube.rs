@@ -17,6 +17,7 @@ use crate::crd::{
 const POOL: &str = "pool";
 const RESERVATION: &str = "reservation";
 const NODE_SLICES: &str = "nodeslicepool";
+const IPAMCLAIM: &str = "ipamclaim";
 
 /// The pools and reservations of one namespace on the API server.
 #[derive(Clone)]
@@ -350,6 +351,30 @@ impl SliceStore for KubeStore {
     ) -> Result<Patched, StoreError> {
         let patch = guard::keep_owners(version, kept);
         Self::guarded(&self.slices, NODE_SLICES, name, "rewrite owner references".into(), patch).await
+    }
+}
+
+impl super::IpamClaimStore for KubeStore {
+    async fn get_ipamclaim(&self, namespace: &str, name: &str) -> Result<Option<crate::crd::IpamClaim>, StoreError> {
+        let api: Api<crate::crd::IpamClaim> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await.map_err(|e| error(IPAMCLAIM, &format!("{namespace}/{name}"), "get", e))
+    }
+
+    async fn set_ipamclaim_status(
+        &self,
+        current: &crate::crd::IpamClaim,
+        status: &crate::crd::IpamClaimStatus,
+    ) -> Result<Patched, StoreError> {
+        let namespace = current.metadata.namespace.as_deref().unwrap_or_default();
+        let name = current.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<crate::crd::IpamClaim> = Api::namespaced(self.client.clone(), namespace);
+        let patch = guard::claim_status(current, status);
+        match api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+            Ok(_) => Ok(Patched::Applied),
+            Err(kube::Error::Api(status)) if status.code == 422 => Ok(Patched::Refused(status.message)),
+            Err(e) if is_status(&e, 404) => Ok(Patched::Missing),
+            Err(e) => Err(error(IPAMCLAIM, &format!("{namespace}/{name}"), "write status", e)),
+        }
     }
 }
 

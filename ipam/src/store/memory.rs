@@ -91,6 +91,8 @@ pub enum Op {
     SetPoolCooldown,
     RetimeRelease,
     KeepNodeSlicesOwners,
+    GetIpamClaim,
+    SetIpamClaimStatus,
 }
 
 impl Op {
@@ -105,6 +107,7 @@ impl Op {
                 | Op::GetNodeSlices
                 | Op::ListNodeSlices
                 | Op::CoreMetadata
+                | Op::GetIpamClaim
         )
     }
 }
@@ -210,6 +213,8 @@ struct State {
     events: Vec<(String, String, String)>,
     /// Pods, namespaces and nodes, by kind, namespace (`""` for the cluster-scoped) and name.
     core: BTreeMap<(super::CoreObject, String, String), super::ObjectMeta>,
+    /// IPAMClaims, by namespace and name.
+    ipamclaims: BTreeMap<(String, String), crate::crd::IpamClaim>,
     /// The API server is down (stopped, restarting): every call of every process is refused unsent.
     away: bool,
 }
@@ -360,6 +365,30 @@ impl MemoryStore {
     pub fn put_core(&self, kind: super::CoreObject, namespace: &str, name: &str, meta: super::ObjectMeta) {
         let ns = if kind == super::CoreObject::Pod { namespace } else { "" };
         self.state.lock().unwrap().core.insert((kind, ns.to_string(), name.to_string()), meta);
+    }
+
+    /// Creates the IPAMClaim `name` in `namespace` for `network` (test set-up: KubeVirt's part).
+    pub fn put_ipamclaim(&self, namespace: &str, name: &str, network: &str, interface: &str) {
+        let mut claim = crate::crd::IpamClaim::new(
+            name,
+            crate::crd::IpamClaimSpec { network: network.into(), interface: interface.into() },
+        );
+        claim.metadata.namespace = Some(namespace.into());
+        let mut state = self.state.lock().unwrap();
+        claim.metadata.resource_version = Some(state.bump());
+        state.ipamclaims.insert((namespace.into(), name.into()), claim);
+    }
+
+    /// The IPAMClaim `name` in `namespace`, as stored now.
+    pub fn ipamclaim(&self, namespace: &str, name: &str) -> Option<crate::crd::IpamClaim> {
+        self.state.lock().unwrap().ipamclaims.get(&(namespace.into(), name.into())).cloned()
+    }
+
+    /// Deletes the IPAMClaim `name` in `namespace` (test set-up: the VM is deleted).
+    pub fn delete_ipamclaim(&self, namespace: &str, name: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.ipamclaims.remove(&(namespace.into(), name.into()));
+        state.bump();
     }
 
     /// Writes `pool` as it is (test set-up, e.g. entries another tool wrote).
@@ -686,6 +715,36 @@ impl CoreStore for MemoryStore {
             Ok(())
         })
         .await
+    }
+}
+
+impl super::IpamClaimStore for MemoryStore {
+    async fn get_ipamclaim(&self, namespace: &str, name: &str) -> Result<Option<crate::crd::IpamClaim>, StoreError> {
+        let key = (namespace.to_string(), name.to_string());
+        self.call(Op::GetIpamClaim, "ipamclaim", name, |s| Ok(s.ipamclaims.get(&key).cloned())).await
+    }
+
+    async fn set_ipamclaim_status(
+        &self,
+        current: &crate::crd::IpamClaim,
+        status: &crate::crd::IpamClaimStatus,
+    ) -> Result<Patched, StoreError> {
+        let key =
+            (current.metadata.namespace.clone().unwrap_or_default(), current.metadata.name.clone().unwrap_or_default());
+        let patch = guard::claim_status(current, status);
+        refused_as_patched(
+            self.call(Op::SetIpamClaimStatus, "ipamclaim", &key.1, |s| {
+                let Some(stored) = s.ipamclaims.get(&key) else { return Ok(Patched::Missing) };
+                let mut claim = stored.clone();
+                if let Err(refusal) = patch_object(&mut claim, &Change::Guarded(&patch)) {
+                    return Ok(Patched::Refused(refusal));
+                }
+                claim.metadata.resource_version = Some(s.bump());
+                s.ipamclaims.insert(key.clone(), claim);
+                Ok(Patched::Applied)
+            })
+            .await,
+        )
     }
 }
 

@@ -520,11 +520,28 @@ pub trait CoreStore: Send + Sync {
     ) -> impl Future<Output = Result<Option<ObjectMeta>, StoreError>> + Send;
 }
 
+/// IPAMClaims (`ipamclaims.k8s.cni.cncf.io`): read by an ADD whose pod names one, and their status written.
+pub trait IpamClaimStore: Send + Sync {
+    /// The claim `name` in `namespace`, or `None` when it does not exist.
+    fn get_ipamclaim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<crate::crd::IpamClaim>, StoreError>> + Send;
+
+    /// Writes `status` on the claim `current` if it is still at the version read ([`guard::claim_status`]).
+    fn set_ipamclaim_status(
+        &self,
+        current: &crate::crd::IpamClaim,
+        status: &crate::crd::IpamClaimStatus,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+}
+
 /// Every concern at once: what a store that talks to the API server (or stands in for it) offers. Use cases take
 /// only the parts they use.
-pub trait Store: PoolStore + ReservationStore + SliceStore + SubInterfaceStore + CoreStore {}
+pub trait Store: PoolStore + ReservationStore + SliceStore + SubInterfaceStore + CoreStore + IpamClaimStore {}
 
-impl<T: PoolStore + ReservationStore + SliceStore + SubInterfaceStore + CoreStore> Store for T {}
+impl<T: PoolStore + ReservationStore + SliceStore + SubInterfaceStore + CoreStore + IpamClaimStore> Store for T {}
 
 /// An object of the core API group whose metadata a range choice reads (ranges chosen per pod).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

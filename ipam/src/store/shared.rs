@@ -599,6 +599,20 @@ impl<S: CoreStore> CoreStore for Shared<S> {
     }
 }
 
+impl<S: super::IpamClaimStore> super::IpamClaimStore for Shared<S> {
+    async fn get_ipamclaim(&self, namespace: &str, name: &str) -> Result<Option<crate::crd::IpamClaim>, StoreError> {
+        self.inner.get_ipamclaim(namespace, name).await
+    }
+
+    async fn set_ipamclaim_status(
+        &self,
+        current: &crate::crd::IpamClaim,
+        status: &crate::crd::IpamClaimStatus,
+    ) -> Result<Patched, StoreError> {
+        self.inner.set_ipamclaim_status(current, status).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

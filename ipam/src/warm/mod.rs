@@ -139,6 +139,7 @@ impl Take {
             network: Some(self.network.clone()).filter(|n| !n.is_empty()),
             reserved: held.reservation.is_some(),
             statefulset: None,
+            ipamclaim: None,
             recorded_for: Some(self.container.clone()),
         }
     }
@@ -149,6 +150,7 @@ impl Take {
                 containerid: self.container.clone(),
                 ifname: self.ifname.clone(),
                 podref: self.podref.clone(),
+                ipamclaim: None,
             },
             node: self.node.clone(),
             at: crate::clock::now(),

@@ -85,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
                     network: Some("scale".into()),
                     reserved: false,
                     statefulset: None,
+                    ipamclaim: None,
                     recorded_for: Some(format!("c{i}")),
                 },
             );

@@ -358,6 +358,7 @@ async fn a_node_hands_over_only_its_own_warm_reserve() {
             containerid: "ci".into(),
             ifname: "net1".into(),
             podref: format!("{KS}/intruder"),
+            ipamclaim: None,
         },
         node: "warm-b".into(),
         at: k8s_openapi::jiff::Timestamp::now(),

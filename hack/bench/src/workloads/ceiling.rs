@@ -120,6 +120,7 @@ impl Bench {
                         containerid: format!("ceiling-{j}-c"),
                         ifname: "net1".into(),
                         podref: format!("{ns}/ceiling-{j}"),
+                        ipamclaim: None,
                     };
                     let object = OverlappingRangeIpReservation::new(&name, spec);
                     let t = Instant::now();
