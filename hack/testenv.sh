@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Go tools the tests run -- kube-apiserver, the kubelet, kube-scheduler, kube-controller-manager, etcd,
-# the CNI reference plugins, cnitool, Whereabouts, Multus (thin and thick) and helm -- from the pinned modules under
-# hack/testenv/, each once per version, into $HEREABOUTS_TESTENV (default <repo>/.testenv, which git ignores). A warm
-# machine rebuilds nothing. Prints the versions it provides.
+# the CNI reference plugins, cnitool, Whereabouts, Multus (thin and thick) and helm -- and copies the NAD and
+# IPAMClaim CRDs from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV
+# (default <repo>/.testenv, which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +50,7 @@ wb=$(modver whereabouts github.com/k8snetworkplumbingwg/whereabouts)
 multus=$(modver multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
 helm=$(modver helm helm.sh/helm/v4)
 nad=$(modver multus github.com/k8snetworkplumbingwg/network-attachment-definition-client)
+ipamclaims=$(modver ipamclaims github.com/k8snetworkplumbingwg/ipamclaims)
 
 minor=${k8s#v1.}; minor=${minor%%.*}
 # version stamping: without it /version reports v0.0.0-master and the compatibility version falls back
@@ -96,6 +97,15 @@ if [[ ! -f $out/nad-client-$nad/networks-crd.yaml ]]; then
   mv "$out/nad-client-$nad/.networks-crd.yaml.tmp" "$out/nad-client-$nad/networks-crd.yaml"
 fi
 
+# the IPAMClaim CRD (KubeVirt installs it in a cluster), from the module that defines it
+if [[ ! -f $out/ipamclaims-$ipamclaims/ipamclaims-crd.yaml ]]; then
+  src=$(cd "$mods/ipamclaims" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/ipamclaims)
+  mkdir -p "$out/ipamclaims-$ipamclaims"
+  cp "$src/artifacts/k8s.cni.cncf.io_ipamclaims.yaml" "$out/ipamclaims-$ipamclaims/.ipamclaims-crd.yaml.tmp"
+  chmod u+w "$out/ipamclaims-$ipamclaims/.ipamclaims-crd.yaml.tmp"
+  mv "$out/ipamclaims-$ipamclaims/.ipamclaims-crd.yaml.tmp" "$out/ipamclaims-$ipamclaims/ipamclaims-crd.yaml"
+fi
+
 # helm, to lint, render and install the chart in deploy/chart
 build helm "helm-$helm" helm helm.sh/helm/v4/cmd/helm
 
@@ -108,6 +118,7 @@ link whereabouts-nodeslicecontroller "whereabouts-$wb"
 ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
 for c in multus multus-daemon multus-shim; do link "$c" "multus-$multus"; done
 link networks-crd.yaml "nad-client-$nad"
+link ipamclaims-crd.yaml "ipamclaims-$ipamclaims"
 link helm "helm-$helm"
 
-echo "testenv: $out/bin: kube-apiserver, kubelet, kube-scheduler, kube-controller-manager $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus (thin, and thick: multus-daemon, multus-shim), NAD CRD $nad, helm $helm"
+echo "testenv: $out/bin: kube-apiserver, kubelet, kube-scheduler, kube-controller-manager $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus (thin, and thick: multus-daemon, multus-shim), NAD CRD $nad, IPAMClaim CRD $ipamclaims, helm $helm"

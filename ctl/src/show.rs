@@ -56,6 +56,8 @@ pub struct Holding {
     pub reservation: Option<String>,
     /// The StatefulSet a sticky entry records.
     pub statefulset: Option<String>,
+    /// The IPAMClaim an entry of a VM's persistent address records.
+    pub ipamclaim: Option<String>,
     /// For a free address released within the pool's reuse cooldown: when it may be handed out again.
     pub cooling_until: Option<String>,
 }
@@ -109,6 +111,7 @@ pub async fn run(flags: &KubeFlags, args: &ShowArgs) -> anyhow::Result<bool> {
             since: entry.and_then(|e| e.allocated.clone()),
             reservation: reservation.map(|r| r.spec.podref),
             statefulset: entry.and_then(|e| e.statefulset.clone()),
+            ipamclaim: entry.and_then(|e| e.ipamclaim.clone()),
             cooling_until: match entry {
                 Some(_) => None,
                 None => cooldown::cooling(pool, hereabouts_ipam::clock::now()).get(&offset).map(ToString::to_string),
@@ -195,6 +198,9 @@ fn describe(h: &Holding) -> String {
     }
     if let Some(set) = &h.statefulset {
         s.push_str(&format!(", sticky for StatefulSet {set}"));
+    }
+    if let Some(claim) = &h.ipamclaim {
+        s.push_str(&format!(", IPAMClaim {claim}'s"));
     }
     match &h.reservation {
         Some(r) if r == podref => s.push_str("; reserved cluster-wide"),

@@ -60,6 +60,10 @@ pub const CNI_RANGES_NAME: &str = "hereabouts-cni-ranges";
 /// The chart's values that add the CNI's ClusterRoles.
 pub const CNI_EVENTS_VALUE: &str = "cni.providerEvents=true";
 pub const CNI_RANGES_VALUE: &str = "cni.rangeChoice=true";
+/// The CNI plugin's ClusterRole (and binding) with the chart's `cni.persistentIPs`, for IPAMClaims: get pods and
+/// ipamclaims, patch ipamclaims/status.
+pub const CNI_CLAIMS_NAME: &str = "hereabouts-cni-ipamclaims";
+pub const CNI_CLAIMS_VALUE: &str = "cni.persistentIPs=true";
 
 /// The ValidatingAdmissionPolicy (and binding) confining each node's CNI token to its node's entries.
 pub const NODE_POLICY_NAME: &str = "hereabouts-cni-node";

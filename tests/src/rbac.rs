@@ -51,6 +51,26 @@ pub async fn grant_cni_ranges(admin: &Client) {
     .unwrap();
 }
 
+/// Applies the chart's ClusterRole and ClusterRoleBinding `hereabouts-cni-ipamclaims` as `cni.persistentIPs`
+/// renders them, and waits until the authorizer grants them.
+pub async fn grant_cni_claims(admin: &Client) {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let render = deploy::render(&[deploy::CNI_CLAIMS_VALUE]);
+    let role = deploy::typed_in::<ClusterRole>(&render, deploy::CNI_CLAIMS_NAME);
+    let binding = deploy::typed_in::<ClusterRoleBinding>(&render, deploy::CNI_CLAIMS_NAME);
+    deploy::create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
+    deploy::create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), binding)
+        .await
+        .expect("apply the ClusterRoleBinding");
+    let pods = Api::<Pod>::namespaced(crate::TestCluster::get().client(Identity::Cni).await, "default");
+    crate::wait::until(std::time::Duration::from_secs(10), "the CNI's IPAMClaim ClusterRole to apply", || async {
+        pods.get_metadata_opt("no-such-pod").await.ok()
+    })
+    .await
+    .unwrap();
+}
+
 /// Binds `rules` to the restricted identity in `namespace` as Role and RoleBinding `name`.
 pub async fn grant(admin: Client, namespace: &str, name: &str, rules: Vec<PolicyRule>) {
     grant_to(admin, namespace, name, Identity::Restricted, rules).await;

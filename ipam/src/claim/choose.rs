@@ -11,6 +11,10 @@ use crate::store::{CoreObject, CoreStore, ObjectMeta, StoreError};
 pub const RANGES_CLUSTER_ROLE: &str = "hereabouts-cni-ranges";
 /// The chart's value that adds [`RANGES_CLUSTER_ROLE`]; off by default, since it lets every host read every pod.
 pub const RANGES_VALUE: &str = "cni.rangeChoice=true";
+/// The ClusterRole that grants the CNI plugin what persistent addresses read and write (pods, IPAMClaims).
+pub const IPAMCLAIMS_CLUSTER_ROLE: &str = "hereabouts-cni-ipamclaims";
+/// The chart's value that adds [`IPAMCLAIMS_CLUSTER_ROLE`]; off by default.
+pub const IPAMCLAIMS_VALUE: &str = "cni.persistentIPs=true";
 
 /// What this ADD (or CHECK) of pod `cfg.pod` on `node` chose: the indices of the ranges of `cfg` it uses, and the
 /// StatefulSet that controls the pod (sticky ranges). `None` when `selection` chooses nothing, so every range is

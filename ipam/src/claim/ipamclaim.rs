@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
+use super::choose::{IPAMCLAIMS_CLUSTER_ROLE, IPAMCLAIMS_VALUE};
 use crate::budget::Budget;
 use crate::config::{IpamConfig, PersistentIps};
 use crate::crd::{IpamClaim, IpamClaimStatus, OwnerPod};
@@ -73,7 +74,7 @@ pub(crate) async fn resolve(
             let meta = budget
                 .retry(StoreError::is_transient, || store.core_metadata(CoreObject::Pod, namespace, pod))
                 .await
-                .map_err(|e| IpamError::from_retry(&what, e))?;
+                .map_err(|e| rights(&what, e))?;
             let annotation = meta.and_then(|m| m.annotations?.get(NETWORKS_ANNOTATION).cloned());
             match annotation.and_then(|a| reference_in(&a, ifname)) {
                 Some(name) => name,
@@ -85,7 +86,7 @@ pub(crate) async fn resolve(
     let claim = budget
         .retry(StoreError::is_transient, || store.get_ipamclaim(namespace, &name))
         .await
-        .map_err(|e| IpamError::from_retry(&format!("ipamclaim {what}: get"), e))?
+        .map_err(|e| rights(&format!("ipamclaim {what}: get"), e))?
         .ok_or_else(|| IpamError::ClaimMissing { claim: what.clone() })?;
     if claim.spec.network != cfg.name {
         return Err(IpamError::ClaimUnusable {
@@ -179,15 +180,32 @@ impl ClaimRead {
                 }
                 Ok(Patched::Missing) => return Err(IpamError::ClaimMissing { claim: self.what.clone() }),
                 // changed since read, or an earlier try applied without its answer: read it again
-                Ok(Patched::Refused(_)) | Err(_) => {}
+                Ok(Patched::Refused(_)) => {}
+                Err(e) => return Err(rights(&format!("ipamclaim {}: write status", self.what), e)),
             }
             let namespace = current.metadata.namespace.clone().unwrap_or_default();
             current = budget
                 .retry(StoreError::is_transient, || store.get_ipamclaim(&namespace, &self.name))
                 .await
-                .map_err(|e| IpamError::from_retry(&format!("ipamclaim {}: get", self.what), e))?
+                .map_err(|e| rights(&format!("ipamclaim {}: get", self.what), e))?
                 .ok_or_else(|| IpamError::ClaimMissing { claim: self.what.clone() })?;
         }
+    }
+}
+
+/// The failure of a request `what`, saying which grant a refusal (403) wants.
+fn rights(what: &str, err: crate::budget::RetryError<StoreError>) -> IpamError {
+    match IpamError::from_retry(what, err) {
+        IpamError::Store(e) if e.status_code() == Some(403) => IpamError::Refused {
+            what: what.to_string(),
+            message: format!(
+                "{}; a network with allowPersistentIPs reads pods and IPAMClaims and writes their status: bind the \
+                 CNI's ServiceAccount to the ClusterRole {IPAMCLAIMS_CLUSTER_ROLE} (the chart's value \
+                 {IPAMCLAIMS_VALUE})",
+                e.message
+            ),
+        },
+        other => other,
     }
 }
 

@@ -93,6 +93,9 @@ pub async fn read_ipamclaim(client: &Client, namespace: &str, name: &str) -> Res
     let api: Api<crate::crd::IpamClaim> = Api::namespaced(client.clone(), namespace);
     match api.get_opt(name).await {
         Ok(found) => Ok(found.map(|c| c.status.map(|s| s.ips).unwrap_or_default())),
+        // without the CRD the API server answers a plain 404 ("page not found"), which `get_opt` does not read as
+        // a missing object: no claim exists there either
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(e) => Err(format!("get ipamclaim {namespace}/{name}: {e}")),
     }
 }

@@ -357,7 +357,12 @@ impl SliceStore for KubeStore {
 impl super::IpamClaimStore for KubeStore {
     async fn get_ipamclaim(&self, namespace: &str, name: &str) -> Result<Option<crate::crd::IpamClaim>, StoreError> {
         let api: Api<crate::crd::IpamClaim> = Api::namespaced(self.client.clone(), namespace);
-        api.get_opt(name).await.map_err(|e| error(IPAMCLAIM, &format!("{namespace}/{name}"), "get", e))
+        match api.get_opt(name).await {
+            Ok(found) => Ok(found),
+            // the API server's plain 404 when the IPAMClaim CRD is not installed: no claim exists
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(e) => Err(error(IPAMCLAIM, &format!("{namespace}/{name}"), "get", e)),
+        }
     }
 
     async fn set_ipamclaim_status(

@@ -6,6 +6,8 @@
 //!   lenient DEL. Needs the control plane.
 //! - `cni_cost`: the API requests one ADD and one DEL cost. A control plane of its own (it counts every request).
 //! - `cooldown`: the reuse cooldown, also under lost answers. Needs the control plane.
+//! - `ipamclaims`: persistent addresses for VMs (IPAMClaim): a live migration, a restart, the claim's deletion, with
+//!   the reconciler and lost answers; the plugin's rights for it. Needs the control plane.
 //! - `pod_ranges`: ranges chosen per pod, namespace and node. Needs the control plane.
 //! - `relayout`: a range grown while pods hold addresses of the old one. Needs the control plane.
 //! - `sticky`: sticky StatefulSet addresses, with the reconciler. Needs the control plane.
@@ -19,6 +21,7 @@ mod agent;
 mod cni;
 mod cni_cost;
 mod cooldown;
+mod ipamclaims;
 mod pod_ranges;
 mod relayout;
 mod sticky;

@@ -107,9 +107,11 @@ fn objects_come_in_order_in_kube_system() {
     assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", deploy::NAME));
     assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::NAME)]);
     // the CNI's ClusterRoles come only with their values, each bound to the CNI's ServiceAccount alone
-    for (name, value) in
-        [(deploy::CNI_EVENTS_NAME, deploy::CNI_EVENTS_VALUE), (deploy::CNI_RANGES_NAME, deploy::CNI_RANGES_VALUE)]
-    {
+    for (name, value) in [
+        (deploy::CNI_EVENTS_NAME, deploy::CNI_EVENTS_VALUE),
+        (deploy::CNI_RANGES_NAME, deploy::CNI_RANGES_VALUE),
+        (deploy::CNI_CLAIMS_NAME, deploy::CNI_CLAIMS_VALUE),
+    ] {
         let render = deploy::render(&[value]);
         let binding = deploy::typed_in::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&render, name);
         assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("ClusterRole", name));
@@ -118,6 +120,8 @@ fn objects_come_in_order_in_kube_system() {
     }
     assert_eq!(deploy::CNI_RANGES_NAME, hereabouts_ipam::claim::RANGES_CLUSTER_ROLE, "the name errors give");
     assert_eq!(deploy::CNI_RANGES_VALUE, hereabouts_ipam::claim::RANGES_VALUE, "the value errors give");
+    assert_eq!(deploy::CNI_CLAIMS_NAME, hereabouts_ipam::claim::IPAMCLAIMS_CLUSTER_ROLE, "the name errors give");
+    assert_eq!(deploy::CNI_CLAIMS_VALUE, hereabouts_ipam::claim::IPAMCLAIMS_VALUE, "the value errors give");
     let rules = hereabouts_tests::rbac::cni_ranges_rules();
     assert_eq!(rules.len(), 1, "one rule");
     assert_eq!(
@@ -243,6 +247,7 @@ fn each_identity_is_granted_exactly_its_list() {
         ),
         ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("nodeslicepools.whereabouts.cni.cncf.io")),
         ("apps", "statefulsets", &["get"], None),
+        ("k8s.cni.cncf.io", "ipamclaims", &["get"], None),
         // the node agent, before a warm reserve: does Whereabouts' reconciler run (a DaemonSet or a CronJob)?
         ("apps", "daemonsets", &["list"], None),
         ("batch", "cronjobs", &["list"], None),

@@ -318,14 +318,18 @@ fn the_monitoring_objects_come_only_with_their_values() {
 #[test]
 fn the_cni_cluster_roles_come_only_with_their_values() {
     let named = |objects: &[Value], name: &str| objects.iter().filter(|o| o["metadata"]["name"] == name).count();
-    for off in [render(&[]), render(&["cni.rangeChoice=false", "cni.providerEvents=false"])] {
+    let off = ["cni.rangeChoice=false", "cni.providerEvents=false", "cni.persistentIPs=false"];
+    for off in [render(&[]), render(&off)] {
         let objects = deploy::parse(&off).unwrap();
-        assert_eq!(named(&objects, deploy::CNI_RANGES_NAME) + named(&objects, deploy::CNI_EVENTS_NAME), 0);
+        let names = [deploy::CNI_RANGES_NAME, deploy::CNI_EVENTS_NAME, deploy::CNI_CLAIMS_NAME];
+        assert_eq!(names.iter().map(|n| named(&objects, n)).sum::<usize>(), 0);
         assert_eq!(objects.len(), deploy::manifest().len());
     }
-    for (value, name) in
-        [(deploy::CNI_RANGES_VALUE, deploy::CNI_RANGES_NAME), (deploy::CNI_EVENTS_VALUE, deploy::CNI_EVENTS_NAME)]
-    {
+    for (value, name) in [
+        (deploy::CNI_RANGES_VALUE, deploy::CNI_RANGES_NAME),
+        (deploy::CNI_EVENTS_VALUE, deploy::CNI_EVENTS_NAME),
+        (deploy::CNI_CLAIMS_VALUE, deploy::CNI_CLAIMS_NAME),
+    ] {
         let objects = deploy::parse(&render(&[value])).unwrap();
         assert_eq!(named(&objects, name), 2, "{value}: the ClusterRole {name} and its binding");
         assert_eq!(objects.len(), deploy::manifest().len() + 2, "{value}: only those two added");
@@ -450,6 +454,7 @@ fn every_object_has_helms_standard_labels_and_the_selector_stays_put() {
         "crds.install=true",
         "cni.rangeChoice=true",
         "cni.providerEvents=true",
+        "cni.persistentIPs=true",
     ]))
     .unwrap();
     for o in &objects {
@@ -503,6 +508,7 @@ fn the_name_overrides_rename_every_object_and_every_reference_to_it() {
         "nameOverride=ipam-app",
         "cni.rangeChoice=true",
         "cni.providerEvents=true",
+        "cni.persistentIPs=true",
         "monitoring.service=true",
         "monitoring.podMonitor=true",
         "monitoring.prometheusRule=true",

@@ -318,6 +318,28 @@ impl Fx {
         assert!(sticky, "the entry records its StatefulSet");
     }
 
+    /// A pod `name` on `node` and its ADD, its entry then marked as IPAMClaim `claim`'s (which need not exist), as
+    /// a network with `allowPersistentIPs` writes it.
+    async fn claimed_pod_with_address(&self, name: &str, claim: &str, node: &str) {
+        self.pod_with_address(name, node).await;
+        let pools = Api::<IpPool>::namespaced(self.admin.clone(), &self.ns);
+        for mut pool in pools.list(&Default::default()).await.unwrap().items {
+            let podref = self.podref(name);
+            let mut marked = false;
+            for entry in pool.spec.allocations.values_mut().filter(|a| a.podref == podref) {
+                entry.ipamclaim = Some(claim.to_string());
+                marked = true;
+            }
+            if marked {
+                let name = pool.metadata.name.clone().unwrap();
+                pools.replace(&name, &PostParams::default(), &pool).await.unwrap();
+            }
+        }
+        let claimed =
+            self.pool_entries().await.into_iter().any(|a| a.podref == self.podref(name) && a.ipamclaim.is_some());
+        assert!(claimed, "the entry records its IPAMClaim");
+    }
+
     async fn pool_entries(&self) -> Vec<hereabouts_ipam::crd::IpAllocation> {
         let pools: Vec<IpPool> =
             Api::namespaced(self.admin.clone(), &self.ns).list(&Default::default()).await.unwrap().items;
@@ -453,6 +475,9 @@ enum Job {
     /// A sticky StatefulSet entry whose StatefulSet does not exist, its pod deleted without CNI DEL, is released by
     /// the node loop. Without the verb: this text, and the entry stays (a StatefulSet that cannot be read keeps).
     ReleaseStickyOfGoneSet(&'static str),
+    /// An IPAMClaim's entry whose claim does not exist, its pod deleted without CNI DEL, is released by the node
+    /// loop. Without the verb: this text, and the entry stays (a claim that cannot be read keeps its address).
+    ReleaseClaimedOfGoneClaim(&'static str),
     /// The warm entry (and reservation) of a Node that does not exist is released by the cluster reconcile once it
     /// has seen the Node missing for the grace period (1 s; passes every 2 s). Without the verb: this text, and
     /// the entry stays (a Node that cannot be read keeps its reserve).
@@ -592,6 +617,19 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             let web = fx.podref("web-0");
             let released = || async { !fx.entries().await.contains(&web) };
             eventually(Duration::from_secs(10), "the sticky entry's release", granted, Some(&reconciler), released)
+                .await;
+        }
+        Job::ReleaseClaimedOfGoneClaim(text) => {
+            let reconciler = fx.launch(NEVER);
+            reconciler.wait_ready().await;
+            fx.claimed_pod_with_address("vm-launcher", "vm.net", &fx.node).await;
+            fx.delete_pod("vm-launcher").await;
+            if !granted {
+                wait_refusal(&reconciler, text).await;
+            }
+            let vm = fx.podref("vm-launcher");
+            let released = || async { !fx.entries().await.contains(&vm) };
+            eventually(Duration::from_secs(10), "the claimed entry's release", granted, Some(&reconciler), released)
                 .await;
         }
         Job::ReleaseGoneNodesWarm(text) => {
@@ -882,6 +920,7 @@ reconciler_verbs! {
     rec_needs_get_on_crds: Cluster, "customresourcedefinitions", "get" => Job::CheckSchema("cannot read the CRD");
     rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
     rec_needs_get_on_nodes: Cluster, "nodes", "get" => Job::ReleaseGoneNodesWarm("cannot read the Node");
+    rec_needs_get_on_ipamclaims: Cluster, "ipamclaims", "get" => Job::ReleaseClaimedOfGoneClaim("cannot read the IPAMClaim");
     agent_needs_list_on_daemonsets: Cluster, "daemonsets", "list" => Job::KeepWarmReserve("list DaemonSets");
     agent_needs_list_on_cronjobs: Cluster, "cronjobs", "list" => Job::KeepWarmReserve("list CronJobs");
 }
@@ -932,6 +971,7 @@ reconciler_jobs! {
     rec_with_its_rights_gives_a_new_node_slice_pools_slices => Job::AssignOnNewListing("");
     rec_with_its_rights_releases_a_gone_sets_sticky_address => Job::ReleaseStickyOfGoneSet("");
     rec_with_its_rights_releases_a_gone_nodes_warm_entry => Job::ReleaseGoneNodesWarm("");
+    rec_with_its_rights_releases_a_gone_claims_address => Job::ReleaseClaimedOfGoneClaim("");
     agent_with_its_rights_keeps_a_warm_reserve => Job::KeepWarmReserve("");
 }
 
