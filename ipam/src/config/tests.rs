@@ -409,6 +409,47 @@ fn refusals() -> Vec<Case> {
             7,
             "ipam.warm_addresses: not with announce_routes",
         ),
+        (
+            "allowPersistentIPs with slices",
+            netconf_with(json!({"allowPersistentIPs": true}), ranged(json!({"node_slice_size": "/28"}))),
+            "",
+            7,
+            "allowPersistentIPs: only with one pool per range",
+        ),
+        (
+            "allowPersistentIPs a string",
+            netconf_with(json!({"allowPersistentIPs": "yes"}), ranged(json!({}))),
+            "",
+            6,
+            "allowPersistentIPs",
+        ),
+        (
+            "claim named without allowPersistentIPs",
+            netconf_with(json!({"args": {"cni": {"ipam-claim-reference": "vm1.net"}}}), ranged(json!({}))),
+            "",
+            7,
+            "args.cni.ipam-claim-reference: an IPAMClaim is named but the network does not allow",
+        ),
+        (
+            "claim name not a name",
+            netconf_with(
+                json!({"allowPersistentIPs": true, "args": {"cni": {"ipam-claim-reference": "VM_1"}}}),
+                ranged(json!({})),
+            ),
+            "",
+            7,
+            "args.cni.ipam-claim-reference: \"VM_1\" is not an IPAMClaim name",
+        ),
+        (
+            "claim and an address asked for",
+            netconf_with(
+                json!({"allowPersistentIPs": true, "args": {"cni": {"ipam-claim-reference": "vm1.net"}}}),
+                ranged(json!({})),
+            ),
+            "IP=10.0.0.5",
+            7,
+            "args.cni.ipam-claim-reference: not with addresses asked for",
+        ),
         ("CNI_ARGS IP garbage", netconf(static_only(json!({}))), "IP=10.0.0.x;K8S_POD_NAME=p", 4, "CNI_ARGS: IP"),
         ("CNI_ARGS IP outside", netconf(ranged(json!({}))), "IP=10.1.0.5", 7, "CNI_ARGS IP: 10.1.0.5 is outside"),
         ("CNI_ARGS GATEWAY garbage", netconf(static_only(json!({}))), "GATEWAY=gw", 4, "GATEWAY"),
@@ -953,4 +994,15 @@ fn enable_l3_makes_a_31_and_a_32_ranges_whose_every_address_is_a_host() {
     assert_eq!(listed.ranges[0].usable_count(), 2, "every range of the config");
     let not_bool = refused(&netconf(ranged(json!({"enable_l3": "yes"}))), "");
     assert!(not_bool.to_string().contains("enable_l3"), "{not_bool}");
+}
+
+#[test]
+fn allow_persistent_ips_and_a_claim_named_by_the_runtime_are_read_from_the_top_level() {
+    let top = json!({"allowPersistentIPs": true, "args": {"cni": {"ipam-claim-reference": "vm1.net", "other": 1}}});
+    let c = ok(&netconf_with(top, ranged(json!({}))), POD_ARGS);
+    let super::Mode::Pools(pools) = &c.mode else { panic!("one pool per range: {:?}", c.mode) };
+    assert_eq!(pools.persistent_ips, PersistentIps { allowed: true, reference: Some("vm1.net".into()) });
+    let c = ok(&netconf(ranged(json!({}))), POD_ARGS);
+    let super::Mode::Pools(pools) = &c.mode else { panic!() };
+    assert_eq!(pools.persistent_ips, PersistentIps::default(), "off unless asked");
 }
