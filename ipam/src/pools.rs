@@ -26,10 +26,11 @@ pub(crate) async fn add<S: PoolStore + ReservationStore + IpamClaimStore>(
     req: &Request,
     budget: &Budget,
     claim: Option<&ClaimRead>,
+    preferred: Option<IpAddr>,
 ) -> Result<Vec<Assigned>, IpamError> {
     let podref = cfg.pod.to_string();
     let who = Claimant::new(cfg, &pools.kube, req, &podref).for_claim(claim.map(|c| c.name.as_str()));
-    let one = InPool { store, who: &who, pools, budget };
+    let one = InPool { store, who: &who, pools, budget, preferred };
     let Some(claim) = claim else { return each_range(store, cfg, budget, &one).await };
     let (assigned, journal) = each_range_journaled(store, cfg, budget, &one).await?;
     if let Err(e) = claim.record(store, &assigned, &cfg.pod.name, budget).await {
@@ -47,6 +48,8 @@ struct InPool<'a, S> {
     who: &'a Claimant<'a>,
     pools: &'a Pools,
     budget: &'a Budget,
+    /// The pod's preferred address, taken from the range that contains it when free.
+    preferred: Option<IpAddr>,
 }
 
 impl<S: PoolStore + ReservationStore> OneRange for InPool<'_, S> {
@@ -60,6 +63,7 @@ impl<S: PoolStore + ReservationStore> OneRange for InPool<'_, S> {
         let cfg = self.who.cfg;
         let mut target = Target::new(names::pool_name(&cfg.network_name, range.cidr()), range);
         target.requested = cfg.requested_for(index);
+        target.preferred = self.preferred.filter(|ip| range.cidr().contains(ip));
         target.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
         target.statefulset = self.pools.sticky_statefulset(&cfg.ranges, range);
         Claim::new(

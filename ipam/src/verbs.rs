@@ -222,8 +222,9 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 Some(claim) => claim.asking(&cfg)?,
                 None => cfg,
             };
+            let preferred = claim::preferred_ip(&store, &cfg, mode.preferred_ip, &budget).await?;
             let _lock = host_lock(host, &store, pools::locked(&cfg), &req.node, &budget).await;
-            let assigned = pools::add(&store, &cfg, &mode, req, &budget, claim.as_ref()).await;
+            let assigned = pools::add(&store, &cfg, &mode, req, &budget, claim.as_ref(), preferred).await;
             announced(host, &store, &cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
         }
         Mode::Slices(mode) => {

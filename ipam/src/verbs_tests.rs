@@ -690,3 +690,47 @@ async fn pods_of_one_ipamclaim_racing_under_lost_answers_get_one_address() {
         }
     }
 }
+
+/// The pod `pod` annotated with the preferred address `ip` (the maintained fork's `preferred-ip`).
+fn preferring_pod(store: &MemoryStore, pod: &str, ip: &str) {
+    let annotations = [(crate::claim::PREFERRED_IP_ANNOTATION.to_string(), ip.to_string())].into();
+    let meta = crate::store::ObjectMeta { annotations: Some(annotations), ..Default::default() };
+    store.put_core(crate::store::CoreObject::Pod, "ns", pod, meta);
+}
+
+/// `preferred_ip_annotation`: a pod's preferred address is taken when free; held by another pod, outside every
+/// range, or not an address, the usual choice is made and the ADD succeeds; a config without the key never reads
+/// the pod (its annotation is ignored).
+#[tokio::test]
+async fn a_preferred_address_is_taken_when_free_and_otherwise_the_usual_choice_is_made() {
+    use crate::store::memory::{FaultPlan, Op};
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.74.0/28", "preferred_ip_annotation": true});
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    preferring_pod(&store, "a", "198.18.74.9");
+    let got = add(&host, &config(ipam.clone(), "a"), &request("ca", "n")).await.unwrap();
+    assert_eq!(got[0].ip, ip("198.18.74.9"), "free: taken");
+    preferring_pod(&store, "b", "198.18.74.9");
+    let got = add(&host, &config(ipam.clone(), "b"), &request("cb", "n")).await.unwrap();
+    assert_eq!(got[0].ip, ip("198.18.74.1"), "held by a: the lowest free instead");
+    preferring_pod(&store, "c", "198.18.99.9");
+    let got = add(&host, &config(ipam.clone(), "c"), &request("cc", "n")).await.unwrap();
+    assert_eq!(got[0].ip, ip("198.18.74.2"), "in no range: the usual choice");
+    preferring_pod(&store, "d", "banana");
+    let got = add(&host, &config(ipam.clone(), "d"), &request("cd", "n")).await.unwrap();
+    assert_eq!(got[0].ip, ip("198.18.74.3"), "not an address: ignored");
+    // a retried ADD keeps what it holds, whatever the annotation says now
+    preferring_pod(&store, "a", "198.18.74.12");
+    let again = add(&host, &config(ipam.clone(), "a"), &request("ca", "n")).await.unwrap();
+    assert_eq!(again[0].ip, ip("198.18.74.9"));
+
+    // without the key the pod is not read at all: one GET of it would show as a CoreMetadata fault
+    preferring_pod(&store, "e", "198.18.74.14");
+    let refused = FaultPlan::quiet(1).at(Op::CoreMetadata, 1, crate::store::memory::Fault::Refused);
+    let refusing = TestHost(store.handle("e", refused));
+    let plain = serde_json::json!({"range": "198.18.74.0/28"});
+    let got = add(&refusing, &config(plain, "e"), &request("ce", "n")).await.unwrap();
+    assert_eq!(got[0].ip, ip("198.18.74.4"), "the annotation is not read without the key");
+    assert_no_address_twice(&store);
+}

@@ -29,6 +29,8 @@ pub(crate) struct Target<'a> {
     pub range: &'a IpRange,
     /// An exact address asked for in this range.
     pub requested: Option<IpAddr>,
+    /// An address to take first if it is free (the pod's preferred address).
+    pub preferred: Option<IpAddr>,
     /// Offsets of addresses earlier ranges of this ADD gave: not to be given again.
     pub given: BTreeSet<u128>,
     /// The pool as already read, if it was.
@@ -43,7 +45,16 @@ pub(crate) struct Target<'a> {
 impl<'a> Target<'a> {
     /// The pool `pool` of `range`, nothing known or asked yet.
     pub fn new(pool: String, range: &'a IpRange) -> Self {
-        Self { pool, range, requested: None, given: BTreeSet::new(), read: None, hinted: false, statefulset: None }
+        Self {
+            pool,
+            range,
+            requested: None,
+            preferred: None,
+            given: BTreeSet::new(),
+            read: None,
+            hinted: false,
+            statefulset: None,
+        }
     }
 }
 
@@ -234,7 +245,7 @@ where
     /// Claims an address; what it writes goes to `journal` first.
     pub async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
         let mut excluded = self.target.given.clone();
-        let mut preferred = None;
+        let mut preferred = self.target.preferred.and_then(|ip| self.target.range.offset_of(ip));
         let mut spread = false;
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
         let mut pool = match &self.target.read {

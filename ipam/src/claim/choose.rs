@@ -92,19 +92,26 @@ async fn read(
         CoreObject::Pod => format!("{} {namespace}/{name}: get", kind.kind()),
         _ => format!("{} {name}: get", kind.kind()),
     };
-    budget.retry(StoreError::is_transient, || store.core_metadata(kind, namespace, name)).await.map_err(|e| {
-        match IpamError::from_retry(&what, e) {
-            IpamError::Store(e) if e.status_code() == Some(403) => IpamError::Refused {
-                what,
-                message: format!(
-                    "{}; choosing ranges per pod or node reads pods, namespaces and nodes: bind the CNI's \
-                     ServiceAccount to the ClusterRole {RANGES_CLUSTER_ROLE} (the chart's value {RANGES_VALUE})",
-                    e.message
-                ),
-            },
-            other => other,
-        }
-    })
+    budget
+        .retry(StoreError::is_transient, || store.core_metadata(kind, namespace, name))
+        .await
+        .map_err(|e| refused_read(&what, e))
+}
+
+/// The failure of the read `what` of a pod, namespace or node, saying which grant a refusal (403) wants.
+pub(super) fn refused_read(what: &str, err: crate::budget::RetryError<StoreError>) -> IpamError {
+    match IpamError::from_retry(what, err) {
+        IpamError::Store(e) if e.status_code() == Some(403) => IpamError::Refused {
+            what: what.to_string(),
+            message: format!(
+                "{}; ranges chosen per pod or node, sticky StatefulSet addresses and a preferred address read pods, \
+                 namespaces and nodes: bind the CNI's ServiceAccount to the ClusterRole {RANGES_CLUSTER_ROLE} (the \
+                 chart's value {RANGES_VALUE})",
+                e.message
+            ),
+        },
+        other => other,
+    }
 }
 
 #[cfg(test)]

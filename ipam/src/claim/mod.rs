@@ -12,6 +12,7 @@ mod choose;
 pub mod decide;
 mod ipamclaim;
 mod journal;
+mod preferred;
 mod reclaim;
 mod release;
 mod reservation;
@@ -22,6 +23,8 @@ pub use choose::{IPAMCLAIMS_CLUSTER_ROLE, IPAMCLAIMS_VALUE, RANGES_CLUSTER_ROLE,
 pub(crate) use ipamclaim::{ClaimRead, resolve as resolve_ipamclaim};
 pub use ipamclaim::{NETWORKS_ANNOTATION, reference_in};
 pub(crate) use journal::{Journal, Written};
+pub(crate) use preferred::preferred_ip;
+pub use preferred::{PREFERRED_IP_ANNOTATION, preferred_in};
 pub use reclaim::{
     Reclaimed, Restored, address_of, pool_scope, reclaim, release_orphan, reservation_of, reservations_of,
     restore_reservation, understand,

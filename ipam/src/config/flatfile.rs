@@ -125,6 +125,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         warm_addresses: inline.warm_addresses.or(flat.warm_addresses),
         max_slices_per_node: inline.max_slices_per_node.or(flat.max_slices_per_node),
         enable_l3: inline.enable_l3.or(flat.enable_l3),
+        preferred_ip_annotation: inline.preferred_ip_annotation.or(flat.preferred_ip_annotation),
         routing: inline.routing.merge(flat.routing),
         ignored,
     }

@@ -70,6 +70,9 @@ pub struct Pools {
     /// Top-level `allowPersistentIPs` (the key KubeVirt reads before it makes IPAMClaims for a VM's networks): an
     /// attachment whose network selection element names an IPAMClaim gets the claim's addresses.
     pub persistent_ips: PersistentIps,
+    /// `preferred_ip_annotation` (the maintained Whereabouts fork's `preferred-ip`): an ADD reads the pod's
+    /// `whereabouts.cni.cncf.io/preferred-ip` and takes that address when it is free, else the usual choice.
+    pub preferred_ip: bool,
 }
 
 /// `allowPersistentIPs`, and the IPAMClaim the runtime named, if it did.
@@ -139,6 +142,7 @@ impl Mode {
                 ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
                 ("warm_addresses", raw.warm_addresses.is_some()),
                 ("max_slices_per_node", raw.max_slices_per_node.is_some()),
+                ("preferred_ip_annotation", raw.preferred_ip_annotation.is_some()),
             ],
             raw.configuration_path.is_some(),
         )?;
@@ -186,6 +190,16 @@ impl Mode {
                 "needs node_slice_size: it caps the slices of the range a node claims",
             ));
         }
+        let preferred_ip = raw.preferred_ip_annotation.as_ref().is_some_and(|f| f.value);
+        if let Some(f) =
+            raw.preferred_ip_annotation.as_ref().filter(|f| f.value && (provider.is_some() || size.is_some()))
+        {
+            return Err(ConfigError::invalid(
+                f.origin.key("preferred_ip_annotation"),
+                "only with one pool per range: a node's slices, or a provider's candidates, decide where an address \
+                 may come from",
+            ));
+        }
         Ok(match (provider, size) {
             (Some(provider), _) => Mode::Provider(Box::new(Provider { kube, provider, placements })),
             (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm, max_slices }),
@@ -194,6 +208,7 @@ impl Mode {
                 selection,
                 owner_statefulset: None,
                 persistent_ips: PersistentIps::default(),
+                preferred_ip,
             }),
         })
     }
@@ -266,6 +281,7 @@ impl Pools {
             selection: self.selection.narrowed(keep),
             owner_statefulset: owner,
             persistent_ips: self.persistent_ips.clone(),
+            preferred_ip: self.preferred_ip,
         };
         (cfg.with_ranges(keep, Mode::Pools(pools.clone())), pools)
     }

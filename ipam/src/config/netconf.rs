@@ -90,6 +90,8 @@ pub(super) struct RawIpam<'p> {
     pub enable_l3: Field<'p, bool>,
     /// `max_slices_per_node`: how many slices of the range one node may claim (node slices).
     pub max_slices_per_node: Field<'p, u64>,
+    /// `preferred_ip_annotation`: the pod's `whereabouts.cni.cncf.io/preferred-ip` is taken when free.
+    pub preferred_ip_annotation: Field<'p, bool>,
     /// The routing-table datastore and the announcement of addresses as host routes.
     pub routing: RawRouting<'p>,
     /// Keys accepted and ignored, named as in messages.
@@ -155,6 +157,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "warm_addresses",
     "max_slices_per_node",
     "enable_l3",
+    "preferred_ip_annotation",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -299,6 +302,7 @@ fn parse_key<'p>(
         "sticky_statefulset" => raw.sticky_statefulset = sourced(origin, boolean(v, key)?),
         "warm_addresses" => raw.warm_addresses = sourced(origin, uint(v, key)?.map(|n| warm(n, key)).transpose()?),
         "enable_l3" => raw.enable_l3 = sourced(origin, boolean(v, key)?),
+        "preferred_ip_annotation" => raw.preferred_ip_annotation = sourced(origin, boolean(v, key)?),
         "max_slices_per_node" => {
             raw.max_slices_per_node = sourced(origin, uint(v, key)?.map(|n| slice_cap(n, key)).transpose()?);
         }

@@ -281,3 +281,24 @@ async fn concurrent_adds_choosing_different_ranges_under_lost_answers() {
     assert_eq!(pods.len(), 16);
     assert_eq!(fx.reservations().await.len(), 16, "one reservation per address");
 }
+
+/// `preferred_ip_annotation` (the maintained Whereabouts fork's `preferred-ip`): a pod's preferred address is taken
+/// when free; one another pod holds gets the lowest free instead, and the ADD succeeds; a config without the key
+/// leaves the annotation alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_preferred_address_is_taken_when_free() {
+    let fx = fixture("preferred").await;
+    let range = json!({"range": "198.18.122.0/28", "preferred_ip_annotation": true});
+    let config = netconf("1.0.0", "net1", &fx.kubeconfig, range);
+    let plain = netconf("1.0.0", "net1", &fx.kubeconfig, json!({"range": "198.18.122.0/28"}));
+    for (name, preferred) in [("p-first", "198.18.122.9"), ("p-second", "198.18.122.9"), ("p-plain", "198.18.122.12")] {
+        mk_pod(&fx.ns, name)
+            .annotation(hereabouts_ipam::claim::PREFERRED_IP_ANNOTATION, preferred)
+            .create(&fx.admin)
+            .await;
+    }
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(fx.add_on(&config, "node-1", "p-first").await.ips(), [ip("198.18.122.9")], "free: taken");
+    assert_eq!(fx.add_on(&config, "node-1", "p-second").await.ips(), [ip("198.18.122.1")], "held: the lowest free");
+    assert_eq!(fx.add_on(&plain, "node-1", "p-plain").await.ips(), [ip("198.18.122.2")], "no key: not read");
+}
