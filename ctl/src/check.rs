@@ -161,7 +161,8 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
     if args.output.structured() {
         let report = serde_json::json!({"found": found, "repaired": {
             "entries_released": summary.released, "reservations_released": summary.reservations_released,
-            "reservations_restored": summary.restored, "replaced_pools_retired": summary.pools_retired}, "left": left});
+            "reservations_restored": summary.restored, "entries_moved": summary.entries_moved,
+            "replaced_pools_retired": summary.pools_retired}, "left": left});
         args.output.emit(&report)?;
     } else {
         for f in &found {
@@ -172,9 +173,11 @@ pub async fn run(flags: &KubeFlags, args: &CheckArgs) -> anyhow::Result<bool> {
             summary.released,
             summary.reservations_released,
             summary.restored,
-            match summary.pools_retired {
-                0 => String::new(),
-                n => format!(", {n} empty replaced pools deleted"),
+            match (summary.entries_moved, summary.pools_retired) {
+                (0, 0) => String::new(),
+                (moved, retired) => format!(
+                    ", {moved} entries moved into the pools that replaced theirs, {retired} empty replaced pools deleted"
+                ),
             }
         );
         for f in &left {

@@ -66,15 +66,9 @@ impl<S: PoolStore + ReservationStore> OneRange for InPool<'_, S> {
         target.preferred = self.preferred.filter(|ip| range.cidr().contains(ip));
         target.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
         target.statefulset = self.pools.sticky_statefulset(&cfg.ranges, range);
-        Claim::new(
-            self.store,
-            self.who,
-            target,
-            &Plain { creates: true, names_overlaps: !self.pools.kube.overlapping_ranges },
-            self.budget,
-        )
-        .run(journal)
-        .await
+        Claim::new(self.store, self.who, target, &Plain { creates: true, names_overlaps: true }, self.budget)
+            .run(journal)
+            .await
     }
 }
 

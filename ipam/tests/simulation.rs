@@ -1295,7 +1295,9 @@ fn a_guard_less_one_test_is_caught() {
 /// The case the simulation found when its pods began to start in bursts (kept in the regressions file too): two
 /// ADDs plan the same free address of the cooldown network at once; one takes it while the other's reservation
 /// create hangs for five seconds; the first pod is deleted (the address starts to cool); then the second's claim
-/// lands on the stale plan. The add's `test` of the offset's release record is what refuses it.
+/// lands on the stale plan. The add's `test` of the offset's release record is what refuses it. (Since an ADD that
+/// makes a pool lists the pools it replaces, the found seed's interleaving no longer meets the race; the seed and
+/// rate below were searched for again over the same scripts, and meet it.)
 fn a_claim_planned_before_a_release() -> Result<(), String> {
     let pod = |network, start_ms, live_ms, repeat_add| PodScript {
         repeat_add,
@@ -1308,7 +1310,7 @@ fn a_claim_planned_before_a_release() -> Result<(), String> {
         pod(COOLDOWN_NETWORK, 0, 5074, true),
         pod(0, 39, 0, false),
     ];
-    run_case_counted(3634237780332438858, 0.12282531694484647, scripts, false, false)
+    run_case_counted(3634237780332438874, 0.2, scripts, false, false)
 }
 
 #[test]

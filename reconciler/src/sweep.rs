@@ -47,6 +47,7 @@ pub async fn run<S: Store, C: Cluster>(
                 restored = s.restored,
                 conflicts = s.conflicts,
                 kept = s.kept,
+                entries_moved = s.entries_moved,
                 pools_retired = s.pools_retired,
                 "cluster reconcile done"
             ),

@@ -140,9 +140,9 @@ pub(crate) trait Policy<S>: Sync {
 pub(crate) struct Plain {
     /// Whether a missing pool is created.
     pub creates: bool,
-    /// Whether a pool it creates names the pools it replaces ([`Policy::overlaps`]): for a network without
-    /// reservations (`enable_overlapping_ranges: false`). With them, the reservations of the old pool's entries
-    /// keep the new pool off their addresses already, at no extra request.
+    /// Whether a pool it creates names the pools it replaces ([`Policy::overlaps`]): one LIST when the pool is
+    /// made, so that the leader can move the old pools' entries into it ([`crate::reconcile::relayout`]) and,
+    /// for a network without reservations, its claims keep off what the old pools hold.
     pub names_overlaps: bool,
 }
 
@@ -253,7 +253,10 @@ where
             None => self.read_pool().await?,
         };
         let mut hinted = self.target.hinted && self.target.read.is_some();
-        excluded.extend(self.held_by_overlaps(&pool).await?);
+        // with reservations, an old pool's entries keep their reservations, which keep this claim off them already
+        if !self.who.kube.overlapping_ranges {
+            excluded.extend(self.held_by_overlaps(&pool).await?);
+        }
         self.set_cooldown(&mut pool).await?;
         self.retime_ahead(&mut pool).await;
         loop {

@@ -22,7 +22,7 @@ pub(crate) use choose::choose_ranges;
 pub use choose::{IPAMCLAIMS_CLUSTER_ROLE, IPAMCLAIMS_VALUE, RANGES_CLUSTER_ROLE, RANGES_VALUE, statefulset_ordinal};
 pub(crate) use ipamclaim::{ClaimRead, resolve as resolve_ipamclaim};
 pub use ipamclaim::{NETWORKS_ANNOTATION, reference_in};
-pub(crate) use journal::{Journal, Written};
+pub(crate) use journal::{Journal, Written, remove_entry};
 pub(crate) use preferred::preferred_ip;
 pub use preferred::{PREFERRED_IP_ANNOTATION, preferred_in};
 pub use reclaim::{

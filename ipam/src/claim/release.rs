@@ -163,6 +163,16 @@ async fn release_where<S: PoolStore + ReservationStore>(
                     Err(e) => errors.push(e),
                 }
             }
+            // the replaced pools first, this one after: the leader moves a replaced pool's entries into this one,
+            // copy first, so an entry it moved after this pool was read is found here on a read after theirs
+            if read.len() > 1 {
+                let own = read.remove(0);
+                match read_pool(store, name, budget).await {
+                    Ok(Some(again)) => read.push((own.0, own.1, again)),
+                    Ok(None) => {}
+                    Err(e) => errors.push(e),
+                }
+            }
             for (name, sub, pool) in &read {
                 for (offset, held) in entries(pool, &wanted) {
                     found_own |= *own;

@@ -4,6 +4,7 @@
 //! behind ([`retire`]). The reconciler DaemonSet runs them on pod events and on its schedule; `kubectl hereabouts` runs the same ones from an operator's machine.
 
 mod cluster;
+pub mod relayout;
 mod releaser;
 pub mod retire;
 pub mod rules;

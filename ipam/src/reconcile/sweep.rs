@@ -1,7 +1,8 @@
 //! One full pass over the namespace — what the leader reconciler runs on its schedule and `kubectl hereabouts
 //! ipam check --repair` runs once: entries whose pod is gone (re-read from the API server right before), live
 //! entries whose reservation is missing (put back) or held by another pod (reported), and reservations no entry
-//! accounts for once older than any ADD runs (released); then the empty pools a changed range left behind.
+//! accounts for once older than any ADD runs (released); then the live entries of pools a changed config replaced
+//! move into the pool that replaced them, and the empty replaced pools go.
 
 use std::collections::HashMap;
 
@@ -19,6 +20,8 @@ pub struct Summary {
     pub restored: usize,
     pub conflicts: usize,
     pub kept: usize,
+    /// Entries of pools a changed config replaced, moved into the pool that replaced them.
+    pub entries_moved: usize,
     /// Empty pools a changed range left behind, deleted.
     pub pools_retired: usize,
 }
@@ -75,6 +78,16 @@ where
     for reservation in &reservations {
         if releaser.consider_reservation(reservation, &index).await == ReservationOutcome::Released {
             summary.reservations_released += 1;
+        }
+    }
+    // entries of replaced pools move on a fresh list: this pass may have released some of them
+    let now = crate::clock::now();
+    if !super::relayout::plan(&pools, now).moves.is_empty() {
+        match releaser.store.list_pools().await {
+            Ok(fresh) => {
+                summary.entries_moved = super::relayout::move_replaced(&releaser.store, &fresh, now).await.moved
+            }
+            Err(e) => tracing::warn!(error = %e, "replaced pools' entries not moved this pass"),
         }
     }
     // on the pools as listed: one emptied by this pass goes on the next

@@ -226,6 +226,29 @@ pub fn keep_owners(version: &str, kept: &[OwnerReference]) -> Patch {
     )
 }
 
+/// The annotation a replaced pool keeps of an entry moved out of it, at the offset in its key, naming the entry's
+/// container: written in the same patch as the removal, so that a mover whose answer was lost can tell its own
+/// removal from the pod's DEL.
+pub fn moved_annotation(offset: u128) -> String {
+    format!("hereabouts.cni.cncf.io/moved-{offset}")
+}
+
+/// Removes the entry at `offset` if it is still `held`'s, leaving [`moved_annotation`] in its place (`annotated`:
+/// the pool as read has annotations to add it to). Not under [`Guard`]'s mutation test, which the ADD and DEL
+/// simulation drives: the leader's re-layout is proven by its own tests (`reconcile::relayout`).
+pub fn move_out(offset: u128, held: &IpAllocation, annotated: bool) -> Patch {
+    let path = entry_path(offset);
+    let mut ops = entry_tests(&path, held);
+    ops.push(remove(&path));
+    let key = moved_annotation(offset);
+    if annotated {
+        ops.push(add(&format!("/metadata/annotations/{}", key.replace('/', "~1")), json!(held.id)));
+    } else {
+        ops.push(add("/metadata/annotations", json!({ key: held.id })));
+    }
+    Patch(ops)
+}
+
 /// Narrows a pool's list of the pools it replaces ([`super::OVERLAPS_ANNOTATION`]) from `named`, if it still
 /// reads so, to `kept` (removing it when none is kept). Not under [`Guard`]'s mutation test, which the ADD and
 /// DEL simulation drives: the leader's retirement is proven by its own test (`reconcile::retire`).

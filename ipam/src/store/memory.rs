@@ -579,6 +579,7 @@ impl PoolStore for MemoryStore {
             pool.metadata.namespace = Some(self.namespace.clone());
             pool.metadata.resource_version = Some(s.bump());
             pool.metadata.uid = Some(format!("uid-{}", s.version));
+            pool.metadata.creation_timestamp = Some(Time(crate::clock::now()));
             s.pools.insert(name.to_string(), pool.clone());
             Ok(Created::Created(pool))
         })

@@ -1,0 +1,347 @@
+//! Online re-layout: the live entries of pools a changed config replaced ([`crate::store::OVERLAPS_ANNOTATION`]: a
+//! range grown, shrunk or moved; node slices given up for one pool) move into the pool that replaced them, each pod
+//! keeping its address, while ADDs and DELs go on. Once the replacing pool is older than any ADD runs (no ADD begun
+//! under the old config is left), each entry whose address the new range holds is copied into the new pool at the
+//! same address, guarded on that offset being free, then removed from the old one, guarded on being as read; the
+//! old pool, emptied, is then retired ([`super::retire`]). Reservations are named after the network and the address,
+//! so they stay as they are.
+//!
+//! Every step can be cut short and taken again: a copy whose answer was lost is found in the new pool as the same
+//! attachment's, and the old entry is then removed; a copy whose old entry went meanwhile (the pod's DEL, which
+//! looks in both pools) is taken back, so no entry outlives its pod. An offset of the new pool held by another
+//! attachment is never written (ADDs of the new pool keep off what the old pools hold, so it is reported, not
+//! expected). An entry whose address the new range does not hold (a range shrunk below a live address) stays where
+//! it is until its pod goes, and is reported.
+
+use std::net::IpAddr;
+
+use crate::SETTLE_TIME;
+use crate::budget::Budget;
+use crate::claim::pool_scope;
+use crate::crd::{IpAllocation, IpPool};
+use crate::error::IpamError;
+use crate::range::{Hosts, IpRange};
+use crate::store::{AsRead, Patched, PoolStore, StoreError, guard, overlaps_of};
+
+/// How long one move may take, all its requests and their retries.
+const MOVE_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One entry of a replaced pool, and where it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// The replaced pool.
+    pub from: String,
+    /// Its offset there.
+    pub from_offset: u128,
+    /// The pool that replaced it.
+    pub to: String,
+    /// The same address's offset there.
+    pub to_offset: u128,
+    /// The address.
+    pub ip: IpAddr,
+    /// The entry.
+    pub entry: IpAllocation,
+    /// Whether the replaced pool, as read, has annotations (the removal adds its trace to them).
+    pub annotated: bool,
+}
+
+/// What the listed pools call for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The entries to move.
+    pub moves: Vec<Move>,
+    /// Entries whose address the replacing pool's range does not hold: `(pool, address, podref)`.
+    pub stranded: Vec<(String, IpAddr, String)>,
+    /// Replacing pools younger than the settle time, left for a later pass: ADDs under the old config may run.
+    pub unsettled: Vec<String>,
+}
+
+/// What applying a plan came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Entries now in the replacing pool only.
+    pub moved: usize,
+    /// Moves not made this time (an entry gone or changed meanwhile, an offset another attachment holds, a
+    /// request that failed): the next pass reads again.
+    pub skipped: usize,
+}
+
+/// The range a pool's entries must fit for an ADD to have been able to hand them out: its inner hosts, or, for a
+/// /31 or a /32 (only `enable_l3` makes those), every address.
+fn hosts_of(pool: &IpPool) -> Option<IpRange> {
+    IpRange::parse(&pool.spec.range, None, None, &[])
+        .or_else(|_| IpRange::parse_as(&pool.spec.range, None, None, &[], Hosts::All))
+        .ok()
+}
+
+/// The moves `pools` (as listed) call for at `now`.
+pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp) -> Plan {
+    let mut plan = Plan::default();
+    for new in pools {
+        let named = overlaps_of(new);
+        let Some(to) = new.metadata.name.clone().filter(|_| !named.is_empty()) else { continue };
+        let created = new.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        if !created.is_some_and(|c| now.duration_since(c).unsigned_abs() > SETTLE_TIME && now > c) {
+            plan.unsettled.push(to);
+            continue;
+        }
+        let Some(hosts) = hosts_of(new) else { continue };
+        for from in &named {
+            let Some(old) = pools.iter().find(|p| p.metadata.name.as_deref() == Some(from.as_str())) else { continue };
+            let Some((old_range, _)) = pool_scope(old) else { continue };
+            for (key, entry) in &old.spec.allocations {
+                let Some(ip) = key.parse().ok().and_then(|o| old_range.checked_addr_at(o)) else { continue };
+                let from_offset = old_range.offset_of(ip).expect("an address of the range");
+                match hosts.offset_of(ip).filter(|&o| hosts.is_usable(o)) {
+                    Some(to_offset) => plan.moves.push(Move {
+                        from: from.clone(),
+                        from_offset,
+                        to: to.clone(),
+                        to_offset,
+                        ip,
+                        entry: entry.clone(),
+                        annotated: old.metadata.annotations.is_some(),
+                    }),
+                    None => plan.stranded.push((from.clone(), ip, entry.podref.clone())),
+                }
+            }
+        }
+    }
+    plan
+}
+
+/// Whether `found` is the attachment `moving` is (the same pod and interface, or the same IPAMClaim), whichever
+/// sandbox of it holds the entry now.
+fn same_attachment(found: &IpAllocation, moving: &IpAllocation) -> bool {
+    match (&found.ipamclaim, &moving.ipamclaim) {
+        (Some(a), Some(b)) => a == b,
+        _ => found.podref == moving.podref && found.ifname == moving.ifname,
+    }
+}
+
+/// Makes one move: the copy, then the old entry's removal; a copy whose old entry went meanwhile is taken back.
+async fn apply_one(store: &impl PoolStore, m: &Move) -> Result<bool, IpamError> {
+    let budget = Budget::new(MOVE_BUDGET);
+    let free = AsRead::default();
+    let copied = budget
+        .retry(StoreError::is_transient, || store.add_allocation(&m.to, m.to_offset, &m.entry, &free))
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("pool {}: copy allocation {}", m.to, m.to_offset), e))?;
+    let mine = match copied {
+        Patched::Applied => true,
+        Patched::Missing => return Ok(false),
+        Patched::Refused(_) => {
+            // taken: our own copy whose answer was lost, the attachment's newer sandbox, or another attachment
+            let read = crate::claim::read_pool(store, &m.to, &budget).await?;
+            let found = read.as_ref().and_then(|p| p.spec.allocations.get(&m.to_offset.to_string()));
+            match found {
+                Some(found) if same_attachment(found, &m.entry) => found.id == m.entry.id,
+                Some(found) => {
+                    tracing::error!(pool = %m.to, ip = %m.ip, holder = %found.podref, moving = %m.entry.podref,
+                        "the replacing pool holds this address for another attachment; not moved");
+                    return Ok(false);
+                }
+                None => return Ok(false),
+            }
+        }
+    };
+    // the removal leaves a trace in the same patch: after a lost answer, the trace tells this removal from the
+    // pod's DEL
+    let patch = guard::move_out(m.from_offset, &m.entry, m.annotated);
+    let removal = budget.retry(StoreError::is_transient, || store.apply_pool_patch(&m.from, "move out", &patch)).await;
+    let went_meanwhile = match removal {
+        Ok((Patched::Applied, _)) => false,
+        Ok((Patched::Missing, _)) => true,
+        Ok((Patched::Refused(_), _)) | Err(_) => {
+            let read = crate::claim::read_pool(store, &m.from, &budget).await?;
+            let moved_by_us = read.as_ref().is_some_and(|p| {
+                let trace =
+                    p.metadata.annotations.as_ref().and_then(|a| a.get(&guard::moved_annotation(m.from_offset)));
+                trace == Some(&m.entry.id) && !p.spec.allocations.contains_key(&m.from_offset.to_string())
+            });
+            if moved_by_us {
+                false
+            } else if read.is_some_and(|p| guard::still_holds(&p, m.from_offset, &m.entry)) {
+                // still there (the removal failed, or was refused for another reason): the next pass again
+                return Ok(false);
+            } else {
+                true
+            }
+        }
+    };
+    if !went_meanwhile {
+        tracing::info!(from = %m.from, to = %m.to, ip = %m.ip, podref = %m.entry.podref,
+            "entry moved to the pool that replaced its own");
+        return Ok(true);
+    }
+    // the old entry went meanwhile: its pod's DEL, which the copy must not outlive
+    if mine {
+        crate::claim::remove_entry(store, &m.to, m.to_offset, &m.entry, None, &budget).await?;
+        tracing::info!(pool = %m.to, ip = %m.ip, podref = %m.entry.podref, "entry released meanwhile: copy taken back");
+    }
+    Ok(false)
+}
+
+/// Moves what `pools` (as listed) call for at `now` ([`plan`]).
+pub async fn move_replaced(store: &impl PoolStore, pools: &[IpPool], now: k8s_openapi::jiff::Timestamp) -> Moved {
+    let plan = plan(pools, now);
+    for (pool, ip, podref) in &plan.stranded {
+        tracing::warn!(%pool, %ip, %podref, "the range that replaced this pool's does not hold the address: it stays until its pod goes");
+    }
+    let mut done = Moved::default();
+    for m in &plan.moves {
+        match apply_one(store, m).await {
+            Ok(true) => done.moved += 1,
+            Ok(false) => done.skipped += 1,
+            Err(e) => {
+                done.skipped += 1;
+                tracing::warn!(from = %m.from, to = %m.to, ip = %m.ip, error = %e, "entry not moved this pass");
+            }
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    use super::*;
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    use crate::store::{MemoryStore, NewPool};
+
+    const OLD: &str = "198.18.80.0-29";
+    const NEW: &str = "198.18.80.0-28";
+
+    fn entry(pod: &str) -> IpAllocation {
+        IpAllocation {
+            id: format!("c-{pod}"),
+            podref: format!("ns/{pod}"),
+            ifname: "net1".into(),
+            ..Default::default()
+        }
+    }
+
+    /// The old /29 holding `old` (offset, pod), the /28 that replaced it, made `age` ago, holding `new`.
+    fn fleet(old: &[(u128, &str)], new: &[(u128, &str)], age: SignedDuration) -> (MemoryStore, Timestamp) {
+        let store = MemoryStore::new("ns");
+        let named = [OLD.to_string()];
+        let now = Timestamp::now();
+        let mut grown = NewPool { overlaps: &named, ..NewPool::new(NEW, "198.18.80.0/28", 14) }.object();
+        grown.metadata.creation_timestamp = Some(Time(now - age));
+        for (offset, pod) in new {
+            grown.spec.allocations.insert(offset.to_string(), entry(pod));
+        }
+        store.put_pool(grown);
+        let mut replaced = NewPool::new(OLD, "198.18.80.0/29", 6).object();
+        for (offset, pod) in old {
+            replaced.spec.allocations.insert(offset.to_string(), entry(pod));
+        }
+        store.put_pool(replaced);
+        (store, now)
+    }
+
+    /// Every pool's entries, as (pool, offset, pod).
+    fn held(store: &MemoryStore) -> Vec<(String, String, String)> {
+        let mut all = Vec::new();
+        for p in store.pools() {
+            for (k, e) in p.spec.allocations {
+                all.push((p.metadata.name.clone().unwrap(), k, e.podref));
+            }
+        }
+        all.sort();
+        all
+    }
+
+    fn row(pool: &str, offset: u128, pod: &str) -> (String, String, String) {
+        (pool.to_string(), offset.to_string(), format!("ns/{pod}"))
+    }
+
+    #[tokio::test]
+    async fn the_replaced_pools_entries_move_at_their_addresses_once_no_old_add_can_run() {
+        let (store, now) = fleet(&[(1, "a"), (2, "b"), (6, "c")], &[(3, "d")], SignedDuration::from_mins(1));
+        assert!(plan(&store.pools(), now).moves.is_empty(), "a minute old: an ADD under the old config may run");
+        assert_eq!(plan(&store.pools(), now).unsettled, [NEW]);
+
+        let (store, now) = fleet(&[(1, "a"), (2, "b"), (6, "c")], &[(3, "d")], SignedDuration::from_mins(10));
+        assert_eq!(move_replaced(&store, &store.pools(), now).await, Moved { moved: 3, skipped: 0 });
+        assert_eq!(held(&store), [row(NEW, 1, "a"), row(NEW, 2, "b"), row(NEW, 3, "d"), row(NEW, 6, "c")]);
+        assert_eq!(super::super::retire::retire_replaced(&store, &store.pools(), now).await.unwrap(), 1);
+        assert_eq!(store.pools().len(), 1, "the emptied pool retired");
+    }
+
+    #[tokio::test]
+    async fn a_shrunk_range_moves_what_fits_and_leaves_the_rest_until_its_pod_goes() {
+        let store = MemoryStore::new("ns");
+        let now = Timestamp::now();
+        let named = ["198.18.81.0-28".to_string()];
+        let mut small = NewPool { overlaps: &named, ..NewPool::new("198.18.81.0-29", "198.18.81.0/29", 6) }.object();
+        small.metadata.creation_timestamp = Some(Time(now - SignedDuration::from_mins(10)));
+        store.put_pool(small);
+        let mut big = NewPool::new(&named[0], "198.18.81.0/28", 14).object();
+        for (offset, pod) in [(1, "a"), (7, "broadcast-of-the-29"), (12, "outside")] {
+            big.spec.allocations.insert(offset.to_string(), entry(pod));
+        }
+        store.put_pool(big);
+        let planned = plan(&store.pools(), now);
+        assert_eq!(planned.moves.len(), 1);
+        let stranded: Vec<&str> = planned.stranded.iter().map(|(_, _, p)| p.as_str()).collect();
+        assert_eq!(stranded, ["ns/outside", "ns/broadcast-of-the-29"], "in the pool's key order");
+        move_replaced(&store, &store.pools(), now).await;
+        assert_eq!(
+            held(&store),
+            [
+                row("198.18.81.0-28", 12, "outside"),
+                row("198.18.81.0-28", 7, "broadcast-of-the-29"),
+                row("198.18.81.0-29", 1, "a")
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn lost_answers_and_a_mover_killed_half_way_leave_each_entry_once_in_the_new_pool() {
+        let (store, now) = fleet(&[(1, "a"), (2, "b")], &[], SignedDuration::from_mins(10));
+        // the copy's answer lost, and the move-out's (a pool patch, injected as the writes of entries are)
+        let lossy = FaultPlan::quiet(1).at(Op::AddAllocation, 1, Fault::LostResponse).at(
+            Op::AddAllocation,
+            2,
+            Fault::LostResponse,
+        );
+        let moved = move_replaced(&store.handle("lossy", lossy), &store.pools(), now).await;
+        assert_eq!(moved.moved, 2, "{moved:?}");
+        assert_eq!(held(&store), [row(NEW, 1, "a"), row(NEW, 2, "b")]);
+
+        // killed after its copy was applied, before the old entry went: the next pass finishes it
+        let (store, now) = fleet(&[(1, "a")], &[], SignedDuration::from_mins(10));
+        let dies = FaultPlan::quiet(1).at(Op::AddAllocation, 2, Fault::Die);
+        let killed = store.handle("dies", dies);
+        let listed = store.pools();
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(200), move_replaced(&killed, &listed, now));
+        assert!(cut.await.is_err(), "the mover died");
+        let left = held(&store);
+        assert!(left.contains(&row(NEW, 1, "a")), "copied: {left:?}");
+        // whether the removal it died in was applied or not, the next pass leaves the entry once, in the new pool
+        move_replaced(&store, &store.pools(), now).await;
+        assert_eq!(held(&store), [row(NEW, 1, "a")]);
+    }
+
+    #[tokio::test]
+    async fn a_copy_whose_entry_was_released_meanwhile_is_taken_back() {
+        let (store, now) = fleet(&[(1, "a")], &[], SignedDuration::from_mins(10));
+        let listed = store.pools();
+        // the pod's DEL removes its entry after the mover listed the pools
+        let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
+        old.spec.allocations.clear();
+        store.put_pool(old);
+        assert_eq!(move_replaced(&store, &listed, now).await, Moved { moved: 0, skipped: 1 });
+        assert_eq!(held(&store), [], "no entry outlives its pod");
+    }
+
+    #[tokio::test]
+    async fn an_offset_another_attachment_holds_is_never_written() {
+        let (store, now) = fleet(&[(1, "a")], &[(1, "intruder")], SignedDuration::from_mins(10));
+        assert_eq!(move_replaced(&store, &store.pools(), now).await, Moved { moved: 0, skipped: 1 });
+        assert_eq!(held(&store), [row(NEW, 1, "intruder"), row(OLD, 1, "a")], "both left as they were, for a person");
+    }
+}
