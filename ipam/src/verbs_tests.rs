@@ -776,7 +776,7 @@ async fn a_grown_range_moves_its_live_entries_under_churn_and_lost_answers() {
             let moving = async {
                 for _ in 0..3 {
                     if let Ok(listed) = mover.list_pools().await {
-                        move_replaced(&mover, &listed, now).await;
+                        move_replaced(&mover, &listed, now, crate::SETTLE_TIME).await;
                     }
                 }
             };
@@ -808,7 +808,7 @@ async fn a_grown_range_moves_its_live_entries_under_churn_and_lost_answers() {
             tokio::join!(moving, futures::future::join_all(adds), futures::future::join_all(dels));
             assert_no_address_twice(&store);
             // a last pass, as the next cron's
-            move_replaced(&store, &store.pools(), now).await;
+            move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await;
             assert_no_address_twice(&store);
             let held = held(&store);
             let pools: Vec<_> = store

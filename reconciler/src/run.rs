@@ -54,7 +54,8 @@ pub struct Args {
     grace_period: Option<Duration>,
     /// A reservation no pool entry accounts for is released once its last claim is this old. It must be longer
     /// than any ADD can run: the longest `timeout_seconds`, the roll-back grace, and the API server's own request
-    /// timeout for a write still in flight.
+    /// timeout for a write still in flight. A pool that replaced others (a changed range) must be this old before
+    /// the leader moves their entries into it and retires them: no ADD under the old config is left then.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     orphan_age: Duration,
     /// How often the node loop looks at this node's entries and reservations without an event.

@@ -15,7 +15,8 @@
 
 use std::net::IpAddr;
 
-use crate::SETTLE_TIME;
+use std::time::Duration;
+
 use crate::budget::Budget;
 use crate::claim::pool_scope;
 use crate::crd::{IpAllocation, IpPool};
@@ -74,14 +75,14 @@ fn hosts_of(pool: &IpPool) -> Option<IpRange> {
         .ok()
 }
 
-/// The moves `pools` (as listed) call for at `now`.
-pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp) -> Plan {
+/// The moves `pools` (as listed) call for at `now`, for replacing pools older than `settle`
+/// ([`super::retire::settled`]).
+pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp, settle: Duration) -> Plan {
     let mut plan = Plan::default();
     for new in pools {
         let named = overlaps_of(new);
         let Some(to) = new.metadata.name.clone().filter(|_| !named.is_empty()) else { continue };
-        let created = new.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        if !created.is_some_and(|c| now.duration_since(c).unsigned_abs() > SETTLE_TIME && now > c) {
+        if !super::retire::settled(new, now, settle) {
             plan.unsettled.push(to);
             continue;
         }
@@ -183,8 +184,13 @@ async fn apply_one(store: &impl PoolStore, m: &Move) -> Result<bool, IpamError> 
 }
 
 /// Moves what `pools` (as listed) call for at `now` ([`plan`]).
-pub async fn move_replaced(store: &impl PoolStore, pools: &[IpPool], now: k8s_openapi::jiff::Timestamp) -> Moved {
-    let plan = plan(pools, now);
+pub async fn move_replaced(
+    store: &impl PoolStore,
+    pools: &[IpPool],
+    now: k8s_openapi::jiff::Timestamp,
+    settle: Duration,
+) -> Moved {
+    let plan = plan(pools, now, settle);
     for (pool, ip, podref) in &plan.stranded {
         tracing::warn!(%pool, %ip, %podref, "the range that replaced this pool's does not hold the address: it stays until its pod goes");
     }
@@ -261,13 +267,22 @@ mod tests {
     #[tokio::test]
     async fn the_replaced_pools_entries_move_at_their_addresses_once_no_old_add_can_run() {
         let (store, now) = fleet(&[(1, "a"), (2, "b"), (6, "c")], &[(3, "d")], SignedDuration::from_mins(1));
-        assert!(plan(&store.pools(), now).moves.is_empty(), "a minute old: an ADD under the old config may run");
-        assert_eq!(plan(&store.pools(), now).unsettled, [NEW]);
+        assert!(
+            plan(&store.pools(), now, crate::SETTLE_TIME).moves.is_empty(),
+            "a minute old: an ADD under the old config may run"
+        );
+        assert_eq!(plan(&store.pools(), now, crate::SETTLE_TIME).unsettled, [NEW]);
 
         let (store, now) = fleet(&[(1, "a"), (2, "b"), (6, "c")], &[(3, "d")], SignedDuration::from_mins(10));
-        assert_eq!(move_replaced(&store, &store.pools(), now).await, Moved { moved: 3, skipped: 0 });
+        assert_eq!(
+            move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await,
+            Moved { moved: 3, skipped: 0 }
+        );
         assert_eq!(held(&store), [row(NEW, 1, "a"), row(NEW, 2, "b"), row(NEW, 3, "d"), row(NEW, 6, "c")]);
-        assert_eq!(super::super::retire::retire_replaced(&store, &store.pools(), now).await.unwrap(), 1);
+        assert_eq!(
+            super::super::retire::retire_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.unwrap(),
+            1
+        );
         assert_eq!(store.pools().len(), 1, "the emptied pool retired");
     }
 
@@ -284,11 +299,11 @@ mod tests {
             big.spec.allocations.insert(offset.to_string(), entry(pod));
         }
         store.put_pool(big);
-        let planned = plan(&store.pools(), now);
+        let planned = plan(&store.pools(), now, crate::SETTLE_TIME);
         assert_eq!(planned.moves.len(), 1);
         let stranded: Vec<&str> = planned.stranded.iter().map(|(_, _, p)| p.as_str()).collect();
         assert_eq!(stranded, ["ns/outside", "ns/broadcast-of-the-29"], "in the pool's key order");
-        move_replaced(&store, &store.pools(), now).await;
+        move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await;
         assert_eq!(
             held(&store),
             [
@@ -308,7 +323,7 @@ mod tests {
             2,
             Fault::LostResponse,
         );
-        let moved = move_replaced(&store.handle("lossy", lossy), &store.pools(), now).await;
+        let moved = move_replaced(&store.handle("lossy", lossy), &store.pools(), now, crate::SETTLE_TIME).await;
         assert_eq!(moved.moved, 2, "{moved:?}");
         assert_eq!(held(&store), [row(NEW, 1, "a"), row(NEW, 2, "b")]);
 
@@ -317,12 +332,15 @@ mod tests {
         let dies = FaultPlan::quiet(1).at(Op::AddAllocation, 2, Fault::Die);
         let killed = store.handle("dies", dies);
         let listed = store.pools();
-        let cut = tokio::time::timeout(std::time::Duration::from_millis(200), move_replaced(&killed, &listed, now));
+        let cut = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            move_replaced(&killed, &listed, now, crate::SETTLE_TIME),
+        );
         assert!(cut.await.is_err(), "the mover died");
         let left = held(&store);
         assert!(left.contains(&row(NEW, 1, "a")), "copied: {left:?}");
         // whether the removal it died in was applied or not, the next pass leaves the entry once, in the new pool
-        move_replaced(&store, &store.pools(), now).await;
+        move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await;
         assert_eq!(held(&store), [row(NEW, 1, "a")]);
     }
 
@@ -334,14 +352,17 @@ mod tests {
         let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
         old.spec.allocations.clear();
         store.put_pool(old);
-        assert_eq!(move_replaced(&store, &listed, now).await, Moved { moved: 0, skipped: 1 });
+        assert_eq!(move_replaced(&store, &listed, now, crate::SETTLE_TIME).await, Moved { moved: 0, skipped: 1 });
         assert_eq!(held(&store), [], "no entry outlives its pod");
     }
 
     #[tokio::test]
     async fn an_offset_another_attachment_holds_is_never_written() {
         let (store, now) = fleet(&[(1, "a")], &[(1, "intruder")], SignedDuration::from_mins(10));
-        assert_eq!(move_replaced(&store, &store.pools(), now).await, Moved { moved: 0, skipped: 1 });
+        assert_eq!(
+            move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await,
+            Moved { moved: 0, skipped: 1 }
+        );
         assert_eq!(held(&store), [row(NEW, 1, "intruder"), row(OLD, 1, "a")], "both left as they were, for a person");
     }
 }

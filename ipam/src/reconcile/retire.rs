@@ -2,23 +2,30 @@
 //! older than any ADD runs (an ADD begun under the old config has ended), each that is empty goes, deleted only if
 //! it is still as read, and the new pool stops naming what is gone, so that its ADDs stop reading it.
 
-use crate::SETTLE_TIME;
+use std::time::Duration;
+
 use crate::crd::IpPool;
 use crate::store::{Deleted, Patched, PoolStore, StoreError, Version, guard, overlaps_of};
 
-/// Retires, among `pools` (as listed), the empty pools that a pool created more than [`SETTLE_TIME`] before `now`
-/// replaced. Returns how many it deleted.
+/// Whether `pool` was created more than `settle` (longer than any ADD runs) before `now`: no ADD begun under the
+/// config it replaced is left.
+pub fn settled(pool: &IpPool, now: k8s_openapi::jiff::Timestamp, settle: Duration) -> bool {
+    let created = pool.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    created.is_some_and(|c| now > c && now.duration_since(c).unsigned_abs() > settle)
+}
+
+/// Retires, among `pools` (as listed), the empty pools that a pool created more than `settle` before `now`
+/// replaced ([`settled`]). Returns how many it deleted.
 pub async fn retire_replaced(
     store: &impl PoolStore,
     pools: &[IpPool],
     now: k8s_openapi::jiff::Timestamp,
+    settle: Duration,
 ) -> Result<usize, StoreError> {
     let mut deleted = 0;
     for pool in pools {
         let named = overlaps_of(pool);
-        let created = pool.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let settled = created.is_some_and(|c| now.duration_since(c).unsigned_abs() > SETTLE_TIME && now > c);
-        if named.is_empty() || !settled {
+        if named.is_empty() || !settled(pool, now, settle) {
             continue;
         }
         let mut kept = Vec::new();
@@ -91,11 +98,15 @@ mod tests {
     #[tokio::test]
     async fn an_empty_replaced_pool_goes_once_no_add_under_the_old_config_can_run() {
         let (store, now) = fleet(SignedDuration::from_mins(1));
-        assert_eq!(retire_replaced(&store, &store.pools(), now).await.unwrap(), 0, "a minute old: ADDs may still run");
+        assert_eq!(
+            retire_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.unwrap(),
+            0,
+            "a minute old: ADDs may still run"
+        );
         assert_eq!(store.pools().len(), 3);
 
         let (store, now) = fleet(SignedDuration::from_mins(10));
-        assert_eq!(retire_replaced(&store, &store.pools(), now).await.unwrap(), 1);
+        assert_eq!(retire_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.unwrap(), 1);
         let left: Vec<String> = store.pools().into_iter().filter_map(|p| p.metadata.name).collect();
         assert_eq!(left, ["198.18.61.0-28", "198.18.61.4-30"], "the empty one went, the held one stays");
         assert_eq!(named(&store).as_deref(), Some("198.18.61.4-30"), "it names only what is left");
@@ -104,7 +115,7 @@ mod tests {
         let mut b = store.pools().into_iter().find(|p| p.spec.range == "198.18.61.4/30").unwrap();
         b.spec.allocations.clear();
         store.put_pool(b);
-        assert_eq!(retire_replaced(&store, &store.pools(), now).await.unwrap(), 1);
+        assert_eq!(retire_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.unwrap(), 1);
         assert_eq!(store.pools().len(), 1);
         assert_eq!(named(&store), None);
     }
@@ -117,7 +128,7 @@ mod tests {
         let mut a = listed.iter().find(|p| p.spec.range == "198.18.61.0/30").unwrap().clone();
         a.spec.allocations.insert("1".into(), entry("ns/late"));
         store.put_pool(a);
-        assert_eq!(retire_replaced(&store, &listed, now).await.unwrap(), 0);
+        assert_eq!(retire_replaced(&store, &listed, now, crate::SETTLE_TIME).await.unwrap(), 0);
         assert!(store.pools().iter().any(|p| p.spec.range == "198.18.61.0/30"), "its entry kept it");
         assert_eq!(named(&store).as_deref(), Some("198.18.61.0-30,198.18.61.4-30"), "only the gone one forgotten");
     }
@@ -130,7 +141,7 @@ mod tests {
         let annotations = grown.metadata.annotations.get_or_insert_with(Default::default);
         annotations.insert(OVERLAPS_ANNOTATION.into(), "198.18.61.0-30".into());
         store.put_pool(grown);
-        retire_replaced(&store, &listed, now).await.unwrap();
+        retire_replaced(&store, &listed, now, crate::SETTLE_TIME).await.unwrap();
         assert_eq!(named(&store).as_deref(), Some("198.18.61.0-30"), "another writer's change stands, not overwritten");
     }
 }

@@ -82,17 +82,19 @@ where
     }
     // entries of replaced pools move on a fresh list: this pass may have released some of them
     let now = crate::clock::now();
-    if !super::relayout::plan(&pools, now).moves.is_empty() {
+    // older than any ADD runs, as an orphaned reservation must be: no ADD under the config it replaced is left
+    let settle = releaser.orphan_age;
+    if !super::relayout::plan(&pools, now, settle).moves.is_empty() {
         match releaser.store.list_pools().await {
             Ok(fresh) => {
-                summary.entries_moved = super::relayout::move_replaced(&releaser.store, &fresh, now).await.moved
+                summary.entries_moved = super::relayout::move_replaced(&releaser.store, &fresh, now, settle).await.moved
             }
             Err(e) => tracing::warn!(error = %e, "replaced pools' entries not moved this pass"),
         }
     }
     // on the pools as listed: one emptied by this pass goes on the next
     summary.pools_retired =
-        super::retire::retire_replaced(&releaser.store, &pools, crate::clock::now()).await.unwrap_or_else(|e| {
+        super::retire::retire_replaced(&releaser.store, &pools, now, settle).await.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "replaced pools not retired this pass");
             0
         });

@@ -58,3 +58,93 @@ async fn a_grown_range_never_hands_out_what_the_old_range_still_holds() {
     assert!(after.success, "{}", after.stdout);
     assert!(old_held.contains(&after.ips()[0]), "the address the old pod gave back: {:?}", after.ips());
 }
+
+/// The leader moves the live entries of a grown range's old pool into the new one while the pods run (with
+/// reservations, the default), each keeping its address and its reservation; the old pool, emptied, goes; an old
+/// pod's DEL then finds its entry in the new pool. Shrunk back, the same happens the other way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_moves_live_entries_into_the_grown_range_and_back_again() {
+    use hereabouts_tests::plugin::Invocation;
+    use hereabouts_tests::reconciler::{PodFixture, Reconciler, ReconcilerOptions};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+    let fx = PodFixture::new("relayout", "198.18.107.0/29").await;
+    let kubeconfig = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let small = netconf("1.0.0", "relayout", &kubeconfig, json!({"range": "198.18.107.0/29"}));
+    let grown = netconf("1.0.0", "relayout", &kubeconfig, json!({"range": "198.18.107.0/28"}));
+    let (small_pool, grown_pool) = ("198.18.107.0-29", "198.18.107.0-28");
+    let mut uids = BTreeMap::new();
+    let add = async |config: &serde_json::Value, pod: &str, uid: &str| {
+        let mut inv = Invocation::new("ADD", config, &fx.ns, pod, &format!("c-{pod}")).with_env("NODENAME", "n1");
+        inv.args.push_str(&format!(";K8S_POD_UID={uid}"));
+        inv.run().await.ips()[0]
+    };
+    let mut held = BTreeMap::new();
+    for pod in ["a", "b", "c"] {
+        let uid = fx.pod(pod, "n1").await.metadata.uid.unwrap();
+        held.insert(pod.to_string(), add(&small, pod, &uid).await);
+        uids.insert(pod.to_string(), uid);
+    }
+    let uid = fx.pod("d", "n1").await.metadata.uid.unwrap();
+    held.insert("d".into(), add(&grown, "d", &uid).await);
+    uids.insert("d".into(), uid);
+    let named = fx.pool(grown_pool).await.metadata.annotations.unwrap_or_default().get(OVERLAPS_ANNOTATION).cloned();
+    assert_eq!(named.as_deref(), Some(small_pool), "with reservations too, the new pool names the one it replaces");
+
+    let opts = ReconcilerOptions { cron: "*/2 * * * * *".into(), ..ReconcilerOptions::new("n1", &fx.ns) };
+    let reconciler = Reconciler::start(fx.cluster, &opts).await;
+    let holders = async |pool: &str| -> BTreeMap<String, IpAddr> {
+        let api = kube::Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+        let Some(read) = api.get_opt(pool).await.unwrap() else { return BTreeMap::new() };
+        let range: ipnet::IpNet = read.spec.range.parse().unwrap();
+        let base = match range.network() {
+            IpAddr::V4(n) => u32::from(n),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        read.spec
+            .allocations
+            .iter()
+            .map(|(k, e)| {
+                let pod = e.podref.rsplit('/').next().unwrap().to_string();
+                (pod, IpAddr::V4((base + k.parse::<u32>().unwrap()).into()))
+            })
+            .collect()
+    };
+    let settled = async |from: &str, into: &str, expected: &BTreeMap<String, IpAddr>| {
+        hereabouts_tests::wait::until(
+            Duration::from_secs(40),
+            &format!("{from}'s entries to move into {into}"),
+            || async {
+                let gone = kube::Api::<hereabouts_ipam::crd::IpPool>::namespaced(fx.admin.clone(), &fx.ns)
+                    .get_opt(from)
+                    .await
+                    .unwrap()
+                    .is_none();
+                (gone && holders(into).await == *expected).then_some(())
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
+    };
+    settled(small_pool, grown_pool, &held).await;
+    let reserved = fx.reservations().await;
+    for pod in held.keys() {
+        assert!(reserved.contains(&fx.podref(pod)), "{pod}'s reservation stays: {reserved:?}");
+    }
+
+    // an old pod goes: its DEL finds the entry where it moved
+    let del = Invocation::new("DEL", &grown, &fx.ns, "a", "c-a").with_env("NODENAME", "n1").run().await;
+    assert!(del.success, "{}", del.stdout);
+    fx.delete("a").await;
+    held.remove("a");
+    assert_eq!(holders(grown_pool).await, held);
+
+    // and back: the /29 again; its new pool names the /28, and the live entries move back
+    let uid = fx.pod("e", "n1").await.metadata.uid.unwrap();
+    let e = add(&small, "e", &uid).await;
+    assert!(!held.values().any(|ip| *ip == e), "e's {e} is another pod's");
+    held.insert("e".into(), e);
+    settled(grown_pool, small_pool, &held).await;
+    let log = reconciler.logs();
+    assert!(log.contains("entry moved to the pool that replaced its own"), "{log}");
+}
