@@ -5,6 +5,7 @@
 mod check;
 mod client;
 mod lint;
+mod migrate;
 mod output;
 mod release;
 mod show;
@@ -66,6 +67,9 @@ enum IpamCommand {
     Check(check::CheckArgs),
     /// Gives one address back, guarded: refuses a live pod's address unless --force.
     Release(release::ReleaseArgs),
+    /// Moves the live entries of pools a changed config replaced (a range grown, shrunk or moved) into the pool
+    /// that replaced them, as the leader reconciler does: a dry run unless --apply.
+    Migrate(migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
             Command::Ipam { command: IpamCommand::Show(args) } => show::run(&cli.kube, &args).await,
             Command::Ipam { command: IpamCommand::Check(args) } => check::run(&cli.kube, &args).await,
             Command::Ipam { command: IpamCommand::Release(args) } => release::run(&cli.kube, &args).await,
+            Command::Ipam { command: IpamCommand::Migrate(args) } => migrate::run(&cli.kube, &args).await,
             Command::Lint(args) => lint::run(&cli.kube, &args).await,
             Command::Completion { shell } => {
                 clap_complete::generate(shell, &mut Cli::command(), "kubectl-hereabouts", &mut std::io::stdout());

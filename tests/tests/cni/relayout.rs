@@ -148,3 +148,40 @@ async fn the_leader_moves_live_entries_into_the_grown_range_and_back_again() {
     let log = reconciler.logs();
     assert!(log.contains("entry moved to the pool that replaced its own"), "{log}");
 }
+
+/// `kubectl hereabouts ipam migrate`: a dry run lists the moves a grown range calls for and writes nothing;
+/// `--apply` makes them and retires the emptied pool; a settle time below an ADD's is refused without
+/// `--unsafe-ages`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_hereabouts_migrate_shows_the_plan_and_applies_it() {
+    use hereabouts_tests::ctl::ctl;
+    let fx = CniFixture::new("migrate").await;
+    let old = netconf("1.0.0", "migrate", &fx.kubeconfig, json!({"range": "198.18.108.0/29"}));
+    let grown = netconf("1.0.0", "migrate", &fx.kubeconfig, json!({"range": "198.18.108.0/28"}));
+    for pod in ["a", "b"] {
+        assert!(fx.add_on(&old, "node-1", pod).await.success);
+    }
+    assert!(fx.add_on(&grown, "node-1", "c").await.success);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let admin = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let refused = ctl(&admin, &fx.ns, &["ipam", "migrate", "--settle", "1s"]).await;
+    assert!(!refused.success && refused.stderr.contains("--unsafe-ages"), "{}", refused.stderr);
+
+    let dry = ctl(&admin, &fx.ns, &["ipam", "migrate", "--settle", "1s", "--unsafe-ages"]).await;
+    eprintln!("{}", dry.stdout);
+    assert!(dry.success, "{}", dry.stderr);
+    for ip in ["198.18.108.1", "198.18.108.2"] {
+        assert!(dry.stdout.contains(&format!("move: {ip} (")), "{ip}: {}", dry.stdout);
+    }
+    assert!(dry.stdout.contains("2 to move, 0 to stay; --apply moves them"), "{}", dry.stdout);
+    assert_eq!(fx.pool("198.18.108.0-29").await.spec.allocations.len(), 2, "a dry run writes nothing");
+
+    let applied = ctl(&admin, &fx.ns, &["ipam", "migrate", "--settle", "1s", "--unsafe-ages", "--apply"]).await;
+    eprintln!("{}", applied.stdout);
+    assert!(applied.success, "{}", applied.stderr);
+    assert!(applied.stdout.contains("moved 2, not moved 0"), "{}", applied.stdout);
+    assert_eq!(fx.pool("198.18.108.0-28").await.spec.allocations.len(), 3, "a, b and c in the grown pool");
+    assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.108.0/29"), "the emptied pool retired");
+    let nothing = ctl(&admin, &fx.ns, &["ipam", "migrate", "--settle", "1s", "--unsafe-ages"]).await;
+    assert!(nothing.stdout.contains("nothing to migrate"), "{}", nothing.stdout);
+}
