@@ -837,3 +837,45 @@ async fn a_grown_range_moves_its_live_entries_under_churn_and_lost_answers() {
         }
     }
 }
+
+/// A network without reservations moved from one pool to node slices while pods hold addresses of the pool: each
+/// slice's new pool names the old pool, so its ADDs keep off what the old pool holds (before, the first slice's
+/// ADD handed out the old pods' addresses again); the leader then moves the old entries into the slice pools that
+/// hold their addresses, the old pool goes, and an old pod's DEL finds its entry in a slice pool.
+#[tokio::test]
+async fn a_pool_given_up_for_slices_never_hands_out_what_the_pool_still_holds() {
+    use crate::reconcile::relayout::move_replaced;
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let one = serde_json::json!({"range": "198.18.83.0/28", "enable_overlapping_ranges": false});
+    let sliced =
+        serde_json::json!({"range": "198.18.83.0/28", "node_slice_size": "/29", "enable_overlapping_ranges": false});
+    let mut old = Vec::new();
+    for i in 0..3 {
+        old.push(
+            add(&host, &config(one.clone(), &format!("old-{i}")), &request(&format!("co{i}"), "n")).await.unwrap()[0]
+                .ip,
+        );
+    }
+    for (i, node) in [(0, "node-a"), (1, "node-a"), (2, "node-b")] {
+        let ip = add(&host, &config(sliced.clone(), &format!("new-{i}")), &request(&format!("cn{i}"), node))
+            .await
+            .unwrap()[0]
+            .ip;
+        assert!(!old.contains(&ip), "{ip} is held in the old pool by a pod of {old:?}");
+    }
+    assert_no_address_twice(&store);
+
+    // older than any ADD: the leader moves the old entries into the slice pool that holds each address
+    let now = crate::clock::now() + k8s_openapi::jiff::SignedDuration::from_mins(10);
+    let moved = move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await;
+    assert_eq!(moved.moved, 3, "{moved:?}");
+    assert_no_address_twice(&store);
+    crate::reconcile::retire::retire_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.unwrap();
+    assert!(store.pools().iter().all(|p| p.spec.range != "198.18.83.0/28"), "the old pool retired");
+    for (i, ip) in old.iter().enumerate() {
+        assert!(held(&store).contains(&(format!("ns/old-{i}"), *ip)), "old-{i} keeps {ip}: {:?}", held(&store));
+    }
+    let released = del(&host, &ReleaseConfig::from(config(sliced.clone(), "old-0")), &request("co0", "n")).await;
+    assert_eq!(released.unwrap(), 1, "old-0's DEL finds its entry in a slice pool");
+}

@@ -51,7 +51,8 @@ pub struct Move {
 pub struct Plan {
     /// The entries to move.
     pub moves: Vec<Move>,
-    /// Entries whose address the replacing pool's range does not hold: `(pool, address, podref)`.
+    /// Entries whose address no settled replacing pool's range holds (a range shrunk below them, a slice no node
+    /// holds yet): `(pool, address, podref)`.
     pub stranded: Vec<(String, IpAddr, String)>,
     /// Replacing pools younger than the settle time, left for a later pass: ADDs under the old config may run.
     pub unsettled: Vec<String>,
@@ -75,10 +76,12 @@ fn hosts_of(pool: &IpPool) -> Option<IpRange> {
         .ok()
 }
 
-/// The moves `pools` (as listed) call for at `now`, for replacing pools older than `settle`
-/// ([`super::retire::settled`]).
+/// The moves `pools` (as listed) call for at `now`, into replacing pools older than `settle`
+/// ([`super::retire::settled`]). A pool may be replaced by several (one pool given up for node slices: each slice's
+/// pool names it); each entry goes to the one whose range holds its address.
 pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp, settle: Duration) -> Plan {
     let mut plan = Plan::default();
+    let mut replacing: std::collections::BTreeMap<String, Vec<(String, IpRange)>> = Default::default();
     for new in pools {
         let named = overlaps_of(new);
         let Some(to) = new.metadata.name.clone().filter(|_| !named.is_empty()) else { continue };
@@ -87,24 +90,30 @@ pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp, settle: Duratio
             continue;
         }
         let Some(hosts) = hosts_of(new) else { continue };
-        for from in &named {
-            let Some(old) = pools.iter().find(|p| p.metadata.name.as_deref() == Some(from.as_str())) else { continue };
-            let Some((old_range, _)) = pool_scope(old) else { continue };
-            for (key, entry) in &old.spec.allocations {
-                let Some(ip) = key.parse().ok().and_then(|o| old_range.checked_addr_at(o)) else { continue };
-                let from_offset = old_range.offset_of(ip).expect("an address of the range");
-                match hosts.offset_of(ip).filter(|&o| hosts.is_usable(o)) {
-                    Some(to_offset) => plan.moves.push(Move {
-                        from: from.clone(),
-                        from_offset,
-                        to: to.clone(),
-                        to_offset,
-                        ip,
-                        entry: entry.clone(),
-                        annotated: old.metadata.annotations.is_some(),
-                    }),
-                    None => plan.stranded.push((from.clone(), ip, entry.podref.clone())),
-                }
+        for from in named {
+            replacing.entry(from).or_default().push((to.clone(), hosts.clone()));
+        }
+    }
+    for (from, into) in &replacing {
+        let Some(old) = pools.iter().find(|p| p.metadata.name.as_deref() == Some(from.as_str())) else { continue };
+        let Some((old_range, _)) = pool_scope(old) else { continue };
+        for (key, entry) in &old.spec.allocations {
+            let Some(ip) = key.parse().ok().and_then(|o| old_range.checked_addr_at(o)) else { continue };
+            let from_offset = old_range.offset_of(ip).expect("an address of the range");
+            let target = into.iter().find_map(|(to, hosts)| {
+                hosts.offset_of(ip).filter(|&o| hosts.is_usable(o)).map(|to_offset| (to, to_offset))
+            });
+            match target {
+                Some((to, to_offset)) => plan.moves.push(Move {
+                    from: from.clone(),
+                    from_offset,
+                    to: to.clone(),
+                    to_offset,
+                    ip,
+                    entry: entry.clone(),
+                    annotated: old.metadata.annotations.is_some(),
+                }),
+                None => plan.stranded.push((from.clone(), ip, entry.podref.clone())),
             }
         }
     }
@@ -192,7 +201,8 @@ pub async fn move_replaced(
 ) -> Moved {
     let plan = plan(pools, now, settle);
     for (pool, ip, podref) in &plan.stranded {
-        tracing::warn!(%pool, %ip, %podref, "the range that replaced this pool's does not hold the address: it stays until its pod goes");
+        tracing::warn!(%pool, %ip, %podref,
+            "no pool that replaced this one holds the address (a shrunk range; a slice no node holds yet): it stays");
     }
     let mut done = Moved::default();
     for m in &plan.moves {

@@ -1,6 +1,7 @@
 //! What one ADD and one DEL cost the API server, counted from `apiserver_request_total` (on a control plane of
 //! its own, so no other test's requests are counted). The request counts are part of the protocol's contract
-//! (docs/design.md: GET, reservation create, guarded patch; plus the pool's create the first time); latencies are
+//! (docs/design.md: GET, reservation create, guarded patch; plus, the first time, the pool's create and the LIST
+//! that names the pools it replaces); latencies are
 //! printed for the record, never asserted.
 
 use std::time::Instant;
@@ -20,7 +21,12 @@ async fn requests_per_add_and_del() {
     fx.add(&config, "first", "c-first").await.result();
     let first = delta(&before, &metrics().await);
     eprintln!("cost: first ADD (pool absent): {first:?}");
-    assert_eq!(first.values().sum::<u64>(), 4, "GET pool, create pool, create reservation, patch: {first:?}");
+    assert_eq!(
+        first.values().sum::<u64>(),
+        5,
+        "GET pool, LIST the pools it replaces, create pool, create reservation, patch: {first:?}"
+    );
+    assert_eq!(first.get("LIST ippools"), Some(&1), "{first:?}");
 
     let before = metrics().await;
     fx.add(&config, "second", "c-second").await.result();
