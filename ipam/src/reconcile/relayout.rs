@@ -68,12 +68,17 @@ pub struct Moved {
     pub skipped: usize,
 }
 
-/// The range a pool's entries must fit for an ADD to have been able to hand them out: its inner hosts, or, for a
-/// /31 or a /32 (only `enable_l3` makes those), every address.
+/// The addresses a pool's entries may have for an ADD to have been able to hand them out: a range's pool, its inner
+/// hosts (every address of a /31 or a /32, which only `enable_l3` makes); a slice's pool, every address of the
+/// slice (a slice's first and last addresses are hosts of the range it cuts).
 fn hosts_of(pool: &IpPool) -> Option<IpRange> {
-    IpRange::parse(&pool.spec.range, None, None, &[])
-        .or_else(|_| IpRange::parse_as(&pool.spec.range, None, None, &[], Hosts::All))
-        .ok()
+    let all = IpRange::parse_as(&pool.spec.range, None, None, &[], Hosts::All).ok();
+    let (range, network) = pool_scope(pool)?;
+    let whole = pool.metadata.name.as_deref() == Some(crate::names::pool_name(&network, range.cidr()).as_str());
+    if !whole {
+        return all;
+    }
+    IpRange::parse(&pool.spec.range, None, None, &[]).ok().or(all)
 }
 
 /// The moves `pools` (as listed) call for at `now`, into replacing pools older than `settle`
@@ -322,6 +327,21 @@ mod tests {
                 row("198.18.81.0-29", 1, "a")
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_slices_first_address_is_a_host_of_the_range_it_cuts() {
+        let store = MemoryStore::new("ns");
+        let now = Timestamp::now();
+        let named = ["198.18.84.0-28".to_string()];
+        let mut slice = NewPool { overlaps: &named, ..NewPool::new("n2-198.18.84.8-29", "198.18.84.8/29", 8) }.object();
+        slice.metadata.creation_timestamp = Some(Time(now - SignedDuration::from_mins(10)));
+        store.put_pool(slice);
+        let mut whole = NewPool::new(&named[0], "198.18.84.0/28", 14).object();
+        whole.spec.allocations.insert("8".into(), entry("at-the-slices-first"));
+        store.put_pool(whole);
+        assert_eq!(move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.moved, 1);
+        assert_eq!(held(&store), [row("n2-198.18.84.8-29", 0, "at-the-slices-first")]);
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use hereabouts_tests::Identity;
 use hereabouts_tests::faultproxy::{Action, FaultProxy, Rule, Verb};
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::plugin::netconf;
+use kube::Api;
 use serde_json::json;
 
 /// A /30 grown to a /29: the grown range writes into a new pool, which names the old one, and its ADDs never hand
@@ -184,4 +185,93 @@ async fn kubectl_hereabouts_migrate_shows_the_plan_and_applies_it() {
     assert!(fx.pools().await.iter().all(|p| p.spec.range != "198.18.108.0/29"), "the emptied pool retired");
     let nothing = ctl(&admin, &fx.ns, &["ipam", "migrate", "--settle", "1s", "--unsafe-ages"]).await;
     assert!(nothing.stdout.contains("nothing to migrate"), "{}", nothing.stdout);
+}
+
+/// Changing `node_slice_size` while pods run, as docs/configuration.md has the operator do it: the network goes to
+/// one pool per range (the slice pools' entries move into the range's pool and the slice pools go), the emptied
+/// NodeSlicePool is deleted, and the network takes the new slice size (the old pool's entries move into the new
+/// slices' pools). Every pod keeps its address throughout, with its reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_slice_size_by_way_of_one_pool_keeps_every_address() {
+    use hereabouts_ipam::crd::{IpPool, NodeSlicePool};
+    use hereabouts_tests::plugin::Invocation;
+    use hereabouts_tests::reconciler::{PodFixture, Reconciler, ReconcilerOptions};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+    let fx = PodFixture::new("reslice", "198.18.109.0/28").await;
+    let kubeconfig = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let with = |ipam: serde_json::Value| netconf("1.0.0", "reslice", &kubeconfig, ipam);
+    let small = with(json!({"range": "198.18.109.0/28", "node_slice_size": "/30"}));
+    let one = with(json!({"range": "198.18.109.0/28"}));
+    let large = with(json!({"range": "198.18.109.0/28", "node_slice_size": "/29"}));
+    let add = async |config: &serde_json::Value, pod: &str, node: &str| {
+        let uid = fx.pod(pod, node).await.metadata.uid.unwrap();
+        let mut inv = Invocation::new("ADD", config, &fx.ns, pod, &format!("c-{pod}")).with_env("NODENAME", node);
+        inv.args.push_str(&format!(";K8S_POD_UID={uid}"));
+        let out = inv.run().await;
+        assert!(out.success, "{pod}: {}", out.stdout);
+        out.ips()[0]
+    };
+    let mut held = BTreeMap::new();
+    for (pod, node) in [("a", "n1"), ("b", "n1"), ("c", "n2")] {
+        held.insert(fx.podref(pod), add(&small, pod, node).await);
+    }
+    let pools = Api::<IpPool>::namespaced(fx.admin.clone(), &fx.ns);
+    // every entry of the namespace, as podref -> address, and how many pools hold them
+    let holders = async || {
+        let mut found = BTreeMap::new();
+        let listed = pools.list(&Default::default()).await.unwrap().items;
+        for pool in &listed {
+            let range: ipnet::IpNet = pool.spec.range.parse().unwrap();
+            let IpAddr::V4(base) = range.network() else { unreachable!() };
+            for (k, e) in &pool.spec.allocations {
+                found.insert(e.podref.clone(), IpAddr::V4((u32::from(base) + k.parse::<u32>().unwrap()).into()));
+            }
+        }
+        (found, listed.iter().filter(|p| !p.spec.allocations.is_empty()).count())
+    };
+    let opts = ReconcilerOptions { cron: "*/2 * * * * *".into(), ..ReconcilerOptions::new("n1", &fx.ns) };
+    let reconciler = Reconciler::start(fx.cluster, &opts).await;
+    let until_in_one_pool = async |what: &str, expected: &BTreeMap<String, IpAddr>, range: &str| {
+        hereabouts_tests::wait::until(Duration::from_secs(40), what, || async {
+            let listed = pools.list(&Default::default()).await.unwrap().items;
+            let (found, _) = holders().await;
+            let only = listed.len() == 1 && listed[0].spec.range == range;
+            (only && found == *expected).then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
+    };
+
+    // 1. one pool per range: the slices' entries move into the range's pool, the slice pools go
+    held.insert(fx.podref("d"), add(&one, "d", "n2").await);
+    until_in_one_pool("the slice pools' entries to move into the range's pool", &held, "198.18.109.0/28").await;
+
+    // 2. the NodeSlicePool, which no pool uses now, is deleted
+    let node_slices = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+    for nsp in node_slices.list(&Default::default()).await.unwrap().items {
+        node_slices.delete(&nsp.metadata.name.unwrap(), &Default::default()).await.unwrap();
+    }
+
+    // 3. the new slice size: the range's pool's entries move into the new slices' pools, which hold them
+    held.insert(fx.podref("e"), add(&large, "e", "n1").await);
+    held.insert(fx.podref("f"), add(&large, "f", "n2").await);
+    let last = std::sync::Mutex::new(String::new());
+    hereabouts_tests::wait::until(Duration::from_secs(40), "the range's pool to give way to /29 slices", || async {
+        let listed = pools.list(&Default::default()).await.unwrap().items;
+        let whole_gone = listed.iter().all(|p| p.spec.range != "198.18.109.0/28");
+        let found = holders().await.0;
+        let names: Vec<_> =
+            listed.iter().map(|p| (&p.metadata.name, &p.metadata.annotations, p.spec.allocations.len())).collect();
+        *last.lock().unwrap() = format!("{found:?} in {names:?}");
+        (whole_gone && found == held).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {} (expected {held:?})\n{}", last.lock().unwrap(), reconciler.logs()));
+    let addresses: std::collections::BTreeSet<_> = held.values().collect();
+    assert_eq!(addresses.len(), held.len(), "no address twice: {held:?}");
+    let reserved = fx.reservations().await;
+    for podref in held.keys() {
+        assert!(reserved.contains(podref), "{podref}'s reservation: {reserved:?}");
+    }
 }
