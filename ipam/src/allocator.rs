@@ -10,7 +10,8 @@ use crate::range::IpRange;
 
 /// The largest offset an entry may have. Whereabouts reads pool keys as signed 64-bit integers and drops, on its
 /// next write of the pool, an entry it cannot read: an address at a larger offset would be freed behind the back
-/// of the pod holding it. So no offset above this is ever handed out, in ranges of any size.
+/// of the pod holding it. So no offset above this is handed out, in ranges of any size, unless a network opts out
+/// with `large_offsets` ([`IpRange::max_offset`]).
 pub const MAX_OFFSET: u128 = i64::MAX as u128;
 
 /// How a free address is chosen.
@@ -32,7 +33,7 @@ pub enum Strategy {
 /// start.
 pub fn pick(range: &IpRange, taken: &BTreeSet<u128>, strategy: Strategy, seed: u64) -> Option<u128> {
     match strategy {
-        Strategy::LowestFree => free_offsets(range, taken, 0, MAX_OFFSET, 1).first().copied(),
+        Strategy::LowestFree => free_offsets(range, taken, 0, range.max_offset(), 1).first().copied(),
         Strategy::Random => {
             let count = usable_up_to_max(range);
             if count == 0 {
@@ -43,7 +44,7 @@ pub fn pick(range: &IpRange, taken: &BTreeSet<u128>, strategy: Strategy, seed: u
                 0 => None,
                 _ => free_offsets(range, taken, 0, start - 1, 1).first().copied(),
             };
-            free_offsets(range, taken, start, MAX_OFFSET, 1).first().copied().or_else(wrap)
+            free_offsets(range, taken, start, range.max_offset(), 1).first().copied().or_else(wrap)
         }
     }
 }
@@ -52,7 +53,7 @@ pub fn pick(range: &IpRange, taken: &BTreeSet<u128>, strategy: Strategy, seed: u
 /// just lost a race for the lowest free address would all race again for the next one; this spreads them over
 /// the next few without leaving the bottom of the range.
 pub fn pick_near_lowest(range: &IpRange, taken: &BTreeSet<u128>, window: usize, seed: u64) -> Option<u128> {
-    let free = free_offsets(range, taken, 0, MAX_OFFSET, window.max(1));
+    let free = free_offsets(range, taken, 0, range.max_offset(), window.max(1));
     (!free.is_empty()).then(|| free[(seed % free.len() as u64) as usize])
 }
 
@@ -60,8 +61,8 @@ pub fn pick_near_lowest(range: &IpRange, taken: &BTreeSet<u128>, window: usize, 
 pub fn usable_up_to_max(range: &IpRange) -> u128 {
     range
         .usable_intervals()
-        .take_while(|r| *r.start() <= MAX_OFFSET)
-        .map(|r| (*r.end()).min(MAX_OFFSET) - r.start() + 1)
+        .take_while(|r| *r.start() <= range.max_offset())
+        .map(|r| (*r.end()).min(range.max_offset()) - r.start() + 1)
         .sum()
 }
 

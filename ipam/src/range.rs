@@ -203,6 +203,8 @@ pub struct IpRange {
     first: u128,
     last: u128,
     excludes: Vec<(u128, u128)>,
+    /// The largest offset handed out ([`crate::allocator::MAX_OFFSET`] unless `large_offsets`).
+    max_offset: u128,
 }
 
 fn to_u128(ip: IpAddr) -> u128 {
@@ -274,6 +276,19 @@ fn parse_exclude(value: &str) -> Result<IpNet, RangeError> {
 }
 
 impl IpRange {
+    /// The largest offset this range hands out: [`crate::allocator::MAX_OFFSET`] (what Whereabouts v0.9 reads),
+    /// or, with `large_offsets`, every offset of the range.
+    pub fn max_offset(&self) -> u128 {
+        self.max_offset
+    }
+
+    /// The same range, handing out offsets at or above 2^63 too (`large_offsets`: for fleets without Whereabouts
+    /// v0.9 readers, which drop what they cannot read as a signed 64-bit number).
+    pub fn with_large_offsets(mut self) -> Self {
+        self.max_offset = u128::MAX;
+        self
+    }
+
     /// Parses `range` (a CIDR, or `A-B/len`), narrowed by `start`/`end` and `exclude` (CIDRs or bare IPs).
     ///
     /// A CIDR's host bits are dropped (`10.0.0.5/24` is `10.0.0.0/24`). In `A-B/len` the CIDR is that of `B/len`
@@ -377,7 +392,7 @@ impl IpRange {
                 excludes.push((lo - base, hi - base));
             }
         }
-        let mut range = IpRange { cidr, first, last, excludes };
+        let mut range = IpRange { cidr, first, last, excludes, max_offset: crate::allocator::MAX_OFFSET };
         range.normalise_excludes();
         Ok(range)
     }
@@ -528,7 +543,8 @@ impl IpRange {
             .filter(|&(a, b)| a <= b)
             .map(|(a, b)| (a - base, b - base))
             .collect();
-        let sub = IpRange { cidr: slice, first: first - base, last: last - base, excludes };
+        let sub =
+            IpRange { cidr: slice, first: first - base, last: last - base, excludes, max_offset: self.max_offset };
         (sub.usable_count() > 0).then_some(sub)
     }
 

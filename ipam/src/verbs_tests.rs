@@ -879,3 +879,23 @@ async fn a_pool_given_up_for_slices_never_hands_out_what_the_pool_still_holds() 
     let released = del(&host, &ReleaseConfig::from(config(sliced.clone(), "old-0")), &request("co0", "n")).await;
     assert_eq!(released.unwrap(), 1, "old-0's DEL finds its entry in a slice pool");
 }
+
+/// `large_offsets`: a range whose usable addresses lie 2^63 or more above its network address hands them out, the
+/// pool recording offsets above what a signed 64-bit number holds (for fleets without Whereabouts v0.9 readers);
+/// DEL finds them, and a retried ADD keeps its entry.
+#[tokio::test]
+async fn with_large_offsets_addresses_above_two_to_the_63_are_handed_out_and_released() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "2001:db8::8000:0:0:0-2001:db8::8000:0:0:3/64", "large_offsets": true});
+    let a = add(&host, &config(ipam.clone(), "a"), &request("ca", "n")).await.unwrap()[0].ip;
+    assert_eq!(a, "2001:db8::8000:0:0:0".parse::<std::net::IpAddr>().unwrap());
+    let b = add(&host, &config(ipam.clone(), "b"), &request("cb", "n")).await.unwrap()[0].ip;
+    assert_eq!(b, "2001:db8::8000:0:0:1".parse::<std::net::IpAddr>().unwrap());
+    let pool = store.pools().into_iter().next().unwrap();
+    let keys: Vec<&String> = pool.spec.allocations.keys().collect();
+    assert_eq!(keys, ["9223372036854775808", "9223372036854775809"], "offsets above i64::MAX, in decimal");
+    assert_eq!(add(&host, &config(ipam.clone(), "a"), &request("ca", "n")).await.unwrap()[0].ip, a, "kept");
+    assert_eq!(del(&host, &ReleaseConfig::from(config(ipam.clone(), "a")), &request("ca", "n")).await.unwrap(), 1);
+    assert_no_address_twice(&store);
+}

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use crate::allocator::{self, MAX_OFFSET, Strategy};
+use crate::allocator::{self, Strategy};
 use crate::crd::{IpAllocation, IpPool, OverlappingRangeIpReservationSpec};
 use crate::range::IpRange;
 
@@ -107,7 +107,8 @@ pub fn plan(pool: &IpPool, ask: &Ask<'_>) -> Plan {
     }
     let taken = |offset: u128| pool.spec.allocations.contains_key(&offset.to_string());
     if let Some(ip) = ask.requested {
-        let Some(offset) = ask.range.offset_of(ip).filter(|&o| ask.range.is_usable(o) && o <= MAX_OFFSET) else {
+        let Some(offset) = ask.range.offset_of(ip).filter(|&o| ask.range.is_usable(o) && o <= ask.range.max_offset())
+        else {
             return Plan::RequestedUnusable { ip };
         };
         if let Some(holder) = pool.spec.allocations.get(&offset.to_string()) {

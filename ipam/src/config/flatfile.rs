@@ -126,6 +126,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         max_slices_per_node: inline.max_slices_per_node.or(flat.max_slices_per_node),
         enable_l3: inline.enable_l3.or(flat.enable_l3),
         preferred_ip_annotation: inline.preferred_ip_annotation.or(flat.preferred_ip_annotation),
+        large_offsets: inline.large_offsets.or(flat.large_offsets),
         routing: inline.routing.merge(flat.routing),
         ignored,
     }

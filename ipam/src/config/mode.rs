@@ -143,6 +143,7 @@ impl Mode {
                 ("warm_addresses", raw.warm_addresses.is_some()),
                 ("max_slices_per_node", raw.max_slices_per_node.is_some()),
                 ("preferred_ip_annotation", raw.preferred_ip_annotation.is_some()),
+                ("large_offsets", raw.large_offsets.is_some()),
             ],
             raw.configuration_path.is_some(),
         )?;

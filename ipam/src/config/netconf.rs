@@ -92,6 +92,8 @@ pub(super) struct RawIpam<'p> {
     pub max_slices_per_node: Field<'p, u64>,
     /// `preferred_ip_annotation`: the pod's `whereabouts.cni.cncf.io/preferred-ip` is taken when free.
     pub preferred_ip_annotation: Field<'p, bool>,
+    /// `large_offsets`: offsets at or above 2^63 are handed out (no Whereabouts v0.9 reader in the fleet).
+    pub large_offsets: Field<'p, bool>,
     /// The routing-table datastore and the announcement of addresses as host routes.
     pub routing: RawRouting<'p>,
     /// Keys accepted and ignored, named as in messages.
@@ -158,6 +160,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "max_slices_per_node",
     "enable_l3",
     "preferred_ip_annotation",
+    "large_offsets",
 ];
 
 const IPAM_HINTS: &[(&str, &str)] = &[
@@ -303,6 +306,7 @@ fn parse_key<'p>(
         "warm_addresses" => raw.warm_addresses = sourced(origin, uint(v, key)?.map(|n| warm(n, key)).transpose()?),
         "enable_l3" => raw.enable_l3 = sourced(origin, boolean(v, key)?),
         "preferred_ip_annotation" => raw.preferred_ip_annotation = sourced(origin, boolean(v, key)?),
+        "large_offsets" => raw.large_offsets = sourced(origin, boolean(v, key)?),
         "max_slices_per_node" => {
             raw.max_slices_per_node = sourced(origin, uint(v, key)?.map(|n| slice_cap(n, key)).transpose()?);
         }

@@ -33,16 +33,19 @@ struct Spec<'s> {
 pub(super) fn build(raw: &RawIpam<'_>) -> Result<Vec<IpRange>, ConfigError> {
     check_unanchored(raw)?;
     let mut built: Vec<(String, IpRange)> = Vec::new();
+    let large = raw.large_offsets.as_ref().is_some_and(|f| f.value);
     for spec in specs(raw) {
         let spec = spec?;
         let range = one(&spec)?;
+        let range = if large { range.with_large_offsets() } else { range };
         if range.usable_count() > 0 && crate::allocator::usable_up_to_max(&range) == 0 {
             return Err(ConfigError::invalid(
                 &spec.key,
                 format!(
-                    "every usable address of {} is 2^63 or more above its network address: pools record offsets as \
-                     signed 64-bit numbers (Whereabouts drops what it cannot read), so none could be handed out; \
-                     move range_start down or narrow the range",
+                    "every usable address of {} is 2^63 or more above its network address: Whereabouts v0.9 reads \
+                     pool offsets as signed 64-bit numbers and drops what it cannot read, so none is handed out; \
+                     move range_start down or narrow the range, or, with no Whereabouts v0.9 in the fleet, set \
+                     large_offsets",
                     range.cidr()
                 ),
             ));

@@ -6,7 +6,6 @@ use ipnet::IpNet;
 
 use super::error::ConfigError;
 use super::ranges::cidr_list;
-use crate::allocator::MAX_OFFSET;
 use crate::range::IpRange;
 
 /// One requested address, with the key it came from and the prefix it was written with, if any.
@@ -68,7 +67,7 @@ pub(super) fn resolve(
 pub(crate) fn by_range(ranges: &[IpRange], requested: &[IpAddr]) -> Result<Vec<Option<IpAddr>>, IpAddr> {
     let mut given: Vec<Option<IpAddr>> = vec![None; ranges.len()];
     for ip in requested {
-        let can = |rg: &IpRange| rg.offset_of(*ip).is_some_and(|o| rg.is_usable(o) && o <= MAX_OFFSET);
+        let can = |rg: &IpRange| rg.offset_of(*ip).is_some_and(|o| rg.is_usable(o) && o <= rg.max_offset());
         match ranges.iter().enumerate().find(|(i, rg)| given[*i].is_none() && can(rg)) {
             Some((i, _)) => given[i] = Some(*ip),
             None => {
@@ -100,7 +99,7 @@ fn check(r: &Requested, ranges: &[IpRange]) -> Result<(), ConfigError> {
             ));
         }
     }
-    if !containing.iter().any(|rg| rg.offset_of(ip).is_some_and(|o| rg.is_usable(o) && o <= MAX_OFFSET)) {
+    if !containing.iter().any(|rg| rg.offset_of(ip).is_some_and(|o| rg.is_usable(o) && o <= rg.max_offset())) {
         let cidrs: Vec<String> = containing.iter().map(|rg| rg.cidr().to_string()).collect();
         return Err(ConfigError::invalid(
             &r.key,

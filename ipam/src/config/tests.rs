@@ -918,6 +918,16 @@ fn ranges_a_pool_cannot_serve_are_refused() {
     let err = refused(&high, "");
     assert_eq!(err.code(), 7);
     assert!(err.to_string().starts_with("ipam.range: every usable address of 2001:db8::/64 is 2^63 or more"), "{err}");
+    assert!(err.to_string().ends_with("set large_offsets"), "{err}");
+    // with large_offsets, such a range hands them out, and an address up there may be asked for
+    let high = netconf(json!({"type": "hereabouts", "large_offsets": true, "kubernetes": {"kubeconfig": "/k"},
+        "range": "2001:db8::8000:0:0:0-2001:db8::ffff:ffff:ffff:fffe/64"}));
+    let c = ok(&high, "IP=2001:db8::ffff:0:0:1;K8S_POD_NAME=p");
+    assert_eq!(c.ranges[0].max_offset(), u128::MAX);
+    assert_eq!(c.requested_for(0), Some(ip("2001:db8::ffff:0:0:1")));
+    let refused_ip =
+        refused(&netconf(json!({"type": "hereabouts", "range": "2001:db8::/64"})), "IP=2001:db8::ffff:0:0:1");
+    assert!(refused_ip.to_string().contains("2^63 or more above"), "{refused_ip}");
     // a requested address goes to the first of the overlapping ranges that can hand it out
     let overlap = netconf(json!({"type": "hereabouts", "kubernetes": {"kubeconfig": "/k"},
         "ipRanges": [{"range": "10.0.0.0/24", "range_start": "10.0.0.100"}, {"range": "10.0.0.0/20"}]}));
