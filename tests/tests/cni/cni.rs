@@ -554,3 +554,24 @@ async fn with_enable_l3_a_point_to_point_range_hands_out_both_addresses() {
     assert_eq!(refused.error_code(), 7, "{}", refused.stdout);
     assert!(refused.stdout.contains("ipam.range"), "{}", refused.stdout);
 }
+
+/// `large_offsets`: the upper half of an IPv6 /64 (offsets 2^63 and above, which Whereabouts v0.9 cannot read) is
+/// handed out when the network opts in, recorded in the pool as the big decimal offset the maintained fork writes,
+/// and released by DEL; without the key the same range is refused with code 7, nothing written.
+#[tokio::test]
+async fn large_offsets_hand_out_the_upper_half_of_a_64() {
+    let fx = CniFixture::new("cni-large").await;
+    let range = "2001:db8:63::8000:0:0:0-2001:db8:63::8000:0:0:ff/64";
+    let refused = fx.add(&fx.netconf("1.0.0", "large", json!({"range": range})), "web", "c0").await;
+    assert_eq!(refused.error_code(), 7, "{}", refused.stdout);
+    assert!(fx.pools().await.is_empty(), "nothing written");
+
+    let config = fx.netconf("1.0.0", "large", json!({"range": range, "large_offsets": true}));
+    let out = fx.add(&config, "web", "c1").await;
+    assert_eq!(out.ips(), [ip("2001:db8:63::8000:0:0:0")], "{}", out.stdout);
+    let pool = fx.pool("2001-db8-63---64").await;
+    assert_eq!(pool.spec.allocations.keys().collect::<Vec<_>>(), ["9223372036854775808"]);
+    assert!(fx.del(&config, "web", "c1").await.success);
+    assert!(fx.pool("2001-db8-63---64").await.spec.allocations.is_empty());
+    assert!(fx.reservations().await.is_empty());
+}
