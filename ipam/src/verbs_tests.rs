@@ -496,6 +496,17 @@ async fn a_node_at_its_slice_cap_borrows_and_leaves_the_free_slices() {
     assert_eq!(owners.iter().filter(|s| s.node_name == "node-a").count(), 1, "{owners:?}");
     assert_eq!(owners.iter().filter(|s| s.node_name.is_empty()).count(), 2, "left to other nodes: {owners:?}");
     assert_no_address_twice(&store);
+    // each pod the cap touched is told: the one refused, the one that borrowed; no other pod
+    let told: Vec<(String, String)> = store
+        .events()
+        .into_iter()
+        .filter(|(_, reason, _)| reason == crate::slices::SLICE_CAP_REASON)
+        .map(|(pod, _, note)| (pod, note))
+        .collect();
+    let pods: Vec<&str> = told.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(pods, [format!("ns/a{taken}"), format!("ns/a{taken}")], "{told:?}");
+    assert!(told[0].1.contains("holds 1 slices (max_slices_per_node)"), "{told:?}");
+    assert!(told[1].1.contains("borrowed from another node's slice, though slices are free"), "{told:?}");
 }
 
 /// `enable_l3` (the maintained fork's): a /31's both addresses and a /32's one are handed out, the network address

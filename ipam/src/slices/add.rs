@@ -41,6 +41,8 @@ pub(super) struct SlicedAdd<'a, S> {
     pub first_add: bool,
     /// `max_slices_per_node`.
     pub max_slices: Option<u64>,
+    /// Set to `max_slices_per_node` when the cap made this claim borrow though slices were free.
+    pub capped: &'a std::sync::atomic::AtomicU64,
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
@@ -115,10 +117,13 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     let pool = slice.pool_name(self.network_name());
                     if slice.node != self.node() {
                         match self.capped(&slices) {
-                            Some(max) => tracing::warn!(
-                                slice = %slice.cidr, owner = %slice.node, max_slices_per_node = max,
-                                "the node holds max_slices_per_node slices, all full: borrowing, though slices are free"
-                            ),
+                            Some(max) => {
+                                self.capped.store(max, std::sync::atomic::Ordering::Relaxed);
+                                tracing::warn!(
+                                    slice = %slice.cidr, owner = %slice.node, max_slices_per_node = max,
+                                    "the node holds max_slices_per_node slices, all full: borrowing, though slices are free"
+                                )
+                            }
                             None => {
                                 tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing")
                             }

@@ -21,11 +21,17 @@ use crate::names;
 use crate::pools::{OneRange, each_range};
 use crate::range::IpRange;
 use crate::request::{Assigned, Request};
-use crate::store::{PoolStore, ReservationStore, SliceStore, StoreError};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::store::{CoreStore, PodEvent, PoolStore, ReservationStore, SliceStore, StoreError};
 
 /// Assigns an address of the range of `cfg` to the attachment `req`, in this node's slices (or one it claims, or
 /// borrows from). On any failure, what this call wrote is rolled back first.
-pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore>(
+///
+/// When `max_slices_per_node` kept the node from a free slice (it borrowed instead, or found nothing to borrow),
+/// the pod is told with a Warning Event `SliceCapReached`, best effort: the CNI's Events right is the chart's
+/// `cni.providerEvents`, and without it the warning is only logged.
+pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore + CoreStore>(
     store: &S,
     cfg: &IpamConfig,
     mode: &SliceMode,
@@ -35,8 +41,33 @@ pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore>(
 ) -> Result<Vec<Assigned>, IpamError> {
     let podref = cfg.pod.to_string();
     let who = Claimant::new(cfg, &mode.kube, req, &podref);
-    each_range(store, cfg, budget, &InSlices { store, who: &who, mode, budget, first_add }).await
+    let one = InSlices { store, who: &who, mode, budget, first_add, capped: AtomicU64::new(0) };
+    let added = each_range(store, cfg, budget, &one).await;
+    let note = match (&added, one.capped.load(Ordering::Relaxed)) {
+        (Err(e @ IpamError::SliceCap { .. }), _) => Some(e.to_string()),
+        (Ok(_), max) if max > 0 => Some(format!(
+            "node {} holds max_slices_per_node ({max}) slices of network {}, all full: this pod's address was borrowed \
+             from another node's slice, though slices are free; raise max_slices_per_node or node_slice_size",
+            req.node, cfg.name
+        )),
+        _ => None,
+    };
+    if let Some(note) = note {
+        let pod = PodEvent {
+            namespace: &cfg.pod.namespace,
+            name: &cfg.pod.name,
+            uid: cfg.pod.uid.as_deref(),
+            node: &req.node,
+        };
+        if let Err(e) = store.warn_pod(&pod, SLICE_CAP_REASON, &note).await {
+            tracing::debug!(error = %e, "no Event for the slice cap (the CNI's Events right: cni.providerEvents)");
+        }
+    }
+    added
 }
+
+/// The reason of the Event that tells a pod `max_slices_per_node` kept its node from a free slice.
+pub const SLICE_CAP_REASON: &str = "SliceCapReached";
 
 /// [`add`] for the node itself (the warm reserve): entries under `podref`, which names no pod; with what was
 /// written on the way, where the entries are to be found.
@@ -49,7 +80,7 @@ pub(crate) async fn add_for_node<S: PoolStore + ReservationStore + SliceStore>(
     podref: &str,
 ) -> Result<(Vec<Assigned>, Journal), IpamError> {
     let who = Claimant::new(cfg, &mode.kube, req, podref);
-    let one = InSlices { store, who: &who, mode, budget, first_add: true };
+    let one = InSlices { store, who: &who, mode, budget, first_add: true, capped: AtomicU64::new(0) };
     crate::pools::each_range_journaled(store, cfg, budget, &one).await
 }
 
@@ -61,6 +92,8 @@ struct InSlices<'a, S> {
     budget: &'a Budget,
     /// The attachment's first ADD on this node ([`crate::marks`]): no earlier try's entry to look for.
     first_add: bool,
+    /// `max_slices_per_node`, once it made a claim borrow though slices were free (0: it did not).
+    capped: AtomicU64,
 }
 
 impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> {
@@ -74,7 +107,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> 
         let requested = self.who.cfg.requested_for(index);
         let (store, who, budget, size) = (self.store, self.who, self.budget, &self.mode.size);
         let (first_add, max_slices) = (self.first_add, self.mode.max_slices);
-        add::SlicedAdd { store, who, range, budget, size, requested, given, first_add, max_slices }.run(journal).await
+        let capped = &self.capped;
+        add::SlicedAdd { store, who, range, budget, size, requested, given, first_add, max_slices, capped }
+            .run(journal)
+            .await
     }
 }
 

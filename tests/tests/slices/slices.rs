@@ -382,6 +382,10 @@ async fn a_killed_claim_is_the_next_sandboxs_slice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_at_its_slice_cap_borrows_instead_of_claiming_another() {
     let fx = CniFixture::new("slice-cap").await;
+    // the chart's cni.providerEvents right, here in the pods' namespace: the cap's Events on the pods
+    let events = hereabouts_tests::rbac::cni_event_rules();
+    hereabouts_tests::rbac::grant_to(fx.admin.clone(), &fx.ns, "cni-events", hereabouts_tests::Identity::Cni, events)
+        .await;
     let config = fx.netconf(
         "1.1.0",
         "capped",
@@ -413,4 +417,18 @@ async fn a_node_at_its_slice_cap_borrows_instead_of_claiming_another() {
     let slice_of_b = owners.iter().find(|(_, o)| o.as_str() == "node-b").map(|(s, _)| s.parse::<IpNet>().unwrap());
     assert!(slice_of_b.unwrap().contains(&borrowed.ips()[0]), "borrowed from node-b's slice: {:?}", borrowed.ips());
     assert_distinct_and_reserved(&fx, taken + 2).await;
+    // the pod the cap refused, then borrowed for, was told each time; no other pod was
+    let listed = kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(fx.admin.clone(), &fx.ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let told: Vec<(String, String)> = listed
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(hereabouts_ipam::slices::SLICE_CAP_REASON))
+        .map(|e| (e.involved_object.name.clone().unwrap_or_default(), e.message.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(told.iter().all(|(pod, _)| *pod == format!("a-{taken}")), "{told:?}");
+    assert!(told.iter().any(|(_, m)| m.contains("borrowed from another node's slice")), "{told:?}");
 }
