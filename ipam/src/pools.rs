@@ -66,9 +66,7 @@ impl<S: PoolStore + ReservationStore> OneRange for InPool<'_, S> {
         target.preferred = self.preferred.filter(|ip| range.cidr().contains(ip));
         target.given = given.iter().filter_map(|ip| range.offset_of(*ip)).collect();
         target.statefulset = self.pools.sticky_statefulset(&cfg.ranges, range);
-        Claim::new(self.store, self.who, target, &Plain { creates: true, names_overlaps: true }, self.budget)
-            .run(journal)
-            .await
+        Claim::new(self.store, self.who, target, &Plain { creates: true }, self.budget).run(journal).await
     }
 }
 
@@ -159,6 +157,29 @@ pub(crate) async fn check<S: PoolStore>(
     budget: &Budget,
 ) -> Result<(), IpamError> {
     claim::check(store, &OnePool, scope, req, budget).await
+}
+
+/// The pools that the new pool `name` of `range` for the network `network_name` replaces, listed now: those of
+/// [`overlapping`], but, for a slice's pool (`slice`), pools of the very same CIDR (another node's pool of the same
+/// slice: a slice that changed hands is not a layout that changed).
+pub(crate) async fn replaced<S: PoolStore>(
+    store: &S,
+    name: &str,
+    range: &IpRange,
+    network_name: &str,
+    slice: bool,
+    budget: &Budget,
+) -> Result<Vec<String>, IpamError> {
+    let listed = budget
+        .retry(crate::store::StoreError::is_transient, || store.list_pools())
+        .await
+        .map_err(|e| IpamError::from_retry(&format!("pool {name}: list the pools it may replace"), e))?;
+    let same = names::range_string(range.cidr());
+    let mut found = overlapping(&listed, name, range, network_name);
+    found.retain(|other| {
+        !slice || !listed.iter().any(|p| p.metadata.name.as_deref() == Some(other.as_str()) && p.spec.range == same)
+    });
+    Ok(found)
 }
 
 /// The pools of `listed` that a new pool `name` of `range` for the network `network_name` replaces: those of the same

@@ -383,10 +383,15 @@ async fn under_whereabouts_schema_a_sticky_add_fails_naming_the_crd() {
     let meta = crate::store::ObjectMeta { owner_references: Some(vec![owner]), ..Default::default() };
     store.put_core(crate::store::CoreObject::Pod, "ns", "web-0", meta);
     let cfg = config(serde_json::json!({"range": "198.18.0.0/30", "sticky_statefulset": true}), "web-0");
-    let err = add(&TestHost(store.clone()), &cfg, &request("c1", "node-a")).await.unwrap_err();
+    refused_for_a_pruned_field(&store, &cfg, "spec.allocations.*.statefulset").await;
+}
+
+/// The ADD of `cfg` under Whereabouts' schema (`store`) fails with 103 naming `field`, and leaves nothing behind.
+async fn refused_for_a_pruned_field(store: &MemoryStore, cfg: &IpamConfig, field: &str) {
+    let err = add(&TestHost(store.clone()), cfg, &request("c1", "node-a")).await.unwrap_err();
     assert_eq!(err.code, Code::StoreRefused, "{}", err.details);
-    assert!(err.details.contains("spec.allocations.*.statefulset"), "{}", err.details);
-    assert!(held(&store).is_empty(), "rolled back: {:?}", held(&store));
+    assert!(err.details.contains(field), "{}", err.details);
+    assert!(held(store).is_empty(), "rolled back: {:?}", held(store));
 }
 
 /// A range grown while pods hold addresses of the old one, with no reservations to say so (issue 28's finding:
@@ -642,10 +647,7 @@ async fn under_whereabouts_schema_an_ipamclaim_add_fails_naming_the_crd() {
     store.put_ipamclaim("ns", "vm.net", "net", "net1");
     launcher_pod(&store, "launcher", "vm.net");
     let cfg = persistent_config(serde_json::json!({"range": "198.18.72.0/28"}), "launcher");
-    let err = add(&TestHost(store.clone()), &cfg, &request("c1", "n")).await.unwrap_err();
-    assert_eq!(err.code, Code::StoreRefused, "{}", err.details);
-    assert!(err.details.contains("spec.allocations.*.ipamclaim"), "{}", err.details);
-    assert!(held(&store).is_empty(), "rolled back: {:?}", held(&store));
+    refused_for_a_pruned_field(&store, &cfg, "spec.allocations.*.ipamclaim").await;
 }
 
 /// The pods of one claim ADD at once (a migration's source retried while the target starts, both before the claim
@@ -719,18 +721,16 @@ async fn a_preferred_address_is_taken_when_free_and_otherwise_the_usual_choice_i
     let host = TestHost(store.clone());
     let ipam = serde_json::json!({"range": "198.18.74.0/28", "preferred_ip_annotation": true});
     let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
-    preferring_pod(&store, "a", "198.18.74.9");
-    let got = add(&host, &config(ipam.clone(), "a"), &request("ca", "n")).await.unwrap();
-    assert_eq!(got[0].ip, ip("198.18.74.9"), "free: taken");
-    preferring_pod(&store, "b", "198.18.74.9");
-    let got = add(&host, &config(ipam.clone(), "b"), &request("cb", "n")).await.unwrap();
-    assert_eq!(got[0].ip, ip("198.18.74.1"), "held by a: the lowest free instead");
-    preferring_pod(&store, "c", "198.18.99.9");
-    let got = add(&host, &config(ipam.clone(), "c"), &request("cc", "n")).await.unwrap();
-    assert_eq!(got[0].ip, ip("198.18.74.2"), "in no range: the usual choice");
-    preferring_pod(&store, "d", "banana");
-    let got = add(&host, &config(ipam.clone(), "d"), &request("cd", "n")).await.unwrap();
-    assert_eq!(got[0].ip, ip("198.18.74.3"), "not an address: ignored");
+    for (pod, preferred, got, why) in [
+        ("a", "198.18.74.9", "198.18.74.9", "free: taken"),
+        ("b", "198.18.74.9", "198.18.74.1", "held by a: the lowest free instead"),
+        ("c", "198.18.99.9", "198.18.74.2", "in no range: the usual choice"),
+        ("d", "banana", "198.18.74.3", "not an address: ignored"),
+    ] {
+        preferring_pod(&store, pod, preferred);
+        let added = add(&host, &config(ipam.clone(), pod), &request(&format!("c{pod}"), "n")).await.unwrap();
+        assert_eq!(added[0].ip, ip(got), "{why}");
+    }
     // a retried ADD keeps what it holds, whatever the annotation says now
     preferring_pod(&store, "a", "198.18.74.12");
     let again = add(&host, &config(ipam.clone(), "a"), &request("ca", "n")).await.unwrap();

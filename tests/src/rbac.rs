@@ -34,39 +34,33 @@ pub fn cni_ranges_rules() -> Vec<PolicyRule> {
 /// (cluster-wide, to the CNI's ServiceAccount, which [`Identity::Cni`] authenticates as), and waits until the
 /// authorizer grants them.
 pub async fn grant_cni_ranges(admin: &Client) {
-    use k8s_openapi::api::core::v1::Node;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let render = deploy::render(&[deploy::CNI_RANGES_VALUE]);
-    let role = deploy::typed_in::<ClusterRole>(&render, deploy::CNI_RANGES_NAME);
-    let binding = deploy::typed_in::<ClusterRoleBinding>(&render, deploy::CNI_RANGES_NAME);
-    deploy::create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
-    deploy::create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), binding)
-        .await
-        .expect("apply the ClusterRoleBinding");
-    let nodes = Api::<Node>::all(crate::TestCluster::get().client(Identity::Cni).await);
-    crate::wait::until(std::time::Duration::from_secs(10), "the CNI's ranges ClusterRole to apply", || async {
-        nodes.get_metadata_opt("no-such-node").await.ok()
-    })
-    .await
-    .unwrap();
+    grant_cni_cluster_role(admin, deploy::CNI_RANGES_VALUE, deploy::CNI_RANGES_NAME).await;
 }
 
 /// Applies the chart's ClusterRole and ClusterRoleBinding `hereabouts-cni-ipamclaims` as `cni.persistentIPs`
 /// renders them, and waits until the authorizer grants them.
 pub async fn grant_cni_claims(admin: &Client) {
+    grant_cni_cluster_role(admin, deploy::CNI_CLAIMS_VALUE, deploy::CNI_CLAIMS_NAME).await;
+}
+
+/// Applies the ClusterRole and ClusterRoleBinding `name` the chart renders with `value`, and waits until the CNI's
+/// identity may read a pod (both grant it).
+async fn grant_cni_cluster_role(admin: &Client, value: &str, name: &str) {
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let render = deploy::render(&[deploy::CNI_CLAIMS_VALUE]);
-    let role = deploy::typed_in::<ClusterRole>(&render, deploy::CNI_CLAIMS_NAME);
-    let binding = deploy::typed_in::<ClusterRoleBinding>(&render, deploy::CNI_CLAIMS_NAME);
+    let render = deploy::render(&[value]);
+    let role = deploy::typed_in::<ClusterRole>(&render, name);
+    let binding = deploy::typed_in::<ClusterRoleBinding>(&render, name);
     deploy::create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
     deploy::create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), binding)
         .await
         .expect("apply the ClusterRoleBinding");
     let pods = Api::<Pod>::namespaced(crate::TestCluster::get().client(Identity::Cni).await, "default");
-    crate::wait::until(std::time::Duration::from_secs(10), "the CNI's IPAMClaim ClusterRole to apply", || async {
-        pods.get_metadata_opt("no-such-pod").await.ok()
-    })
+    crate::wait::until(
+        std::time::Duration::from_secs(10),
+        &format!("the CNI's ClusterRole {name} to apply"),
+        || async { pods.get_metadata_opt("no-such-pod").await.ok() },
+    )
     .await
     .unwrap();
 }

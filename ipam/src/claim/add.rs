@@ -134,16 +134,12 @@ pub(crate) trait Policy<S>: Sync {
     }
 }
 
-/// The claim as Whereabouts has it: the pool is created when missing (unless told not to), nothing else but the
-/// pools it replaces, for a network without reservations.
+/// The claim as Whereabouts has it: the pool is created when missing (unless told not to), naming the pools it
+/// replaces.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plain {
     /// Whether a missing pool is created.
     pub creates: bool,
-    /// Whether a pool it creates names the pools it replaces ([`Policy::overlaps`]): one LIST when the pool is
-    /// made, so that the leader can move the old pools' entries into it ([`crate::reconcile::relayout`]) and,
-    /// for a network without reservations, its claims keep off what the old pools hold.
-    pub names_overlaps: bool,
 }
 
 impl<S: PoolStore> Policy<S> for Plain {
@@ -152,8 +148,8 @@ impl<S: PoolStore> Policy<S> for Plain {
     }
 
     /// A range's pool is named after the range: a config whose range grew, shrank or moved writes into a new pool
-    /// while the old one still holds its pods' entries, and without reservations nothing else tells the new pool
-    /// what they hold. The new pool names the old ones (one LIST, when it is made).
+    /// while the old one still holds its pods' entries. The new pool names the old ones (one LIST, when it is made),
+    /// so that the leader moves their entries into it and, without reservations, its claims keep off what they hold.
     async fn overlaps(
         &self,
         store: &S,
@@ -162,14 +158,7 @@ impl<S: PoolStore> Policy<S> for Plain {
         network_name: &str,
         budget: &Budget,
     ) -> Result<Vec<String>, IpamError> {
-        if !self.names_overlaps {
-            return Ok(Vec::new());
-        }
-        let listed = budget
-            .retry(StoreError::is_transient, || store.list_pools())
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("pool {name}: list the pools it may replace"), e))?;
-        Ok(crate::pools::overlapping(&listed, name, range, network_name))
+        crate::pools::replaced(store, name, range, network_name, false, budget).await
     }
 }
 

@@ -493,9 +493,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
     }
 
     /// A network that kept one pool per range (or other slices) before: the slice's new pool names the pools of
-    /// the network whose ranges overlap the slice, but for other nodes' pools of the very same slice (a slice that
-    /// changed hands is not a layout that changed), so that the leader moves their entries in and, without
-    /// reservations, this pool's claims keep off what they hold.
+    /// the network whose ranges overlap the slice ([`crate::pools::replaced`]).
     async fn overlaps(
         &self,
         store: &S,
@@ -504,19 +502,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
         network_name: &str,
         budget: &Budget,
     ) -> Result<Vec<String>, IpamError> {
-        let listed = budget
-            .retry(StoreError::is_transient, || store.list_pools())
-            .await
-            .map_err(|e| IpamError::from_retry(&format!("pool {name}: list the pools it may replace"), e))?;
-        let mut found = crate::pools::overlapping(&listed, name, range, network_name);
-        found.retain(|other| {
-            let same_slice = listed.iter().any(|p| {
-                p.metadata.name.as_deref() == Some(other.as_str())
-                    && p.spec.range == crate::names::range_string(range.cidr())
-            });
-            !same_slice
-        });
-        Ok(found)
+        crate::pools::replaced(store, name, range, network_name, true, budget).await
     }
 
     fn guard_in_use(&self, pool: &IpPool) -> Option<(u128, String)> {
