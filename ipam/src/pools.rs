@@ -159,14 +159,18 @@ pub(crate) async fn check<S: PoolStore>(
     claim::check(store, &OnePool, scope, req, budget).await
 }
 
-/// The pools that the new pool `name` of `range` for the network `network_name` replaces, listed now: those of
-/// [`overlapping`], but, for a slice's pool (`slice`), pools of the very same CIDR (another node's pool of the same
-/// slice: a slice that changed hands is not a layout that changed).
+/// The pools that the new pool `name` of `range` for the config `cfg` replaces, listed now: those of [`overlapping`]
+/// (its network name's) that are `cfg`'s own — made by an ADD of the same netconf `name`
+/// ([`crate::store::CONFIG_ANNOTATION`]), or, made before that was recorded, holding entries all of that network —
+/// but, for a slice's pool (`slice`), pools of the very same CIDR (another node's pool of the same slice: a slice
+/// that changed hands is not a layout that changed). Another config that shares the network name (overlapping
+/// ranges of two networks, kept apart by their reservations) is not a layout this one replaces: its pools are
+/// neither moved from nor retired.
 pub(crate) async fn replaced<S: PoolStore>(
     store: &S,
     name: &str,
     range: &IpRange,
-    network_name: &str,
+    cfg: &IpamConfig,
     slice: bool,
     budget: &Budget,
 ) -> Result<Vec<String>, IpamError> {
@@ -175,9 +179,19 @@ pub(crate) async fn replaced<S: PoolStore>(
         .await
         .map_err(|e| IpamError::from_retry(&format!("pool {name}: list the pools it may replace"), e))?;
     let same = names::range_string(range.cidr());
-    let mut found = overlapping(&listed, name, range, network_name);
+    let ours = |pool: &crate::crd::IpPool| match crate::store::config_of(pool) {
+        Some(config) => config == cfg.name,
+        None => {
+            let entries = &pool.spec.allocations;
+            !entries.is_empty() && entries.values().all(|e| e.network.as_deref() == Some(cfg.name.as_str()))
+        }
+    };
+    let mut found = overlapping(&listed, name, range, &cfg.network_name);
     found.retain(|other| {
-        !slice || !listed.iter().any(|p| p.metadata.name.as_deref() == Some(other.as_str()) && p.spec.range == same)
+        let Some(pool) = listed.iter().find(|p| p.metadata.name.as_deref() == Some(other.as_str())) else {
+            return false;
+        };
+        ours(pool) && !(slice && pool.spec.range == same)
     });
     Ok(found)
 }
@@ -233,5 +247,50 @@ mod tests {
              node-warm pool"
         );
         assert_eq!(overlapping(&listed, "blue-198.18.61.0-29", &range, "blue"), ["blue-198.18.61.0-30"]);
+    }
+
+    /// Found by the agents' simulation: two networks sharing the network name with overlapping ranges (one pool and
+    /// slices, kept apart by their reservations) are not one layout replacing another: a new pool names only its
+    /// own config's pools, so the leader never moves another network's entries into it, nor retires its pools.
+    #[tokio::test]
+    async fn a_new_pool_replaces_only_its_own_configs_pools() {
+        use crate::crd::IpAllocation;
+        let store = crate::store::MemoryStore::new("ns");
+        let entry = |network: Option<&str>| IpAllocation {
+            id: "c".into(),
+            podref: "ns/p".into(),
+            network: network.map(str::to_string),
+            ..Default::default()
+        };
+        let made_by = |name: &str, range: &str, config: &str, entries: &[Option<&str>]| {
+            let mut pool = NewPool { config_name: config, ..NewPool::new(name, range, 0) }.object();
+            for (i, network) in entries.iter().enumerate() {
+                pool.spec.allocations.insert((i + 1).to_string(), entry(*network));
+            }
+            store.put_pool(pool);
+        };
+        made_by("198.18.90.0-30", "198.18.90.0/30", "net", &[]);
+        made_by("198.18.90.4-30", "198.18.90.4/30", "other", &[Some("other")]);
+        made_by("198.18.90.8-30", "198.18.90.8/30", "", &[Some("net"), Some("net")]);
+        made_by("198.18.90.12-30", "198.18.90.12/30", "", &[Some("net"), None]);
+        made_by("198.18.90.16-30", "198.18.90.16/30", "", &[]);
+        let cfg = crate::config::load_with_paths(
+            &crate::config::Input {
+                stdin: br#"{"cniVersion":"1.0.0","name":"net","ipam":{"type":"hereabouts","range":"198.18.90.0/27"}}"#,
+                cni_args: "",
+            },
+            &[],
+        )
+        .unwrap();
+        let range = IpRange::parse("198.18.90.0/27", None, None, &[]).unwrap();
+        let named =
+            replaced(&store, "198.18.90.0-27", &range, &cfg, false, &Budget::new(std::time::Duration::from_secs(5)))
+                .await
+                .unwrap();
+        assert_eq!(
+            named,
+            ["198.18.90.0-30", "198.18.90.8-30"],
+            "made by this config, or holding entries of it only; not another config's, a mixed or an empty unknown one"
+        );
     }
 }

@@ -77,13 +77,14 @@ pub(crate) trait Policy<S>: Sync {
     fn create(&self) -> Option<Option<&str>>;
 
     /// The pools whose layout the missing pool `name` of `range` replaces, read right before it is created
-    /// ([`crate::store::OVERLAPS_ANNOTATION`]): none unless the mode lays a network out anew when its config changes.
+    /// ([`crate::store::OVERLAPS_ANNOTATION`]), `claimant`'s config's own: none unless the mode lays a network out
+    /// anew when its config changes.
     fn overlaps(
         &self,
         _store: &S,
         _name: &str,
         _range: &IpRange,
-        _network_name: &str,
+        _claimant: &Claimant<'_>,
         _budget: &Budget,
     ) -> impl Future<Output = Result<Vec<String>, IpamError>> + Send {
         async { Ok(Vec::new()) }
@@ -155,10 +156,10 @@ impl<S: PoolStore> Policy<S> for Plain {
         store: &S,
         name: &str,
         range: &IpRange,
-        network_name: &str,
+        claimant: &Claimant<'_>,
         budget: &Budget,
     ) -> Result<Vec<String>, IpamError> {
-        crate::pools::replaced(store, name, range, network_name, false, budget).await
+        crate::pools::replaced(store, name, range, claimant.cfg, false, budget).await
     }
 }
 
@@ -488,11 +489,12 @@ where
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;
             let overlaps =
-                self.policy.overlaps(self.store, self.pool(), self.target.range, network, self.budget).await?;
+                self.policy.overlaps(self.store, self.pool(), self.target.range, self.who, self.budget).await?;
             let new = NewPool {
                 network_name: network,
                 node_name,
                 overlaps: &overlaps,
+                config_name: &self.who.cfg.name,
                 ..NewPool::new(self.pool(), &range, usable)
             };
             let created = self

@@ -86,7 +86,8 @@ fn hosts_of(pool: &IpPool) -> Option<IpRange> {
 /// pool names it); each entry goes to the one whose range holds its address.
 pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp, settle: Duration) -> Plan {
     let mut plan = Plan::default();
-    let mut replacing: std::collections::BTreeMap<String, Vec<(String, IpRange)>> = Default::default();
+    // each replaced pool: the settled pools that replace it, with the config that made each
+    let mut replacing: std::collections::BTreeMap<String, Vec<(String, IpRange, Option<String>)>> = Default::default();
     for new in pools {
         let named = overlaps_of(new);
         let Some(to) = new.metadata.name.clone().filter(|_| !named.is_empty()) else { continue };
@@ -95,8 +96,9 @@ pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp, settle: Duratio
             continue;
         }
         let Some(hosts) = hosts_of(new) else { continue };
+        let config = crate::store::config_of(new).map(str::to_string);
         for from in named {
-            replacing.entry(from).or_default().push((to.clone(), hosts.clone()));
+            replacing.entry(from).or_default().push((to.clone(), hosts.clone(), config.clone()));
         }
     }
     for (from, into) in &replacing {
@@ -105,7 +107,12 @@ pub fn plan(pools: &[IpPool], now: k8s_openapi::jiff::Timestamp, settle: Duratio
         for (key, entry) in &old.spec.allocations {
             let Some(ip) = key.parse().ok().and_then(|o| old_range.checked_addr_at(o)) else { continue };
             let from_offset = old_range.offset_of(ip).expect("an address of the range");
-            let target = into.iter().find_map(|(to, hosts)| {
+            // an entry recorded for another config (one that shares the network name) is never that config's to move
+            let for_it = |config: &Option<String>| match (config, &entry.network) {
+                (Some(config), Some(network)) => config == network,
+                _ => true,
+            };
+            let target = into.iter().filter(|(_, _, config)| for_it(config)).find_map(|(to, hosts, _)| {
                 hosts.offset_of(ip).filter(|&o| hosts.is_usable(o)).map(|to_offset| (to, to_offset))
             });
             match target {

@@ -499,10 +499,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
         store: &S,
         name: &str,
         range: &IpRange,
-        network_name: &str,
+        claimant: &Claimant<'_>,
         budget: &Budget,
     ) -> Result<Vec<String>, IpamError> {
-        crate::pools::replaced(store, name, range, network_name, true, budget).await
+        crate::pools::replaced(store, name, range, claimant.cfg, true, budget).await
     }
 
     fn guard_in_use(&self, pool: &IpPool) -> Option<(u128, String)> {

@@ -71,6 +71,15 @@ pub fn capacity(pool: &IpPool) -> u128 {
 /// hand out an address one of them still holds, reservations or not.
 pub const OVERLAPS_ANNOTATION: &str = "hereabouts.cni.cncf.io/overlaps";
 
+/// The annotation of a pool naming the config (its netconf `name`) whose ADD made it: what tells a layout of the
+/// same network (the pools a changed config replaces) from another config's pools that share the network name.
+pub const CONFIG_ANNOTATION: &str = "hereabouts.cni.cncf.io/config-name";
+
+/// The config that made `pool` ([`CONFIG_ANNOTATION`]), if recorded.
+pub fn config_of(pool: &IpPool) -> Option<&str> {
+    pool.metadata.annotations.as_ref()?.get(CONFIG_ANNOTATION).map(String::as_str)
+}
+
 /// The pools an [`OVERLAPS_ANNOTATION`] names.
 pub fn overlaps_of(pool: &IpPool) -> Vec<String> {
     let listed = pool.metadata.annotations.as_ref().and_then(|a| a.get(OVERLAPS_ANNOTATION));
@@ -89,12 +98,14 @@ pub struct NewPool<'a> {
     pub usable: u128,
     pub node_name: Option<&'a str>,
     pub overlaps: &'a [String],
+    /// The netconf `name` of the config whose ADD makes it ([`CONFIG_ANNOTATION`]); `""`, none recorded.
+    pub config_name: &'a str,
 }
 
 impl<'a> NewPool<'a> {
     /// The pool `name` of `range` with `usable` addresses, of the unnamed network, bound to no node, replacing none.
     pub fn new(name: &'a str, range: &'a str, usable: u128) -> Self {
-        Self { name, range, network_name: "", usable, node_name: None, overlaps: &[] }
+        Self { name, range, network_name: "", usable, node_name: None, overlaps: &[], config_name: "" }
     }
 
     /// The object `create_pool` writes.
@@ -106,6 +117,8 @@ impl<'a> NewPool<'a> {
         };
         let mut pool = IpPool::new(self.name, spec);
         let overlaps = (!self.overlaps.is_empty()).then(|| (OVERLAPS_ANNOTATION.to_string(), self.overlaps.join(",")));
+        let config =
+            (!self.config_name.is_empty()).then(|| (CONFIG_ANNOTATION.to_string(), self.config_name.to_string()));
         pool.metadata.annotations = Some(
             [
                 (NETWORK_ANNOTATION.to_string(), self.network_name.to_string()),
@@ -113,6 +126,7 @@ impl<'a> NewPool<'a> {
             ]
             .into_iter()
             .chain(overlaps)
+            .chain(config)
             .collect(),
         );
         pool
