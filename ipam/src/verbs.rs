@@ -212,17 +212,19 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
         }
         Mode::Pools(mode) => {
             let store = connect(host, &mode.kube, Verb::Add).await?;
-            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let pod = claim::PodOnce::default();
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &pod, &budget).await?;
             let (cfg, mode) = match chosen {
                 Some((keep, owner)) => mode.narrowed(cfg, &keep, owner),
                 None => (cfg.clone(), mode.clone()),
             };
-            let claim = claim::resolve_ipamclaim(&store, &cfg, &mode.persistent_ips, &req.ifname, &budget).await?;
+            let claim =
+                claim::resolve_ipamclaim(&store, &cfg, &mode.persistent_ips, &req.ifname, &pod, &budget).await?;
             let cfg = match &claim {
                 Some(claim) => claim.asking(&cfg)?,
                 None => cfg,
             };
-            let preferred = claim::preferred_ip(&store, &cfg, mode.preferred_ip, &budget).await?;
+            let preferred = claim::preferred_ip(&store, &cfg, mode.preferred_ip, &pod, &budget).await?;
             let _lock = host_lock(host, &store, pools::locked(&cfg), &req.node, &budget).await;
             let assigned = pools::add(&store, &cfg, &mode, req, &budget, claim.as_ref(), preferred).await;
             announced(host, &store, &cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
@@ -241,7 +243,8 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 return Ok(assigned);
             }
             let store = connect(host, &mode.kube, Verb::Add).await?;
-            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let pod = claim::PodOnce::default();
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &pod, &budget).await?;
             let (cfg, mode) = match chosen {
                 Some((keep, _)) => mode.narrowed(cfg, &keep),
                 None => (cfg.clone(), mode.clone()),
@@ -267,7 +270,8 @@ pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<
         Mode::RouteTable(mode) => routetable::check(&host.table()?, cfg, &mode.routes, req).await?,
         Mode::Pools(mode) => {
             let store = connect(host, &mode.kube, Verb::Check).await?;
-            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let pod = claim::PodOnce::default();
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &pod, &budget).await?;
             let (cfg, mode) = match chosen {
                 Some((keep, owner)) => mode.narrowed(cfg, &keep, owner),
                 None => (cfg.clone(), mode.clone()),
@@ -280,7 +284,8 @@ pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<
                 return Ok(());
             }
             let store = connect(host, &mode.kube, Verb::Check).await?;
-            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &budget).await?;
+            let pod = claim::PodOnce::default();
+            let chosen = claim::choose_ranges(&store, cfg, &mode.selection, &req.node, &pod, &budget).await?;
             let (cfg, mode) = match chosen {
                 Some((keep, _)) => mode.narrowed(cfg, &keep),
                 None => (cfg.clone(), mode.clone()),

@@ -910,3 +910,27 @@ async fn with_large_offsets_addresses_above_two_to_the_63_are_handed_out_and_rel
     assert_eq!(del(&host, &ReleaseConfig::from(config(ipam.clone(), "a")), &request("ca", "n")).await.unwrap(), 1);
     assert_no_address_twice(&store);
 }
+
+/// A config that reads the pod for several things (its IPAMClaim, its preferred address, its sticky
+/// StatefulSet) reads it once: a second GET of the pod, refused here, would fail the ADD.
+#[tokio::test]
+async fn an_add_reads_its_pod_once_whatever_reads_it() {
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    let store = MemoryStore::new(NS);
+    store.put_ipamclaim("ns", "vm.net", "net", "net1");
+    let networks = serde_json::json!([{"name": "nad", "interface": "net1", "ipam-claim-reference": "vm.net"}]);
+    let annotations = [
+        (crate::claim::NETWORKS_ANNOTATION.to_string(), networks.to_string()),
+        (crate::claim::PREFERRED_IP_ANNOTATION.to_string(), "198.18.75.9".to_string()),
+    ]
+    .into();
+    let meta = crate::store::ObjectMeta { annotations: Some(annotations), ..Default::default() };
+    store.put_core(crate::store::CoreObject::Pod, "ns", "launcher", meta);
+    let ipam =
+        serde_json::json!({"range": "198.18.75.0/28", "preferred_ip_annotation": true, "sticky_statefulset": true});
+    let once = FaultPlan::quiet(1).at(Op::CoreMetadata, 2, Fault::Refused);
+    let (host, cfg) = (TestHost(store.handle("adder", once)), persistent_config(ipam, "launcher"));
+    let ip = add(&host, &cfg, &request("c1", "n")).await.unwrap()[0].ip;
+    assert_eq!(ip, "198.18.75.9".parse::<std::net::IpAddr>().unwrap(), "the preferred address");
+    assert_eq!(claim_ips(&store, "vm.net"), ["198.18.75.9/28"], "recorded on the claim");
+}

@@ -69,6 +69,17 @@ pub(crate) struct Steer {
     pub only: bool,
 }
 
+/// Which of its config's pools a new pool names as those it replaces ([`crate::pools::replaced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replaces {
+    /// None: the mode does not lay a network out anew.
+    Nothing,
+    /// The overlapping pools of its config (a range's pool).
+    Range,
+    /// The same, but for other nodes' pools of the very same slice (a slice's pool).
+    Slice,
+}
+
 /// What a mode adds to the claim of an address in one pool.
 pub(crate) trait Policy<S>: Sync {
     /// Whether a missing pool is created, and bound to which node: `None`, it is not, and the claim finds the pool
@@ -76,18 +87,11 @@ pub(crate) trait Policy<S>: Sync {
     /// freed, and writing into it again would hide the entry from the slice's next owner).
     fn create(&self) -> Option<Option<&str>>;
 
-    /// The pools whose layout the missing pool `name` of `range` replaces, read right before it is created
-    /// ([`crate::store::OVERLAPS_ANNOTATION`]), `claimant`'s config's own: none unless the mode lays a network out
-    /// anew when its config changes.
-    fn overlaps(
-        &self,
-        _store: &S,
-        _name: &str,
-        _range: &IpRange,
-        _claimant: &Claimant<'_>,
-        _budget: &Budget,
-    ) -> impl Future<Output = Result<Vec<String>, IpamError>> + Send {
-        async { Ok(Vec::new()) }
+    /// Which pools a missing pool it creates names as those whose layout it replaces
+    /// ([`crate::store::OVERLAPS_ANNOTATION`], listed right before it is created): none unless the mode lays a network
+    /// out anew when its config changes.
+    fn replaces(&self) -> Replaces {
+        Replaces::Nothing
     }
 
     /// Read again, right before a missing pool is created, whether it still may be: `false`, the claim finds the
@@ -151,15 +155,8 @@ impl<S: PoolStore> Policy<S> for Plain {
     /// A range's pool is named after the range: a config whose range grew, shrank or moved writes into a new pool
     /// while the old one still holds its pods' entries. The new pool names the old ones (one LIST, when it is made),
     /// so that the leader moves their entries into it and, without reservations, its claims keep off what they hold.
-    async fn overlaps(
-        &self,
-        store: &S,
-        name: &str,
-        range: &IpRange,
-        claimant: &Claimant<'_>,
-        budget: &Budget,
-    ) -> Result<Vec<String>, IpamError> {
-        crate::pools::replaced(store, name, range, claimant.cfg, false, budget).await
+    fn replaces(&self) -> Replaces {
+        Replaces::Range
     }
 }
 
@@ -488,8 +485,14 @@ where
             let range = names::range_string(self.target.range.cidr());
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;
-            let overlaps =
-                self.policy.overlaps(self.store, self.pool(), self.target.range, self.who, self.budget).await?;
+            let overlaps = match self.policy.replaces() {
+                Replaces::Nothing => Vec::new(),
+                replaces => {
+                    let slice = replaces == Replaces::Slice;
+                    crate::pools::replaced(self.store, self.pool(), self.target.range, self.who.cfg, slice, self.budget)
+                        .await?
+                }
+            };
             let new = NewPool {
                 network_name: network,
                 node_name,

@@ -24,6 +24,7 @@ pub(crate) async fn choose_ranges(
     cfg: &IpamConfig,
     selection: &RangeSelection,
     node: &str,
+    pod: &PodOnce,
     budget: &Budget,
 ) -> Result<Option<(Vec<usize>, Option<String>)>, IpamError> {
     if !selection.is_active() {
@@ -31,12 +32,12 @@ pub(crate) async fn choose_ranges(
     }
     let mut facts = RangeFacts::default();
     if selection.reads_pod() {
-        let pod = read(store, CoreObject::Pod, &cfg.pod.namespace, &cfg.pod.name, budget).await?;
+        let pod = pod.get(store, cfg, budget, refused_read).await?;
         if selection.sticky.contains(&true) {
-            facts.statefulset = pod.as_ref().and_then(|meta| statefulset_of(meta, &cfg.pod.name));
+            facts.statefulset = pod.and_then(|meta| statefulset_of(meta, &cfg.pod.name));
         }
         if selection.by_pod {
-            facts.pod = pod.as_ref().and_then(annotation);
+            facts.pod = pod.and_then(annotation);
             if !facts.pod.as_deref().is_some_and(|v| RangeSelection::decides(v, &cfg.name)) {
                 let ns = read(store, CoreObject::Namespace, "", &cfg.pod.namespace, budget).await?;
                 facts.namespace = ns.as_ref().and_then(annotation);
@@ -75,6 +76,36 @@ pub fn statefulset_ordinal(pod: &str, statefulset: &str) -> Option<i32> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// The metadata of the invocation's pod, read once whoever asks first (ranges chosen per pod, a sticky range, the
+/// IPAMClaim in its network selection elements, its preferred address): one GET however many of them a config uses.
+#[derive(Debug, Default)]
+pub(crate) struct PodOnce(tokio::sync::OnceCell<Option<ObjectMeta>>);
+
+impl PodOnce {
+    /// The pod's metadata (`None`: no such pod), read now if no one has; a failure is `hint`'s, naming the grant
+    /// its caller's feature needs, and is not kept.
+    pub async fn get(
+        &self,
+        store: &impl CoreStore,
+        cfg: &IpamConfig,
+        budget: &Budget,
+        hint: impl FnOnce(&str, crate::budget::RetryError<StoreError>) -> IpamError,
+    ) -> Result<Option<&ObjectMeta>, IpamError> {
+        let (namespace, name) = (&cfg.pod.namespace, &cfg.pod.name);
+        let read = self
+            .0
+            .get_or_try_init(|| async {
+                let what = format!("pod {namespace}/{name}: get");
+                budget
+                    .retry(StoreError::is_transient, || store.core_metadata(CoreObject::Pod, namespace, name))
+                    .await
+                    .map_err(|e| hint(&what, e))
+            })
+            .await?;
+        Ok(read.as_ref())
+    }
 }
 
 fn annotation(meta: &ObjectMeta) -> Option<String> {

@@ -20,7 +20,7 @@ use crate::config::{IpamConfig, PersistentIps};
 use crate::crd::{IpamClaim, IpamClaimStatus, OwnerPod};
 use crate::error::IpamError;
 use crate::request::Assigned;
-use crate::store::{CoreObject, CoreStore, IpamClaimStore, Patched, StoreError};
+use crate::store::{CoreStore, IpamClaimStore, Patched, StoreError};
 
 /// The pod annotation holding the network selection elements (Multus).
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
@@ -60,6 +60,7 @@ pub(crate) async fn resolve(
     cfg: &IpamConfig,
     persistent: &PersistentIps,
     ifname: &str,
+    pod: &super::choose::PodOnce,
     budget: &Budget,
 ) -> Result<Option<ClaimRead>, IpamError> {
     if !persistent.allowed {
@@ -69,13 +70,8 @@ pub(crate) async fn resolve(
     let name = match &persistent.reference {
         Some(name) => name.clone(),
         None => {
-            let pod = &cfg.pod.name;
-            let what = format!("pod {namespace}/{pod}: get");
-            let meta = budget
-                .retry(StoreError::is_transient, || store.core_metadata(CoreObject::Pod, namespace, pod))
-                .await
-                .map_err(|e| rights(&what, e))?;
-            let annotation = meta.and_then(|m| m.annotations?.get(NETWORKS_ANNOTATION).cloned());
+            let meta = pod.get(store, cfg, budget, rights).await?;
+            let annotation = meta.and_then(|m| m.annotations.as_ref()?.get(NETWORKS_ANNOTATION).cloned());
             match annotation.and_then(|a| reference_in(&a, ifname)) {
                 Some(name) => name,
                 None => return Ok(None),

@@ -17,9 +17,9 @@ mod reclaim;
 mod release;
 mod reservation;
 
-pub(crate) use add::{Claim, Plain, Policy, Steer, Target};
-pub(crate) use choose::choose_ranges;
+pub(crate) use add::{Claim, Plain, Policy, Replaces, Steer, Target};
 pub use choose::{IPAMCLAIMS_CLUSTER_ROLE, IPAMCLAIMS_VALUE, RANGES_CLUSTER_ROLE, RANGES_VALUE, statefulset_ordinal};
+pub(crate) use choose::{PodOnce, choose_ranges};
 pub(crate) use ipamclaim::{ClaimRead, resolve as resolve_ipamclaim};
 pub use ipamclaim::{NETWORKS_ANNOTATION, reference_in};
 pub(crate) use journal::{Journal, Written, remove_entry};

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use crate::budget::Budget;
 use crate::config::IpamConfig;
 use crate::error::IpamError;
-use crate::store::{CoreObject, CoreStore, StoreError};
+use crate::store::CoreStore;
 
 /// The pod annotation naming the preferred address (the fork's key).
 pub const PREFERRED_IP_ANNOTATION: &str = "whereabouts.cni.cncf.io/preferred-ip";
@@ -23,18 +23,14 @@ pub(crate) async fn preferred_ip(
     store: &impl CoreStore,
     cfg: &IpamConfig,
     enabled: bool,
+    pod: &super::choose::PodOnce,
     budget: &Budget,
 ) -> Result<Option<IpAddr>, IpamError> {
     if !enabled {
         return Ok(None);
     }
-    let (namespace, pod) = (&cfg.pod.namespace, &cfg.pod.name);
-    let what = format!("pod {namespace}/{pod}: get");
-    let meta = budget
-        .retry(StoreError::is_transient, || store.core_metadata(CoreObject::Pod, namespace, pod))
-        .await
-        .map_err(|e| super::choose::refused_read(&what, e))?;
-    let Some(value) = meta.and_then(|m| m.annotations?.get(PREFERRED_IP_ANNOTATION).cloned()) else {
+    let meta = pod.get(store, cfg, budget, super::choose::refused_read).await?;
+    let Some(value) = meta.and_then(|m| m.annotations.as_ref()?.get(PREFERRED_IP_ANNOTATION).cloned()) else {
         return Ok(None);
     };
     let preferred = preferred_in(&value);

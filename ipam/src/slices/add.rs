@@ -12,7 +12,7 @@ use super::plan::{self as slices, Next, Slice};
 use crate::budget::Budget;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::claim::{Claim, Claimant, Journal, Policy, Target};
+use crate::claim::{Claim, Claimant, Journal, Policy, Replaces, Target};
 use crate::clock;
 use crate::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec};
 use crate::error::IpamError;
@@ -494,15 +494,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
 
     /// A network that kept one pool per range (or other slices) before: the slice's new pool names the pools of
     /// the network whose ranges overlap the slice ([`crate::pools::replaced`]).
-    async fn overlaps(
-        &self,
-        store: &S,
-        name: &str,
-        range: &IpRange,
-        claimant: &Claimant<'_>,
-        budget: &Budget,
-    ) -> Result<Vec<String>, IpamError> {
-        crate::pools::replaced(store, name, range, claimant.cfg, true, budget).await
+    fn replaces(&self) -> Replaces {
+        Replaces::Slice
     }
 
     fn guard_in_use(&self, pool: &IpPool) -> Option<(u128, String)> {
