@@ -115,6 +115,7 @@ pub(super) fn merge<'p>(inline: RawIpam<'p>, flat: RawIpam<'p>) -> RawIpam<'p> {
         log_file: inline.log_file.or(flat.log_file),
         log_level: inline.log_level.or(flat.log_level),
         node_slice_size: inline.node_slice_size.or(flat.node_slice_size),
+        min_node_slice_size: inline.min_node_slice_size.or(flat.min_node_slice_size),
         reconciler_cron_expression: inline.reconciler_cron_expression.or(flat.reconciler_cron_expression),
         strategy: inline.strategy.or(flat.strategy),
         timeout: inline.timeout.or(flat.timeout),

@@ -101,6 +101,9 @@ pub struct Slices {
     /// `max_slices_per_node` (ours, as Calico caps blocks per host): once a node holds this many slices it
     /// borrows from other nodes' slices rather than claim another; `None`, no cap.
     pub max_slices: Option<u64>,
+    /// `min_node_slice_size` (ours): adaptive slices, a node's first slice this size, each next twice as large up
+    /// to `size` ([`crate::slices::growth`]); `None`, every slice is `size`.
+    pub min_size: Option<SliceSize>,
 }
 
 /// IaaS provider candidates: the ranges are an interface's candidates, their addresses cloud sub-interfaces.
@@ -142,6 +145,7 @@ impl Mode {
                 ("reuse_cooldown_seconds", raw.reuse_cooldown.is_some()),
                 ("warm_addresses", raw.warm_addresses.is_some()),
                 ("max_slices_per_node", raw.max_slices_per_node.is_some()),
+                ("min_node_slice_size", raw.min_node_slice_size.is_some()),
                 ("preferred_ip_annotation", raw.preferred_ip_annotation.is_some()),
                 ("large_offsets", raw.large_offsets.is_some()),
             ],
@@ -191,6 +195,16 @@ impl Mode {
                 "needs node_slice_size: it caps the slices of the range a node claims",
             ));
         }
+        let min_size = match (&raw.min_node_slice_size, &size) {
+            (None, _) => None,
+            (Some(min), Some(size)) => Some(ranges::check_min_slice(ranges, size, min)?),
+            (Some(min), None) => {
+                return Err(ConfigError::invalid(
+                    min.origin.key("min_node_slice_size"),
+                    "needs node_slice_size: it is the size of a node's first slice, node_slice_size the largest",
+                ));
+            }
+        };
         let preferred_ip = raw.preferred_ip_annotation.as_ref().is_some_and(|f| f.value);
         if let Some(f) =
             raw.preferred_ip_annotation.as_ref().filter(|f| f.value && (provider.is_some() || size.is_some()))
@@ -203,7 +217,7 @@ impl Mode {
         }
         Ok(match (provider, size) {
             (Some(provider), _) => Mode::Provider(Box::new(Provider { kube, provider, placements })),
-            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm, max_slices }),
+            (None, Some(size)) => Mode::Slices(Slices { kube, selection, size, warm, max_slices, min_size }),
             (None, None) => Mode::Pools(Pools {
                 kube,
                 selection,
@@ -294,6 +308,13 @@ impl Pools {
 }
 
 impl Slices {
+    /// The slice sizes of an adaptive network (`min_node_slice_size`), `None` when every slice is `node_slice_size`.
+    pub fn growth(&self) -> Option<crate::slices::growth::Growth> {
+        self.min_size
+            .as_ref()
+            .map(|min| crate::slices::growth::Growth { largest: self.size.prefix(), smallest: min.prefix() })
+    }
+
     /// `cfg` (whose mode this is) and these settings with only the ranges at `keep` (ranges chosen per pod or
     /// node).
     pub fn narrowed(&self, cfg: &super::IpamConfig, keep: &[usize]) -> (super::IpamConfig, Slices) {
@@ -303,6 +324,7 @@ impl Slices {
             size: self.size.clone(),
             warm: self.warm,
             max_slices: self.max_slices,
+            min_size: self.min_size.clone(),
         };
         (cfg.with_ranges(keep, Mode::Slices(slices.clone())), slices)
     }

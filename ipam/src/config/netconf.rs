@@ -73,6 +73,9 @@ pub(super) struct RawIpam<'p> {
     pub log_file: Field<'p, PathBuf>,
     pub log_level: Field<'p, LogLevel>,
     pub node_slice_size: Field<'p, crate::cut::SliceSize>,
+    /// `min_node_slice_size` (ours): adaptive slices, a node's first slice this size, each next one twice as large up
+    /// to `node_slice_size`.
+    pub min_node_slice_size: Field<'p, crate::cut::SliceSize>,
     pub reconciler_cron_expression: Field<'p, String>,
     pub strategy: Field<'p, Strategy>,
     pub timeout: Field<'p, Duration>,
@@ -149,6 +152,7 @@ pub const IPAM_KEYS: &[&str] = &[
     "log_file",
     "log_level",
     "node_slice_size",
+    "min_node_slice_size",
     "reconciler_cron_expression",
     "allocation_strategy",
     "timeout_seconds",
@@ -294,6 +298,9 @@ fn parse_key<'p>(
         "log_level" => raw.log_level = sourced(origin, string(v, key)?.map(|s| log_level(&s, key)).transpose()?),
         "node_slice_size" => {
             raw.node_slice_size = sourced(origin, string(v, key)?.map(|s| slice_size(s, key)).transpose()?);
+        }
+        "min_node_slice_size" => {
+            raw.min_node_slice_size = sourced(origin, string(v, key)?.map(|s| slice_size(s, key)).transpose()?);
         }
         "reconciler_cron_expression" => raw.reconciler_cron_expression = sourced(origin, string(v, key)?),
         "allocation_strategy" => {

@@ -319,6 +319,31 @@ pub(super) fn check_node_slice(
     }
 }
 
+/// `min_node_slice_size` (adaptive slices) must be no larger than `node_slice_size` (`size`, checked) and cut the
+/// range into no more slices than one NodeSlicePool lists: at worst every slice is that small.
+pub(super) fn check_min_slice(
+    ranges: &[IpRange],
+    size: &crate::cut::SliceSize,
+    min: &Sourced<'_, crate::cut::SliceSize>,
+) -> Result<crate::cut::SliceSize, ConfigError> {
+    let key = min.origin.key("min_node_slice_size");
+    if min.value.prefix() < size.prefix() {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "{} is larger than node_slice_size {}: the smallest slice must not be larger than the largest",
+                min.value, size
+            ),
+        ));
+    }
+    match ranges {
+        [r] => crate::cut::divide(r.cidr(), min.value.prefix())
+            .map(|_| min.value.clone())
+            .map_err(|e| ConfigError::invalid(key, e.to_string())),
+        _ => Err(ConfigError::invalid(key, "needs node_slice_size, which slices one range")),
+    }
+}
+
 /// The routing-table datastore's `exclude_first` and `exclude_last` must leave every range an address to hand out.
 pub(super) fn check_exclude_counts(ranges: &[IpRange], first: u64, last: u64) -> Result<(), ConfigError> {
     for r in ranges {

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::growth::{Cut, Growth};
 use super::plan::{self as slices, Next, Slice};
 use crate::budget::Budget;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,8 @@ pub(super) struct SlicedAdd<'a, S> {
     pub first_add: bool,
     /// `max_slices_per_node`.
     pub max_slices: Option<u64>,
+    /// Adaptive slices: `node_slice_size` and `min_node_slice_size`.
+    pub growth: Option<Growth>,
     /// Set to `max_slices_per_node` when the cap made this claim borrow though slices were free.
     pub capped: &'a std::sync::atomic::AtomicU64,
 }
@@ -71,7 +74,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         seed: u64,
     ) -> Next {
         let max_own = self.max_slices.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-        let lending = slices::Lending { may_borrow: self.who.kube.overlapping_ranges, max_own };
+        let lending = slices::Lending { may_borrow: self.who.kube.overlapping_ranges, max_own, growth: self.growth };
         slices::next(slices, self.node(), full, unclaimable, preferred, lending, seed)
     }
 
@@ -183,7 +186,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     hinted = false;
                     slices = self.read_slices(&name).await?;
                 }
-                Next::Claim(slice) => {
+                next @ (Next::Claim(_) | Next::Split(_)) => {
+                    let cut = match next {
+                        Next::Split(cut) => cut,
+                        Next::Claim(slice) => Cut { cidr: slice.cidr, free: slice },
+                        _ => unreachable!("matched above"),
+                    };
                     self.budget
                         .pause(claims)
                         .await
@@ -209,19 +217,19 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         }
                         slices = now;
                         let again = self.next_slice(&slices, &full, &unclaimable, preferred, 0);
-                        if !matches!(again, Next::Claim(_)) {
+                        if !matches!(again, Next::Claim(_) | Next::Split(_)) {
                             continue;
                         }
                     }
-                    if let Some(holder) = self.held_elsewhere(slice.cidr).await? {
+                    if let Some(holder) = self.held_elsewhere(cut.cidr).await? {
                         // most often another node claimed it since the slices were read: read them again
-                        tracing::info!(node_slices = name, slice = %slice.cidr, node = %holder.node, pool = %holder.pool,
+                        tracing::info!(node_slices = name, slice = %cut.cidr, node = %holder.node, pool = %holder.pool,
                             "a slice listed free whose pool of another node holds entries: not claimed");
-                        unclaimable.insert(slice.cidr);
+                        unclaimable.insert(cut.free.cidr);
                         slices = self.read_slices(&name).await?;
                         continue;
                     }
-                    self.claim(&name, &slice).await?;
+                    self.claim(&name, &cut).await?;
                     slices = self.read_slices(&name).await?;
                 }
                 Next::Full if !unborn.is_empty() && waits < UNBORN_WAITS => {
@@ -252,8 +260,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     fn requested_next(&self, slices: &[Slice], ip: IpAddr) -> Result<Next, IpamError> {
         let unusable = || IpamError::RequestedUnusable { ip, range: self.range.cidr().to_string() };
         let slice = slices::slice_of(slices, ip).ok_or_else(unusable)?;
+        let held = slices.iter().filter(|s| s.node == self.node()).count();
         Ok(match slice.node.as_str() {
-            "" => Next::Claim(slice.clone()),
+            "" => match self.growth.map(|g| g.cut_at(slice, held, ip)) {
+                Some(cut) if cut.splits() => Next::Split(cut),
+                _ => Next::Claim(slice.clone()),
+            },
             node if node == self.node() => Next::Own(slice.clone()),
             _ => Next::Borrow(slice.clone()),
         })
@@ -394,20 +406,31 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         Ok(slices)
     }
 
-    /// Gives the free `slice` to this node. Whatever the answer, the caller reads the slices again: a refused
-    /// claim lost to another node, a claim whose answer was lost shows as ours.
-    async fn claim(&self, name: &str, slice: &Slice) -> Result<(), IpamError> {
+    /// Gives the free slice of `cut` (or the part of it `cut` names, the rest listed free) to this node. Whatever
+    /// the answer, the caller reads the slices again: a refused claim lost to another node, a claim whose answer was
+    /// lost shows as ours.
+    async fn claim(&self, name: &str, cut: &Cut) -> Result<(), IpamError> {
         let node = self.node();
-        let stored = slice.stored();
+        let (slice, stored) = (&cut.free, cut.free.stored());
+        let kept = names::range_string(cut.cidr);
+        let rest: Vec<String> = cut.rest().into_iter().map(names::range_string).collect();
         let outcome = self
             .budget
-            .retry(StoreError::is_transient, || self.store.move_slice(name, slice.index, &stored, node))
+            .retry(StoreError::is_transient, || async {
+                if cut.splits() {
+                    self.store.split_slice(name, slice.index, &stored, node, &kept, &rest).await
+                } else {
+                    self.store.move_slice(name, slice.index, &stored, node).await
+                }
+            })
             .await
-            .map_err(|e| IpamError::from_retry(&format!("node slices {name}: claim {}", slice.cidr), e))?;
+            .map_err(|e| IpamError::from_retry(&format!("node slices {name}: claim {}", cut.cidr), e))?;
         match outcome {
-            Patched::Applied => tracing::info!(node_slices = name, slice = %slice.cidr, "slice claimed"),
+            Patched::Applied => {
+                tracing::info!(node_slices = name, slice = %cut.cidr, from = %slice.cidr, "slice claimed")
+            }
             Patched::Refused(message) => {
-                tracing::debug!(node_slices = name, slice = %slice.cidr, %message, "slice claimed by another node first")
+                tracing::debug!(node_slices = name, slice = %cut.cidr, %message, "slice claimed by another node first")
             }
             Patched::Missing => tracing::warn!(node_slices = name, "node slices deleted while claiming"),
         }

@@ -124,7 +124,8 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
             .filter_map(|(index, holders)| {
                 let node = &holders.first()?.node;
                 let slice = slices.iter().find(|s| s.index == *index)?;
-                holders.iter().all(|h| &h.node == node).then(|| (slice.clone(), node.clone()))
+                // a pool of another size inside or around the slice (adaptive slices) is not the slice's
+                holders.iter().all(|h| &h.node == node && h.of(slice.cidr)).then(|| (slice.clone(), node.clone()))
             })
             .collect();
         // the pools cannot be read: give nothing away this pass

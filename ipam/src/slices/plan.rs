@@ -15,6 +15,8 @@ use k8s_openapi::jiff::Timestamp;
 use crate::crd::{IpPool, NodeSliceAllocation, NodeSlicePool};
 use crate::names;
 
+use super::growth::{self, Cut, Growth};
+
 pub use crate::cut::{MAX_SLICES, SliceError, SliceSize, divide, parse_slice_size};
 
 /// One slice as a NodeSlicePool lists it.
@@ -71,6 +73,19 @@ pub struct Holder {
     pub node: String,
     /// The pool.
     pub pool: String,
+    /// Its range: the slice asked about, or (adaptive slices) one inside it or around it.
+    pub cidr: IpNet,
+}
+
+impl Holder {
+    /// Whether the pool is of exactly the slice `cidr`.
+    pub fn of(&self, cidr: IpNet) -> bool {
+        self.cidr == cidr
+    }
+}
+
+fn overlap(a: IpNet, b: IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// Whether `pool` may be of the network `network_name`: a pool hereabouts made says its network in an annotation,
@@ -80,17 +95,21 @@ pub fn of_network(pool: &IpPool, network_name: &str) -> bool {
     annotated.is_none_or(|n| n == network_name)
 }
 
-/// The slice pools of `cidr` in the network `network_name` that hold something, by pool name ([`of_network`]).
+/// The slice pools in the network `network_name` that hold something, by pool name ([`of_network`]), whose range
+/// is `cidr` or overlaps it (adaptive slices are of many sizes: a slice listed free may hold a smaller one in use).
 pub fn holders(pools: &[IpPool], network_name: &str, cidr: IpNet, now: Timestamp) -> Vec<Holder> {
     let mut found: Vec<Holder> = pools
         .iter()
-        .filter(|p| p.spec.range.parse::<IpNet>().is_ok_and(|r| r.trunc() == cidr))
         .filter(|p| of_network(p, network_name))
         .filter(|p| !p.spec.allocations.is_empty() || !crate::cooldown::cooling(p, now).is_empty())
         .filter_map(|p| {
+            let range = p.spec.range.parse::<IpNet>().ok()?.trunc();
+            if !overlap(range, cidr) {
+                return None;
+            }
             let pool = p.metadata.name.as_deref()?;
-            let node = names::node_of_slice_pool(pool, network_name, cidr)?;
-            Some(Holder { node: node.to_string(), pool: pool.to_string() })
+            let node = names::node_of_slice_pool(pool, network_name, range)?;
+            Some(Holder { node: node.to_string(), pool: pool.to_string(), cidr: range })
         })
         .collect();
     found.sort_by(|a, b| a.pool.cmp(&b.pool));
@@ -100,7 +119,8 @@ pub fn holders(pools: &[IpPool], network_name: &str, cidr: IpNet, now: Timestamp
 /// The slices of a lost NodeSlicePool as `node` re-creates it from the slice pools of its network: a slice whose
 /// pool of `node` holds something is its own again, the rest are listed free. A node may write only its own
 /// slices (the admission policy holds its token to that); the other nodes' slices in use stay theirs through the
-/// checks on every claim ([`holders`]) until the leader gives them back.
+/// checks on every claim ([`holders`]) until the leader gives them back. Slices in use smaller than `prefix`
+/// (adaptive slices) are listed as they are, what is around them cut to fit ([`growth::cut_around`]).
 pub fn rebuilt(
     range: IpNet,
     prefix: u8,
@@ -109,10 +129,16 @@ pub fn rebuilt(
     pools: &[IpPool],
     now: Timestamp,
 ) -> Result<Vec<NodeSliceAllocation>, SliceError> {
-    Ok(divide(range, prefix)?
+    let range = range.trunc();
+    let used: Vec<IpNet> = holders(pools, network_name, range, now)
+        .into_iter()
+        .map(|h| h.cidr)
+        .filter(|c| range.contains(&c.network()) && c.prefix_len() > prefix)
+        .collect();
+    Ok(growth::cut_around(divide(range, prefix)?, &used)
         .into_iter()
         .map(|cidr| {
-            let own = holders(pools, network_name, cidr, now).iter().any(|h| h.node == node);
+            let own = holders(pools, network_name, cidr, now).iter().any(|h| h.node == node && h.of(cidr));
             NodeSliceAllocation {
                 node_name: if own { node.to_string() } else { String::new() },
                 slice_range: names::range_string(cidr),
@@ -128,6 +154,8 @@ pub enum Next {
     Own(Slice),
     /// Claim this free slice for the node, then allocate in it.
     Claim(Slice),
+    /// Claim part of this free slice (adaptive slices), the rest listed free, then allocate in it.
+    Split(Cut),
     /// Allocate in another node's slice (no slice is free).
     Borrow(Slice),
     /// Every slice is full.
@@ -142,6 +170,9 @@ pub struct Lending {
     pub may_borrow: bool,
     /// Claim a free slice only while the node holds fewer than this many (`max_slices_per_node`); `None`, no cap.
     pub max_own: Option<usize>,
+    /// Adaptive slices (`min_node_slice_size`): the slice claimed is cut to the size the node's next one should
+    /// have ([`Growth`]); `None`, free slices are claimed whole.
+    pub growth: Option<Growth>,
 }
 
 /// The next slice to try for `node`, given the slices known to be full in this invocation and the free ones found
@@ -181,8 +212,17 @@ pub fn next(
     let capped = lending.max_own.is_some_and(|max| held >= max);
     let free: Vec<&Slice> =
         slices.iter().filter(|s| !capped && s.node.is_empty() && !unclaimable.contains(&s.cidr)).collect();
-    if let Some(s) = pick(&free, seed) {
-        return Next::Claim(s.clone());
+    match lending.growth {
+        Some(growth) => match growth.choose(&free, held, seed) {
+            Some(cut) if cut.splits() => return Next::Split(cut),
+            Some(cut) => return Next::Claim(cut.free),
+            None => {}
+        },
+        None => {
+            if let Some(s) = pick(&free, seed) {
+                return Next::Claim(s.clone());
+            }
+        }
     }
     let others: Vec<&Slice> =
         slices.iter().filter(|s| may_borrow && !s.node.is_empty() && s.node != node).filter(open).collect();
@@ -232,7 +272,7 @@ mod tests {
     use super::*;
 
     fn lend(may_borrow: bool) -> Lending {
-        Lending { may_borrow, max_own: None }
+        Lending { may_borrow, max_own: None, growth: None }
     }
     use proptest::prelude::*;
     use std::net::IpAddr;
@@ -296,7 +336,7 @@ mod tests {
     fn a_node_at_its_slice_cap_borrows_rather_than_claim_and_keeps_what_it_holds() {
         let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "")]);
         let (none, a_full) = (BTreeSet::new(), BTreeSet::from([net("10.0.0.0/26")]));
-        let capped = |may_borrow| Lending { may_borrow, max_own: Some(1) };
+        let capped = |may_borrow| Lending { may_borrow, max_own: Some(1), growth: None };
         assert_eq!(next(&s, "a", &none, &none_claimed(), None, capped(true), 7), Next::Own(s[0].clone()));
         assert_eq!(
             next(&s, "a", &a_full, &none_claimed(), None, capped(true), 7),
@@ -304,7 +344,7 @@ mod tests {
             "one slice held, full: b's is borrowed, the free ones left to other nodes"
         );
         assert_eq!(next(&s, "a", &a_full, &none_claimed(), None, capped(false), 7), Next::Full, "nor claims without");
-        let two = Lending { may_borrow: true, max_own: Some(2) };
+        let two = Lending { may_borrow: true, max_own: Some(2), growth: None };
         assert!(matches!(next(&s, "a", &a_full, &none_claimed(), None, two, 7), Next::Claim(_)), "under the cap");
         assert!(matches!(next(&s, "c", &none, &none_claimed(), None, capped(true), 7), Next::Claim(_)), "c holds none");
         // the slice of the attachment's own entry, listed free after a rebuild, is still claimed back
@@ -320,7 +360,7 @@ mod tests {
         fn no_node_claims_past_its_cap(cap in 1usize..4, nodes in 1usize..6, order in proptest::collection::vec(0usize..6, 1..60)) {
             let mut slices: Vec<Slice> =
                 (0..16).map(|index| Slice { index, cidr: net(&format!("10.0.{index}.0/24")), node: String::new() }).collect();
-            let lending = Lending { may_borrow: true, max_own: Some(cap) };
+            let lending = Lending { may_borrow: true, max_own: Some(cap), growth: None };
             for (step, pick) in order.into_iter().enumerate() {
                 let node = format!("n{}", pick % nodes);
                 let held = slices.iter().filter(|s| s.node == node).count();
@@ -385,6 +425,18 @@ mod tests {
     /// lowest free address of the slice it lands on. No address is given twice, no slice gets two owners, and the
     /// range fills completely before anyone hears "full".
     fn fill(range: IpNet, prefix: u8, nodes: u8, order: &[u8], excludes: &[String]) -> Result<(), TestCaseError> {
+        fill_growing(range, prefix, None, nodes, order, excludes)
+    }
+
+    /// [`fill`], the slices cut as `growth` says when it is given.
+    fn fill_growing(
+        range: IpNet,
+        prefix: u8,
+        growth: Option<Growth>,
+        nodes: u8,
+        order: &[u8],
+        excludes: &[String],
+    ) -> Result<(), TestCaseError> {
         let parent = crate::range::IpRange::parse(&range.to_string(), None, None, excludes).unwrap();
         let mut slices: Vec<Slice> = divide(range, prefix)
             .unwrap()
@@ -401,7 +453,8 @@ mod tests {
             let mut full = BTreeSet::new();
             let got = loop {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                match next(&slices, &node, &full, &BTreeSet::new(), None, lend(true), seed >> 33) {
+                let lending = Lending { growth, ..lend(true) };
+                match next(&slices, &node, &full, &BTreeSet::new(), None, lending, seed >> 33) {
                     Next::Own(s) | Next::Borrow(s) => {
                         let sub = parent.slice(s.cidr);
                         let free = sub.as_ref().and_then(|sub| {
@@ -417,6 +470,15 @@ mod tests {
                     Next::Claim(s) => {
                         prop_assert!(slices[s.index].node.is_empty(), "claimed an owned slice");
                         slices[s.index].node = node.clone();
+                    }
+                    Next::Split(cut) => {
+                        prop_assert!(growth.is_some(), "cut without min_node_slice_size");
+                        prop_assert!(slices[cut.free.index].node.is_empty(), "cut an owned slice");
+                        let rest = cut.rest();
+                        slices[cut.free.index] = Slice { index: cut.free.index, cidr: cut.cidr, node: node.clone() };
+                        for cidr in rest {
+                            slices.push(Slice { index: slices.len(), cidr, node: String::new() });
+                        }
                     }
                     Next::Full => break None,
                 }
@@ -444,6 +506,19 @@ mod tests {
         ) {
             let excludes: Vec<String> = exclude.map(|o| format!("198.18.0.{o}/30")).into_iter().collect();
             fill(net("198.18.0.0/24"), prefix, nodes, &order, &excludes)?;
+        }
+
+        #[test]
+        fn an_adaptive_range_fills_completely_and_no_address_is_given_twice(
+            largest in 24u8..=27,
+            more in 0u8..=4,
+            nodes in 1u8..70,
+            order in proptest::collection::vec(any::<u8>(), 1..40),
+            exclude in proptest::option::of(0u8..255),
+        ) {
+            let excludes: Vec<String> = exclude.map(|o| format!("198.18.0.{o}/30")).into_iter().collect();
+            let growth = Growth { largest, smallest: (largest + more).min(30) };
+            fill_growing(net("198.18.0.0/24"), largest, Some(growth), nodes, &order, &excludes)?;
         }
 
         #[test]

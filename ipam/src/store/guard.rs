@@ -207,14 +207,30 @@ fn claim_metadata(current: &OverlappingRangeIpReservation, claim: &Claim) -> (Va
 /// (`""`: free). Of two nodes claiming one free slice, exactly one succeeds; a slice is freed the same way.
 pub fn move_slice(index: usize, slice: &NodeSliceAllocation, to: &str) -> Patch {
     let path = format!("/status/allocations/{index}");
-    guarded(
-        Guard::MoveSlice,
-        vec![
-            test(&format!("{path}/sliceRange"), json!(slice.slice_range)),
-            test(&format!("{path}/nodeName"), json!(slice.node_name)),
-            replace(&format!("{path}/nodeName"), json!(to)),
-        ],
-    )
+    let mut ops = slice_as_read(&path, slice);
+    ops.push(replace(&format!("{path}/nodeName"), json!(to)));
+    guarded(Guard::MoveSlice, ops)
+}
+
+/// Cuts the slice at `index` of a NodeSlicePool (adaptive slices) if it is still `slice` held by
+/// `slice.node_name`: node `to` gets its part `kept` in its place, and the other parts (`rest`) are appended free.
+/// The guard is [`move_slice`]'s; the other entries keep their places, so a concurrent claim of another slice,
+/// guarded on its own place, is not disturbed.
+pub fn split_slice(index: usize, slice: &NodeSliceAllocation, to: &str, kept: &str, rest: &[String]) -> Patch {
+    let path = format!("/status/allocations/{index}");
+    let mut ops = slice_as_read(&path, slice);
+    ops.push(replace(&path, json!(NodeSliceAllocation { node_name: to.to_string(), slice_range: kept.to_string() })));
+    ops.extend(rest.iter().map(|r| {
+        add("/status/allocations/-", json!(NodeSliceAllocation { node_name: String::new(), slice_range: r.clone() }))
+    }));
+    guarded(Guard::MoveSlice, ops)
+}
+
+fn slice_as_read(path: &str, slice: &NodeSliceAllocation) -> Vec<PatchOperation> {
+    vec![
+        test(&format!("{path}/sliceRange"), json!(slice.slice_range)),
+        test(&format!("{path}/nodeName"), json!(slice.node_name)),
+    ]
 }
 
 /// Sets the owner references of an object to `kept` if it is still at `version`: whatever was added since (by

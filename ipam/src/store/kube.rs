@@ -338,6 +338,20 @@ impl SliceStore for KubeStore {
         Self::guarded(&self.slices, NODE_SLICES, name, op, patch).await
     }
 
+    async fn split_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+        kept: &str,
+        rest: &[String],
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::split_slice(index, slice, to, kept, rest);
+        let op = format!("cut slice {} to {kept} for {to:?}", slice.slice_range);
+        Self::guarded(&self.slices, NODE_SLICES, name, op, patch).await
+    }
+
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
         Ok(list.items)

@@ -821,6 +821,25 @@ impl ReservationStore for MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Applies a guarded patch to the NodeSlicePool `name`, as the API server would (its faults those of `op`).
+    async fn patch_slices(&self, op: Op, name: &str, patch: json_patch::Patch) -> Result<Patched, StoreError> {
+        refused_as_patched(
+            self.call(op, "nodeslicepool", name, |s| {
+                let Some(stored) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
+                let mut object = stored.clone();
+                if let Err(refusal) = patch_object(&mut object, &Change::Guarded(&patch)) {
+                    return Ok(Patched::Refused(refusal));
+                }
+                object.metadata.resource_version = Some(s.bump());
+                s.node_slices.insert(name.to_string(), object);
+                Ok(Patched::Applied)
+            })
+            .await,
+        )
+    }
+}
+
 impl SliceStore for MemoryStore {
     async fn get_node_slices(&self, name: &str) -> Result<Option<NodeSlicePool>, StoreError> {
         self.call(Op::GetNodeSlices, "nodeslicepool", name, |s| Ok(s.node_slices.get(name).cloned())).await
@@ -853,20 +872,19 @@ impl SliceStore for MemoryStore {
         slice: &NodeSliceAllocation,
         to: &str,
     ) -> Result<Patched, StoreError> {
-        let patch = guard::move_slice(index, slice, to);
-        refused_as_patched(
-            self.call(Op::MoveSlice, "nodeslicepool", name, |s| {
-                let Some(stored) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
-                let mut object = stored.clone();
-                if let Err(refusal) = patch_object(&mut object, &Change::Guarded(&patch)) {
-                    return Ok(Patched::Refused(refusal));
-                }
-                object.metadata.resource_version = Some(s.bump());
-                s.node_slices.insert(name.to_string(), object);
-                Ok(Patched::Applied)
-            })
-            .await,
-        )
+        self.patch_slices(Op::MoveSlice, name, guard::move_slice(index, slice, to)).await
+    }
+
+    async fn split_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+        kept: &str,
+        rest: &[String],
+    ) -> Result<Patched, StoreError> {
+        self.patch_slices(Op::MoveSlice, name, guard::split_slice(index, slice, to, kept, rest)).await
     }
 
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
@@ -879,19 +897,6 @@ impl SliceStore for MemoryStore {
         version: &str,
         kept: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
     ) -> Result<Patched, StoreError> {
-        let patch = guard::keep_owners(version, kept);
-        refused_as_patched(
-            self.call(Op::KeepNodeSlicesOwners, "nodeslicepool", name, |s| {
-                let Some(stored) = s.node_slices.get(name) else { return Ok(Patched::Missing) };
-                let mut object = stored.clone();
-                if let Err(refusal) = patch_object(&mut object, &Change::Guarded(&patch)) {
-                    return Ok(Patched::Refused(refusal));
-                }
-                object.metadata.resource_version = Some(s.bump());
-                s.node_slices.insert(name.to_string(), object);
-                Ok(Patched::Applied)
-            })
-            .await,
-        )
+        self.patch_slices(Op::KeepNodeSlicesOwners, name, guard::keep_owners(version, kept)).await
     }
 }

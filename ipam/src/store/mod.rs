@@ -465,6 +465,18 @@ pub trait SliceStore: Send + Sync {
         to: &str,
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
+    /// Cuts the slice at `index` of the NodeSlicePool `name` if it is still `slice` (adaptive slices): node `to` gets
+    /// its part `kept`, the other parts `rest` are listed free ([`guard::split_slice`]).
+    fn split_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+        kept: &str,
+        rest: &[String],
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
     /// Every NodeSlicePool of the namespace.
     fn list_node_slices(&self) -> impl Future<Output = Result<Vec<NodeSlicePool>, StoreError>> + Send;
 

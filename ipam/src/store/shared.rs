@@ -514,6 +514,19 @@ impl<S: SliceStore> SliceStore for Shared<S> {
         self.inner.move_slice(name, index, slice, to).await
     }
 
+    async fn split_slice(
+        &self,
+        name: &str,
+        index: usize,
+        slice: &NodeSliceAllocation,
+        to: &str,
+        kept: &str,
+        rest: &[String],
+    ) -> Result<Patched, StoreError> {
+        self.forget_slices(name);
+        self.inner.split_slice(name, index, slice, to, kept, rest).await
+    }
+
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         self.inner.list_node_slices().await
     }
