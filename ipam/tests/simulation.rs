@@ -59,7 +59,7 @@ const KILL_AFTER: Duration = Duration::from_secs(120);
 /// ADDs find every free address cooling; and two networks without reservations (`enable_overlapping_ranges:
 /// false`, as many Whereabouts fleets run), one pool and slices, where the pool's and the NodeSlicePool's guarded
 /// patches are all that keeps two pods off one address.
-const NETWORKS: [&str; 8] = [
+const NETWORKS: [&str; 9] = [
     r#"{"cniVersion":"1.0.0","name":"net-a","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-b","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/29","allocation_strategy":"random","kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-c","type":"macvlan","ipam":{"type":"hereabouts","ipRanges":[{"range":"198.18.1.0/29"},{"range":"2001:db8::/125"}],"kubernetes":{"kubeconfig":"/k"}}}"#,
@@ -68,6 +68,7 @@ const NETWORKS: [&str; 8] = [
     r#"{"cniVersion":"1.0.0","name":"net-f","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.3.0/29","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-g","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.4.0/28","node_slice_size":"/30","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#,
     r#"{"cniVersion":"1.0.0","name":"net-h","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.5.0/28","node_slice_size":"/30","warm_addresses":2,"kubernetes":{"kubeconfig":"/k"}}}"#,
+    r#"{"cniVersion":"1.0.0","name":"net-i","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.0.0/28","node_slice_size":"/29","min_node_slice_size":"/30","kubernetes":{"kubeconfig":"/k"}}}"#,
 ];
 
 /// The networks the general cases draw from: all but the warm one, which has cases of its own
@@ -77,12 +78,16 @@ const PLAIN_NETWORKS: usize = 7;
 /// net-h: node slices with a warm reserve of two addresses per node, kept by each node's agent.
 const WARM_NETWORK: usize = 7;
 
-/// The networks in slice mode (net-d, net-g).
-const SLICE_NETWORKS: [usize; 3] = [3, 6, WARM_NETWORK];
+/// net-i: adaptive slices over net-a's range (/30 first, then /29), with reservations: nodes cut free slices as
+/// they claim them, race for the parts, and borrow; net-a's single-pool writers meet them through the reservations.
+const ADAPTIVE_NETWORK: usize = 8;
 
-/// Whether `network` claims its addresses with reservations (all but the last two).
+/// The networks in slice mode (net-d, net-g, net-h, net-i).
+const SLICE_NETWORKS: [usize; 4] = [3, 6, WARM_NETWORK, ADAPTIVE_NETWORK];
+
+/// Whether `network` claims its addresses with reservations (all but net-f and net-g).
 fn reserves(network: usize) -> bool {
-    network < 5 || network == WARM_NETWORK
+    network < 5 || network == WARM_NETWORK || network == ADAPTIVE_NETWORK
 }
 
 /// net-e keeps a reuse cooldown: an address a live pod gave up is not handed to another before this has passed
@@ -311,6 +316,8 @@ struct World {
     watches: bool,
     /// Set once every pod's life is over: the agents' watches end.
     over: Arc<AtomicBool>,
+    /// Whether a pod of the adaptive network runs in this case (GC then looks there too).
+    adaptive: bool,
     /// In a case with the warm network: each node's journal directory (under this one), which outlives its
     /// agents, and each node's agent's reserves. `None` in the other cases, whose agents keep none.
     journals: Option<tempfile::TempDir>,
@@ -872,8 +879,9 @@ async fn node_loop(releaser: &Releaser<MemoryStore, SimCluster>, gone: Vec<(Stri
 
 async fn gc(world: &World, store: &MemoryStore) -> Vec<(String, String)> {
     let node = world.rng.lock().unwrap().below(3) as usize;
-    let networks = if world.journals.is_some() { NETWORKS.len() } else { PLAIN_NETWORKS };
-    for network in 0..networks {
+    let warm = world.journals.is_some().then_some(WARM_NETWORK);
+    let networks = (0..PLAIN_NETWORKS).chain(warm).chain(world.adaptive.then_some(ADAPTIVE_NETWORK));
+    for network in networks {
         let valid: Vec<Attachment> = world.truth.lock().unwrap().known.get(&node).map_or_else(Vec::new, |k| {
             k.iter()
                 .filter(|(_, n)| *n == network)
@@ -1082,6 +1090,7 @@ fn run_case_counted(
             agents: Mutex::default(),
             marks: tempfile::tempdir().unwrap(),
             early_fallbacks,
+            adaptive: scripts.iter().any(|s| s.network == ADAPTIVE_NETWORK),
             watches: early_fallbacks,
             over: Arc::default(),
             journals: warm.then(|| tempfile::tempdir().unwrap()),
@@ -1207,6 +1216,41 @@ proptest! {
         seed: u64,
         rate in prop_oneof![Just(0.0), 0.01f64..0.1, 0.1f64..0.3],
         scripts in proptest::collection::vec(arb_warm_script(), 1..14),
+    ) {
+        if let Err(problems) = run_case(seed, rate, scripts) {
+            prop_assert!(false, "{}", problems);
+        }
+    }
+}
+
+/// Pods of the adaptive network (with some of net-a's, whose range it shares, and of net-d's, slices of it) on three
+/// nodes: nodes cut slices out of free ones as they claim them, race for the parts and for whole slices, borrow
+/// once none is free, through the binary and their agents, under the same faults, GC and reconciler.
+fn arb_adaptive_script() -> impl Strategy<Value = PodScript> {
+    let end = prop_oneof![3 => Just(End::Del), 2 => Just(End::Vanish), 1 => Just(End::Finish), 3 => Just(End::Stay)];
+    (
+        prop_oneof![6 => Just(ADAPTIVE_NETWORK), 1 => Just(0usize), 1 => Just(3usize)],
+        0usize..3,
+        any::<bool>(),
+        end,
+        prop::bool::weighted(0.2),
+        prop_oneof![2 => 0u64..20_000, 1 => (0u64..4).prop_map(|burst| burst * 5_000)],
+        0u64..60_000,
+        any::<bool>(),
+    )
+        .prop_map(|(network, node, repeat_add, end, recreated, start_ms, live_ms, agent)| {
+            scripted(network, node, false, repeat_add, end, recreated, start_ms, live_ms, agent)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 4, ..ProptestConfig::default() })]
+
+    #[test]
+    fn adaptive_slices_under_faults_keep_every_promise(
+        seed: u64,
+        rate in prop_oneof![Just(0.0), 0.01f64..0.1, 0.1f64..0.3],
+        scripts in proptest::collection::vec(arb_adaptive_script(), 1..14),
     ) {
         if let Err(problems) = run_case(seed, rate, scripts) {
             prop_assert!(false, "{}", problems);

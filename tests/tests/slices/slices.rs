@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 /// Runs ADD for `pods` (pod name, node), `at_once` at a time.
-async fn add_all(fx: &CniFixture, config: &Value, pods: &[(String, String)], at_once: usize) -> Vec<Output> {
+pub(crate) async fn add_all(fx: &CniFixture, config: &Value, pods: &[(String, String)], at_once: usize) -> Vec<Output> {
     stream::iter(pods.iter().map(|(pod, node)| {
         let inv = fx.invocation("ADD", config, pod, &format!("c-{pod}")).with_env("NODENAME", node);
         async move { inv.run().await }
@@ -39,12 +39,12 @@ async fn put_node_slices(fx: &CniFixture, name: &str, range: &str, prefix: u8, o
     Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).create(&PostParams::default(), &nsp).await.unwrap();
 }
 
-async fn node_slices(fx: &CniFixture, name: &str) -> NodeSlicePool {
+pub(crate) async fn node_slices(fx: &CniFixture, name: &str) -> NodeSlicePool {
     Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns).get(name).await.unwrap()
 }
 
 /// Every (address, podref) the pools of the namespace hold, computed from each pool's own range.
-fn held(pools: &[IpPool]) -> Vec<(IpAddr, String)> {
+pub(crate) fn held(pools: &[IpPool]) -> Vec<(IpAddr, String)> {
     let mut all = Vec::new();
     for pool in pools {
         let range = IpRange::parse(&pool.spec.range, None, None, &[]).unwrap();
@@ -56,7 +56,7 @@ fn held(pools: &[IpPool]) -> Vec<(IpAddr, String)> {
 }
 
 /// No address twice across every pool, and each reservation names the pod its address's entry holds.
-async fn assert_distinct_and_reserved(fx: &CniFixture, expected: usize) -> BTreeSet<IpAddr> {
+pub(crate) async fn assert_distinct_and_reserved(fx: &CniFixture, expected: usize) -> BTreeSet<IpAddr> {
     let pools = fx.pools().await;
     let held = held(&pools);
     let addresses: BTreeSet<IpAddr> = held.iter().map(|(ip, _)| *ip).collect();
@@ -74,7 +74,7 @@ async fn assert_distinct_and_reserved(fx: &CniFixture, expected: usize) -> BTree
 
 /// Which node owns which slice: no slice has two owners by construction (a list), so check the other way:
 /// every owner named by a pool's name owns that slice.
-fn owners(nsp: &NodeSlicePool) -> BTreeMap<String, String> {
+pub(crate) fn owners(nsp: &NodeSlicePool) -> BTreeMap<String, String> {
     nsp.status.as_ref().unwrap().allocations.iter().map(|a| (a.slice_range.clone(), a.node_name.clone())).collect()
 }
 
