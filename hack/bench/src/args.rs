@@ -26,7 +26,7 @@ pub struct Args {
     /// Also write the API server's metric lines that mention the Whereabouts group to results/metrics-sample.txt.
     #[arg(long)]
     pub dump_metrics: bool,
-    /// Only these workloads (comma-separated of w1,w1r,w1s,large,w2,w3,w3s,w4,ceiling,fill,startup).
+    /// Only these workloads (comma-separated of w1,w1r,w1s,large,w2,w3,w3s,w4,ceiling,fill,fit,startup).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// The range the fill workload fills (default 198.20.0.0/20, with --quick 198.20.0.0/24).

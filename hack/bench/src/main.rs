@@ -157,6 +157,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     // once per run: the ceiling measures the server, the fill is a capacity check
     let ceiling = if want("ceiling") { Some(bench.ceiling().await?) } else { None };
+    let fit = if want("fit") {
+        let mut rounds = Vec::new();
+        for v in workloads::fit::FitVariant::ALL {
+            let f = bench.fit(v).await?;
+            log_round("fit", v.label(), 0, &f.res);
+            rounds.push(f);
+        }
+        Some(rounds)
+    } else {
+        None
+    };
     let fill = if want("fill") {
         let f = bench.fill().await?;
         log_round("fill", "hereabouts-slice", 0, &f.res);
@@ -184,6 +195,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         sliced_growth,
         ceiling,
         fill,
+        fit,
         startup,
         notes,
         total,

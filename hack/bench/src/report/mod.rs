@@ -11,6 +11,7 @@ use crate::args::{Plugin, Sizes, Variant};
 use crate::metrics;
 use crate::results::RoundResult;
 use crate::stats::p50_p99;
+use crate::workloads::fit::FitRound;
 use crate::workloads::{CeilingRow, FillResult, ceiling};
 use summary::{Summary, WarmSummary, summary, summary_json};
 use table::{Table, fmt};
@@ -29,6 +30,7 @@ pub struct Report {
     pub sliced_growth: ByLevel,
     pub ceiling: Option<Vec<CeilingRow>>,
     pub fill: Option<FillResult>,
+    pub fit: Option<Vec<FitRound>>,
     pub startup: Option<BTreeMap<Plugin, (f64, Option<f64>)>>,
     pub notes: Vec<String>,
     pub total: f64,
@@ -181,6 +183,9 @@ impl Report {
         }
         if let Some(fill) = &self.fill {
             doc["fill"] = fill_section(&mut t, &mut failures, fill);
+        }
+        if let Some(fit) = &self.fit {
+            doc["fit"] = fit_section(&mut t, &mut failures, fit);
         }
         if let Some(rows) = &self.ceiling {
             doc["ceiling"] = self.ceiling_section(&mut t, rows);
@@ -530,6 +535,46 @@ fn warm_rows(t: &mut Table, cols: &[(Variant, Summary)]) {
     );
     t.num("first fill before the burst, s (median)", &warm(&|w| w.fill_s), 1);
     t.num("  API requests per warm slot (the first ADDs' with them)", &warm(&|w| w.fill_per_slot), 2);
+}
+
+/// Fit: 64 nodes on a /22, fixed /26 slices beside adaptive ones and Whereabouts' fast IPAM.
+fn fit_section(t: &mut Table, failures: &mut Failures, rounds: &[FitRound]) -> Value {
+    use crate::workloads::fit::{FIT_MIN_SLICE, FIT_NODES, FIT_PER_NODE, FIT_RANGE, FIT_SLICE};
+    let labels: Vec<&str> = rounds.iter().map(|r| r.variant.label()).collect();
+    t.columns(&labels, &[]);
+    t.section(&format!(
+        "fit: {FIT_NODES} nodes on {FIT_RANGE}, {FIT_PER_NODE} ADDs each ({} in all), fixed {FIT_SLICE} slices \
+         (16) or adaptive {FIT_MIN_SLICE} first, up to {FIT_SLICE}; overlapping on",
+        FIT_NODES * FIT_PER_NODE
+    ));
+    let sums: Vec<Summary> = rounds.iter().map(|r| summary(std::slice::from_ref(&r.res))).collect();
+    let nums = |f: &dyn Fn(&Summary) -> f64| sums.iter().map(f).collect::<Vec<f64>>();
+    let texts = |f: &dyn Fn(&FitRound, &Summary) -> String| rounds.iter().zip(&sums).map(|(r, s)| f(r, s)).collect();
+    t.text("failed ADDs / all ADDs", texts(&|_, s| format!("{} / {}", s.failed, s.ops)));
+    t.text("nodes with a slice of their own", texts(&|r, _| format!("{} / {FIT_NODES}", r.owners)));
+    t.text("ADDs given another node's address", texts(&|r, _| r.borrowed.to_string()));
+    t.text("slices listed", texts(&|r, _| r.slices.to_string()));
+    t.num("wall time, s", &nums(&|s| s.wall), 2);
+    t.num("ADDs/s", &nums(&|s| s.adds_per_s), 1);
+    t.num("ADD latency p50, ms", &nums(&|s| s.add_lat[0]), 0);
+    t.num("ADD latency p99, ms", &nums(&|s| s.add_lat[2]), 0);
+    t.num("API requests per ADD", &nums(&|s| s.req_per_op), 2);
+    t.text(
+        "held twice: results / pool objects",
+        texts(&|_, s| format!("{} / {}", s.dup_results, s.pool_conflicts)),
+    );
+    t.text("pool entries no live pod holds (leaks)", texts(&|_, s| s.orphans.to_string()));
+    let mut doc = json!({});
+    for (r, s) in rounds.iter().zip(&sums) {
+        // Whereabouts' nodes without a slice fail by design here: that is the row's point, not a harness failure
+        if r.variant != crate::workloads::fit::FitVariant::WhereaboutsFast {
+            failures.add("fit", r.variant.label(), s);
+        }
+        doc[r.variant.label()] = json!({
+            "owners": r.owners, "slices": r.slices, "borrowed": r.borrowed, "summary": summary_json(s),
+        });
+    }
+    doc
 }
 
 fn fill_section(t: &mut Table, failures: &mut Failures, f: &FillResult) -> Value {

@@ -6,6 +6,7 @@ mod burst;
 pub mod ceiling;
 mod churn;
 mod fill;
+pub mod fit;
 mod growth;
 pub mod large;
 mod nodeslice;
