@@ -118,6 +118,7 @@ pub async fn run<S: Store>(
                         assigned = kept.assigned,
                         freed = kept.freed,
                         returned = kept.returned,
+                        joined = kept.joined,
                         unowned = kept.unowned,
                         deferred = kept.deferred,
                         "node slices kept"

@@ -108,6 +108,25 @@ pub fn remainder(block: IpNet, part: IpNet) -> Vec<IpNet> {
     rest
 }
 
+/// Two free slices the leader joins into one (`parent`): buddies of one size smaller than `largest` (the
+/// NodeSlicePool's `sliceSize`), both listed free — what is left when a gone node's cut slice was freed, so that
+/// later nodes find larger slices again. The first such pair in list order; a slice `in_use` says a pool still uses
+/// (listed free after the NodeSlicePool was rebuilt) is left as it is, for the leader to give back to its node.
+pub fn joinable(slices: &[Slice], largest: u8, in_use: impl Fn(&Slice) -> bool) -> Option<(Slice, Slice, IpNet)> {
+    let free: Vec<&Slice> =
+        slices.iter().filter(|s| s.node.is_empty() && s.cidr.prefix_len() > largest && !in_use(s)).collect();
+    for a in &free {
+        let parent = IpNet::new(a.cidr.network(), a.cidr.prefix_len() - 1).ok()?.trunc();
+        let buddy = free.iter().find(|b| {
+            b.index != a.index && b.cidr.prefix_len() == a.cidr.prefix_len() && parent.contains(&b.cidr.network())
+        });
+        if let Some(b) = buddy {
+            return Some(((*a).clone(), (*b).clone(), parent));
+        }
+    }
+    None
+}
+
 /// `blocks` (a partition of a range) cut so that each of `used` (slices of pools that hold entries) is one of them:
 /// a NodeSlicePool rebuilt after it was lost lists the slices as their pools were made, whatever their size.
 pub fn cut_around(mut blocks: Vec<IpNet>, used: &[IpNet]) -> Vec<IpNet> {
@@ -184,6 +203,23 @@ mod tests {
         assert_eq!(cut.rest(), [net("198.18.0.0/27"), net("198.18.0.48/28")]);
         let small = free(&["198.18.0.32/28"]);
         assert_eq!(G.cut_at(&small[0], 2, "198.18.0.37".parse().unwrap()).cidr, net("198.18.0.32/28"));
+    }
+
+    #[test]
+    fn free_buddies_smaller_than_the_largest_are_joined() {
+        let mut listed = free(&["198.18.0.0/26", "198.18.0.64/28", "198.18.0.96/27", "198.18.0.80/28"]);
+        listed[0].node = "a".into();
+        let unused = |_: &Slice| false;
+        let (a, b, parent) = joinable(&listed, 26, unused).unwrap();
+        assert_eq!((a.index, b.index, parent), (1, 3, net("198.18.0.64/27")));
+        assert_eq!(joinable(&listed, 26, |s| s.index == 3), None, "a part a pool still uses");
+        listed[3].node = "b".into();
+        assert_eq!(joinable(&listed, 26, unused), None, "a buddy owned");
+        let whole = free(&["198.18.0.0/27", "198.18.0.32/27"]);
+        assert_eq!(joinable(&whole, 27, unused), None, "not past the NodeSlicePool's sliceSize");
+        assert_eq!(joinable(&whole, 26, unused).map(|j| j.2), Some(net("198.18.0.0/26")));
+        let strangers = free(&["198.18.0.32/27", "198.18.0.64/27"]);
+        assert_eq!(joinable(&strangers, 24, unused), None, "neighbours of different parents");
     }
 
     #[test]

@@ -14,11 +14,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use super::growth;
 use super::plan::{self, Slice};
 use crate::cooldown;
 use crate::crd::NodeSlicePool;
 use crate::names;
 use crate::store::{Deleted, Patched, PoolStore, SliceStore, StoreError, Version};
+
+/// How many pairs of free slices one pass joins in one NodeSlicePool (each a read and a patch).
+const MAX_JOINS: usize = 64;
 
 /// The kind whose owner references are dropped.
 const NAD_KIND: &str = "NetworkAttachmentDefinition";
@@ -32,6 +36,8 @@ pub struct Kept {
     pub freed: usize,
     /// Free slices given back to the node whose pool of them holds entries.
     pub returned: usize,
+    /// Pairs of free cut slices joined into one (adaptive slices).
+    pub joined: usize,
     /// NodeSlicePools whose NetworkAttachmentDefinition owner references were dropped.
     pub unowned: usize,
     /// Writes left undone because the NodeSlicePool changed since it was read (a node claimed a slice meanwhile)
@@ -63,6 +69,7 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
         for listing in &listed {
             self.unown(listing, &mut kept).await;
             self.keep(listing, live, assign, &mut kept, &mut seen).await;
+            self.join(listing, &mut kept).await;
         }
         self.empty_since.retain(|key, _| seen.contains(key));
         Ok(kept)
@@ -153,6 +160,60 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
                 Err(e) => {
                     tracing::warn!(node_slices = %name, slice = %slice.cidr, error = %e, "moving the slice failed");
                     kept.deferred += 1;
+                }
+            }
+        }
+    }
+
+    /// Joins free cut slices back into larger ones, pair by pair, each on a fresh list ([`growth::joinable`]); up to
+    /// [`MAX_JOINS`] a pass. Only when the listing as read had a pair (a slice freed this pass is joined at the next).
+    async fn join(&self, listing: &NodeSlicePool, kept: &mut Kept) {
+        let name = listing.metadata.name.clone().unwrap_or_default();
+        let Some(largest) = plan::parse_slice_size(&listing.spec.slice_size) else { return };
+        if growth::joinable(&plan::slices_of(listing), largest, |_| false).is_none() {
+            return;
+        }
+        let pools = match self.store.list_pools().await {
+            Ok(pools) => pools,
+            Err(e) => {
+                tracing::warn!(node_slices = %name, error = %e, "cannot list the pools; no slices joined this pass");
+                kept.deferred += 1;
+                return;
+            }
+        };
+        let now = crate::clock::now();
+        let in_use = |s: &Slice| {
+            !plan::holders(&pools, &name, s.cidr, now).is_empty() || !plan::holders(&pools, "", s.cidr, now).is_empty()
+        };
+        for _ in 0..MAX_JOINS {
+            // a LIST, which the leader may do, where a GET would need a right of its own: joins are rare
+            let listed = self.store.list_node_slices().await;
+            let slices = match listed.map(|l| l.into_iter().find(|n| n.metadata.name.as_deref() == Some(name.as_str())))
+            {
+                Ok(Some(now)) => plan::slices_of(&now),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(node_slices = %name, error = %e, "cannot read the slices to join");
+                    kept.deferred += 1;
+                    return;
+                }
+            };
+            let Some((a, b, parent)) = growth::joinable(&slices, largest, in_use) else { return };
+            let joined = names::range_string(parent);
+            match self.store.join_slices(&name, a.index, &a.stored(), b.index, &b.stored(), &joined).await {
+                Ok(Patched::Applied) => {
+                    tracing::info!(node_slices = %name, a = %a.cidr, b = %b.cidr, slice = %joined, "free slices joined");
+                    kept.joined += 1;
+                }
+                Ok(other) => {
+                    tracing::debug!(node_slices = %name, ?other, "changed meanwhile; next pass");
+                    kept.deferred += 1;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(node_slices = %name, error = %e, "joining free slices failed");
+                    kept.deferred += 1;
+                    return;
                 }
             }
         }
@@ -290,6 +351,77 @@ mod tests {
         assert_eq!((kept.assigned, kept.deferred), (2, 1), "{kept:?}");
         let again = keeper.pass(&set(&["a", "b", "c", "d"]), &set(&["b", "c", "d"])).await.unwrap();
         assert_eq!((again.assigned, again.deferred), (1, 0), "{again:?}");
+    }
+
+    /// A gone node's cut slice, freed, is joined with its free buddy, and that with its own, back to the
+    /// NodeSlicePool's slice size; a part a pool still uses is not joined; an entry moved by a concurrent claim (the
+    /// joins shift the list) refuses that claim rather than give it another slice.
+    #[tokio::test]
+    async fn free_cut_slices_are_joined_back_to_the_slice_size() {
+        let store = MemoryStore::new("ns");
+        let spec = NodeSlicePoolSpec { range: "198.18.0.0/25".into(), slice_size: "26".into() };
+        let listed = |list: &[(&str, &str)]| -> Vec<NodeSliceAllocation> {
+            list.iter()
+                .map(|(r, n)| NodeSliceAllocation { node_name: n.to_string(), slice_range: r.to_string() })
+                .collect()
+        };
+        let cut = listed(&[
+            ("198.18.0.0/28", "gone"),
+            ("198.18.0.64/26", ""),
+            ("198.18.0.32/27", ""),
+            ("198.18.0.16/28", ""),
+        ]);
+        store.put_node_slices(crate::store::node_slices_object("net", &spec, &cut));
+        let mut keeper = Keeper::new(store.clone(), Duration::ZERO);
+        let kept = keeper.pass(&set(&["a"]), &BTreeSet::new()).await.unwrap();
+        assert_eq!(kept.freed, 1, "{kept:?}");
+        // freed this pass, joined at the next
+        let kept = keeper.pass(&set(&["a"]), &BTreeSet::new()).await.unwrap();
+        assert_eq!(kept.joined, 2, "{kept:?}");
+        let now = store.node_slices()[0].status.clone().unwrap().allocations;
+        assert_eq!(now, listed(&[("198.18.0.0/26", ""), ("198.18.0.64/26", "")]));
+        assert_eq!(keeper.pass(&set(&["a"]), &BTreeSet::new()).await.unwrap(), Kept::default(), "nothing left");
+
+        // a claim read the list before a join moved its entry: refused, not applied elsewhere
+        store.put_node_slices(crate::store::node_slices_object("net2", &spec, &cut[1..]));
+        let kept = keeper.pass(&set(&["a"]), &BTreeSet::new()).await.unwrap();
+        assert_eq!(kept.joined, 0, "no buddies: .16/28's buddy .0/28 is not listed");
+        let stale = Slice { index: 3, cidr: "198.18.0.16/28".parse().unwrap(), node: String::new() };
+        store.put_node_slices(crate::store::node_slices_object(
+            "net2",
+            &spec,
+            &listed(&[("198.18.0.64/26", ""), ("198.18.0.0/28", ""), ("198.18.0.32/27", ""), ("198.18.0.16/28", "")]),
+        ));
+        assert_eq!(keeper.pass(&set(&["a"]), &BTreeSet::new()).await.unwrap().joined, 2);
+        let claim = store.move_slice("net2", stale.index, &stale.stored(), "b").await.unwrap();
+        assert!(matches!(claim, Patched::Refused(_)), "{claim:?}");
+        assert!(
+            store.node_slices().iter().all(|n| n
+                .status
+                .as_ref()
+                .unwrap()
+                .allocations
+                .iter()
+                .all(|a| a.node_name.is_empty()))
+        );
+
+        // a free part a pool still holds entries in stays as it is
+        store.put_node_slices(crate::store::node_slices_object(
+            "net3",
+            &spec,
+            &listed(&[("198.18.0.0/28", ""), ("198.18.0.16/28", ""), ("198.18.0.32/27", "")]),
+        ));
+        let entry = IpAllocation { id: "c".into(), podref: "ns/p".into(), ..IpAllocation::default() };
+        let pool = IpPoolSpec {
+            range: "198.18.0.16/28".into(),
+            allocations: [("1".into(), entry)].into(),
+            ..Default::default()
+        };
+        store.put_pool(IpPool::new("net3-y-198.18.0.16-28", pool));
+        keeper.pass(&set(&["a", "y"]), &BTreeSet::new()).await.unwrap();
+        let net3 = store.node_slices().into_iter().find(|n| n.metadata.name.as_deref() == Some("net3")).unwrap();
+        let ranges: Vec<String> = net3.status.unwrap().allocations.into_iter().map(|a| a.slice_range).collect();
+        assert!(ranges.contains(&"198.18.0.16/28".to_string()), "{ranges:?}");
     }
 
     #[tokio::test]

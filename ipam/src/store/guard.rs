@@ -226,6 +226,18 @@ pub fn split_slice(index: usize, slice: &NodeSliceAllocation, to: &str, kept: &s
     guarded(Guard::MoveSlice, ops)
 }
 
+/// Joins two free slices of a NodeSlicePool (`a` at `i`, `b` at `j`, buddies) into `parent` if both are still as
+/// read: `parent` takes `i`'s place, `j` is removed. The entries after `j` move up one place, so a concurrent claim
+/// of one of them, guarded on its place, is refused and reads again: nothing is claimed that was not read.
+pub fn join_slices(i: usize, a: &NodeSliceAllocation, j: usize, b: &NodeSliceAllocation, parent: &str) -> Patch {
+    let (at_i, at_j) = (format!("/status/allocations/{i}"), format!("/status/allocations/{j}"));
+    let mut ops = slice_as_read(&at_i, a);
+    ops.extend(slice_as_read(&at_j, b));
+    ops.push(replace(&at_i, json!(NodeSliceAllocation { node_name: String::new(), slice_range: parent.to_string() })));
+    ops.push(remove(&at_j));
+    guarded(Guard::MoveSlice, ops)
+}
+
 fn slice_as_read(path: &str, slice: &NodeSliceAllocation) -> Vec<PatchOperation> {
     vec![
         test(&format!("{path}/sliceRange"), json!(slice.slice_range)),

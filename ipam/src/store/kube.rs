@@ -352,6 +352,20 @@ impl SliceStore for KubeStore {
         Self::guarded(&self.slices, NODE_SLICES, name, op, patch).await
     }
 
+    async fn join_slices(
+        &self,
+        name: &str,
+        i: usize,
+        a: &NodeSliceAllocation,
+        j: usize,
+        b: &NodeSliceAllocation,
+        parent: &str,
+    ) -> Result<Patched, StoreError> {
+        let patch = guard::join_slices(i, a, j, b, parent);
+        let op = format!("join free slices {} and {} into {parent}", a.slice_range, b.slice_range);
+        Self::guarded(&self.slices, NODE_SLICES, name, op, patch).await
+    }
+
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         let list = self.slices.list(&ListParams::default()).await.map_err(|e| error(NODE_SLICES, "*", "list", e))?;
         Ok(list.items)

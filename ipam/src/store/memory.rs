@@ -887,6 +887,18 @@ impl SliceStore for MemoryStore {
         self.patch_slices(Op::MoveSlice, name, guard::split_slice(index, slice, to, kept, rest)).await
     }
 
+    async fn join_slices(
+        &self,
+        name: &str,
+        i: usize,
+        a: &NodeSliceAllocation,
+        j: usize,
+        b: &NodeSliceAllocation,
+        parent: &str,
+    ) -> Result<Patched, StoreError> {
+        self.patch_slices(Op::MoveSlice, name, guard::join_slices(i, a, j, b, parent)).await
+    }
+
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         self.call(Op::ListNodeSlices, "nodeslicepool", "*", |s| Ok(s.node_slices.values().cloned().collect())).await
     }

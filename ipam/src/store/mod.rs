@@ -477,6 +477,18 @@ pub trait SliceStore: Send + Sync {
         rest: &[String],
     ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
 
+    /// Joins the free slices `a` at `i` and `b` at `j` of the NodeSlicePool `name` into `parent` if both are still as
+    /// read ([`guard::join_slices`]).
+    fn join_slices(
+        &self,
+        name: &str,
+        i: usize,
+        a: &NodeSliceAllocation,
+        j: usize,
+        b: &NodeSliceAllocation,
+        parent: &str,
+    ) -> impl Future<Output = Result<Patched, StoreError>> + Send;
+
     /// Every NodeSlicePool of the namespace.
     fn list_node_slices(&self) -> impl Future<Output = Result<Vec<NodeSlicePool>, StoreError>> + Send;
 

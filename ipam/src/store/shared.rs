@@ -527,6 +527,19 @@ impl<S: SliceStore> SliceStore for Shared<S> {
         self.inner.split_slice(name, index, slice, to, kept, rest).await
     }
 
+    async fn join_slices(
+        &self,
+        name: &str,
+        i: usize,
+        a: &NodeSliceAllocation,
+        j: usize,
+        b: &NodeSliceAllocation,
+        parent: &str,
+    ) -> Result<Patched, StoreError> {
+        self.forget_slices(name);
+        self.inner.join_slices(name, i, a, j, b, parent).await
+    }
+
     async fn list_node_slices(&self) -> Result<Vec<NodeSlicePool>, StoreError> {
         self.inner.list_node_slices().await
     }

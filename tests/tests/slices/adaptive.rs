@@ -130,3 +130,43 @@ async fn a_lost_answer_of_a_cut_is_read_back() {
     assert_eq!(listed.len(), 3 + 4, "a /26 cut into a /29, a /29, a /28 and a /27 beside the other three: {listed:?}");
     assert_eq!(assert_distinct_and_reserved(&fx, 1).await, out.ips().into_iter().collect());
 }
+
+/// A gone Node's cut slice goes back: the reconciler that holds the Lease (the binary) frees it once its pool has
+/// stayed empty for the grace, then joins it with its free buddies back to the NodeSlicePool's slice size, so the
+/// next node finds the range whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_nodes_cut_slice_is_freed_and_joined_back() {
+    use hereabouts_tests::objects::mk_node;
+    use hereabouts_tests::reconciler::{Reconciler, ReconcilerOptions};
+    use hereabouts_tests::{deploy, wait};
+    let fx = CniFixture::new("slice-join").await;
+    const RANGE: &str = "198.18.92.0/26";
+    let config =
+        fx.netconf("1.1.0", "join", json!({"range": RANGE, "node_slice_size": "/26", "min_node_slice_size": "/28"}));
+    // node-g has no Node object: a node that is gone
+    let add = fx.invocation("ADD", &config, "on-g", "c-g").with_env("NODENAME", "node-g").run().await;
+    assert!(add.success, "{}", add.stdout);
+    let listed = partition(&node_slices(&fx, "join").await, RANGE);
+    assert_eq!(listed.len(), 3, "a /28 cut for node-g, a /28 and a /27 left free: {listed:?}");
+    assert_eq!(of_node(&listed, "node-g").len(), 1);
+    let del = fx.invocation("DEL", &config, "on-g", "c-g").with_env("NODENAME", "node-g").run().await;
+    assert!(del.success, "{}", del.stderr);
+
+    mk_node("node-a").create(&fx.admin).await;
+    deploy::apply_rbac(fx.admin.clone()).await;
+    deploy::create_lease(&fx.admin, &fx.ns).await;
+    let reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new("node-a", &fx.ns)).await;
+    let whole = wait::until(std::time::Duration::from_secs(40), "the range one free slice again", || async {
+        let listed = partition(&node_slices(&fx, "join").await, RANGE);
+        (listed.len() == 1 && listed.values().all(String::is_empty)).then_some(())
+    })
+    .await;
+    if let Err(e) = whole {
+        panic!("{e}\n{}\n{:?}", reconciler.logs(), node_slices(&fx, "join").await);
+    }
+    // and cut again for the next node
+    let again = fx.invocation("ADD", &config, "on-a", "c-a").with_env("NODENAME", "node-a").run().await;
+    assert!(again.success, "{}", again.stdout);
+    let listed = partition(&node_slices(&fx, "join").await, RANGE);
+    assert_eq!(of_node(&listed, "node-a").iter().map(|c| c.prefix_len()).collect::<Vec<_>>(), [28], "{listed:?}");
+}
