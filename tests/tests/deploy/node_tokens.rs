@@ -449,6 +449,48 @@ async fn a_node_moves_only_its_own_slices_and_borrows_in_its_own_name() {
     assert!(!reservations(&admin, "slices").await.iter().any(|r| r.spec.podref.ends_with("/pod-a")));
 }
 
+/// Adaptive slices with each node's own token: A's ADD cuts its first slice out of a free one (the policy lets a
+/// node's cut through); B can cut neither a free slice for A, nor A's slice, nor a free one into parts that overlap
+/// or lie outside it; B's own cut of a free slice goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cuts_only_free_slices_and_only_for_itself() {
+    let (admin, _guard) = shipped().await;
+    let [a, b] = [NodeHost::install(cluster(), KS, "cuts-a").await, NodeHost::install(cluster(), KS, "cuts-b").await];
+    let range = "198.18.112.0/27";
+    let ipam = json!({"range": range, "network_name": "cuts", "node_slice_size": "/28", "min_node_slice_size": "/30"});
+    let got = run(&a.netconf("cuts", ipam.clone()), "ADD", "pod-a", "ca").await;
+    assert!(got.success, "A's ADD, its first slice cut with its own token: {}\n{}", got.stdout, got.stderr);
+    let slice_pools = Api::<NodeSlicePool>::namespaced(admin.clone(), KS).list(&ListParams::default()).await;
+    let nsp = slice_pools.unwrap().items.into_iter().find(|p| p.spec.range == range).expect("the NodeSlicePool");
+    let name = nsp.metadata.name.clone().unwrap();
+    let slices = nsp.status.clone().unwrap().allocations;
+    let of_a = slices.iter().position(|s| s.node_name == "cuts-a").expect("A's slice");
+    assert!(slices[of_a].slice_range.ends_with("/30"), "{slices:?}");
+    let free =
+        slices.iter().position(|s| s.node_name.is_empty() && s.slice_range.ends_with("/28")).expect("a free /28");
+    let block: ipnet::IpNet = slices[free].slice_range.parse().unwrap();
+    let parts: Vec<ipnet::IpNet> = block.subnets(30).unwrap().collect();
+    let (first, rest) = (parts[0].to_string(), vec![format!("{}/29", parts[2].network()), parts[1].to_string()]);
+    let as_b = store(&b).await;
+    let cut = |to: &'static str, kept: String, rest: Vec<String>, at: usize| {
+        let (as_b, name, slice) = (&as_b, &name, slices[at].clone());
+        async move { as_b.split_slice(name, at, &slice, to, &kept, &rest).await }
+    };
+    refused(cut("cuts-a", first.clone(), rest.clone(), free).await, "cuts-b", "B cuts a free slice for A");
+    let a_slice: ipnet::IpNet = slices[of_a].slice_range.parse().unwrap();
+    let halves: Vec<String> = a_slice.subnets(31).unwrap().map(|h| h.to_string()).collect();
+    refused(cut("cuts-b", halves[0].clone(), vec![halves[1].clone()], of_a).await, "cuts-b", "B cuts A's slice");
+    let overlapping = vec![format!("{}/29", block.network())];
+    refused(cut("cuts-b", first.clone(), overlapping, free).await, "cuts-b", "B cuts into overlapping parts");
+    refused(cut("cuts-b", "198.18.113.0/30".into(), Vec::new(), free).await, "cuts-b", "B cuts a part outside");
+    let applied = cut("cuts-b", first.clone(), rest, free).await.unwrap();
+    assert_eq!(applied, Patched::Applied, "B cuts a free slice for itself");
+    let after = Api::<NodeSlicePool>::namespaced(admin.clone(), KS).get(&name).await.unwrap();
+    let listed = after.status.unwrap().allocations;
+    assert!(listed.iter().any(|s| s.slice_range == first && s.node_name == "cuts-b"), "{listed:?}");
+    assert_eq!(listed.len(), slices.len() + 2, "{listed:?}");
+}
+
 /// A pod recreated under the same name on node B while node A still records its address (A died before any DEL)
 /// keeps the address: B rewrites the entry and takes the reservation over, each into its own name. Afterwards A can
 /// remove neither; and no node takes over another pod's entry or reservation.
