@@ -559,10 +559,7 @@ fn fit_section(t: &mut Table, failures: &mut Failures, rounds: &[FitRound]) -> V
     t.num("ADD latency p50, ms", &nums(&|s| s.add_lat[0]), 0);
     t.num("ADD latency p99, ms", &nums(&|s| s.add_lat[2]), 0);
     t.num("API requests per ADD", &nums(&|s| s.req_per_op), 2);
-    t.text(
-        "held twice: results / pool objects",
-        texts(&|_, s| format!("{} / {}", s.dup_results, s.pool_conflicts)),
-    );
+    t.text("held twice: results / pool objects", texts(&|_, s| format!("{} / {}", s.dup_results, s.pool_conflicts)));
     t.text("pool entries no live pod holds (leaks)", texts(&|_, s| s.orphans.to_string()));
     let mut doc = json!({});
     for (r, s) in rounds.iter().zip(&sums) {

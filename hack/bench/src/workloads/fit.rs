@@ -80,9 +80,8 @@ impl Bench {
             let owners: BTreeMap<String, String> = slices(FIT_RANGE, 26)?.into_iter().zip(nodes.clone()).collect();
             create_node_slice_pool(&self.admin, &r.ns, NODE_SLICES, FIT_RANGE, FIT_SLICE, &owners).await?;
         }
-        let ops: Vec<Op> = (0..FIT_NODES * FIT_PER_NODE)
-            .map(|i| Op::add(format!("fit-{i}"), nodes[i % FIT_NODES].clone()))
-            .collect();
+        let ops: Vec<Op> =
+            (0..FIT_NODES * FIT_PER_NODE).map(|i| Op::add(format!("fit-{i}"), nodes[i % FIT_NODES].clone())).collect();
         let node_of: BTreeMap<String, String> = ops.iter().map(|o| (o.pod.clone(), o.node.clone())).collect();
         let before = self.snapshot().await;
         let mut limits = self.limits();
