@@ -1186,26 +1186,42 @@ proptest! {
     }
 }
 
-/// Pods of the warm network (and of the plain slice network beside it, net-d) on three nodes, most through their
-/// node's agent: ADDs taken from the reserve, handed over in batches while the agent dies mid-batch and
-/// mid-hand-over (its successor replays the journal), DELs before and after the hand-over, retries and
-/// teardowns through the binary while the agent is away (it answers from the journal, and hands over itself), GC
-/// and the reconciler beside them.
-fn arb_warm_script() -> impl Strategy<Value = PodScript> {
+/// A pod's script on one of `networks`, three nodes, through its node's agent as `agent` draws (the draws of the
+/// general generator, but the static pod).
+fn arb_script_on(
+    networks: impl Strategy<Value = usize>,
+    agent: impl Strategy<Value = bool>,
+) -> impl Strategy<Value = PodScript> {
     let end = prop_oneof![3 => Just(End::Del), 2 => Just(End::Vanish), 1 => Just(End::Finish), 3 => Just(End::Stay)];
     (
-        prop_oneof![4 => Just(WARM_NETWORK), 1 => Just(3usize)],
+        networks,
         0usize..3,
         any::<bool>(),
         end,
         prop::bool::weighted(0.2),
         prop_oneof![2 => 0u64..20_000, 1 => (0u64..4).prop_map(|burst| burst * 5_000)],
         0u64..60_000,
-        prop::bool::weighted(0.8),
+        agent,
     )
         .prop_map(|(network, node, repeat_add, end, recreated, start_ms, live_ms, agent)| {
             scripted(network, node, false, repeat_add, end, recreated, start_ms, live_ms, agent)
         })
+}
+
+/// Pods of the warm network (and of the plain slice network beside it, net-d) on three nodes, most through their
+/// node's agent: ADDs taken from the reserve, handed over in batches while the agent dies mid-batch and
+/// mid-hand-over (its successor replays the journal), DELs before and after the hand-over, retries and
+/// teardowns through the binary while the agent is away (it answers from the journal, and hands over itself), GC
+/// and the reconciler beside them.
+fn arb_warm_script() -> impl Strategy<Value = PodScript> {
+    arb_script_on(prop_oneof![4 => Just(WARM_NETWORK), 1 => Just(3usize)], prop::bool::weighted(0.8))
+}
+
+/// Pods of the adaptive network (with some of net-a's, whose range it shares, and of net-d's, slices of it) on three
+/// nodes: nodes cut slices out of free ones as they claim them, race for the parts and for whole slices, borrow
+/// once none is free, through the binary and their agents, under the same faults, GC and reconciler.
+fn arb_adaptive_script() -> impl Strategy<Value = PodScript> {
+    arb_script_on(prop_oneof![6 => Just(ADAPTIVE_NETWORK), 1 => Just(0usize), 1 => Just(3usize)], any::<bool>())
 }
 
 proptest! {
@@ -1221,30 +1237,6 @@ proptest! {
             prop_assert!(false, "{}", problems);
         }
     }
-}
-
-/// Pods of the adaptive network (with some of net-a's, whose range it shares, and of net-d's, slices of it) on three
-/// nodes: nodes cut slices out of free ones as they claim them, race for the parts and for whole slices, borrow
-/// once none is free, through the binary and their agents, under the same faults, GC and reconciler.
-fn arb_adaptive_script() -> impl Strategy<Value = PodScript> {
-    let end = prop_oneof![3 => Just(End::Del), 2 => Just(End::Vanish), 1 => Just(End::Finish), 3 => Just(End::Stay)];
-    (
-        prop_oneof![6 => Just(ADAPTIVE_NETWORK), 1 => Just(0usize), 1 => Just(3usize)],
-        0usize..3,
-        any::<bool>(),
-        end,
-        prop::bool::weighted(0.2),
-        prop_oneof![2 => 0u64..20_000, 1 => (0u64..4).prop_map(|burst| burst * 5_000)],
-        0u64..60_000,
-        any::<bool>(),
-    )
-        .prop_map(|(network, node, repeat_add, end, recreated, start_ms, live_ms, agent)| {
-            scripted(network, node, false, repeat_add, end, recreated, start_ms, live_ms, agent)
-        })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases() / 4, ..ProptestConfig::default() })]
 
     #[test]
     fn adaptive_slices_under_faults_keep_every_promise(
