@@ -654,3 +654,25 @@ async fn the_provider_warning_event_needs_its_value() {
     })
     .await;
 }
+
+/// The node policy at slice mode's largest NodeSlicePool: a node's claim of one of 8,192 slices (a /17 in /30s),
+/// and its cut of a free slice of 8,192 (adaptive), pass. Comparing every entry with every other ran out of CEL's
+/// cost budget from about 1,000 slices: the claim on a /20 in /30s was refused until the ADD's time ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_claims_and_cuts_in_the_largest_node_slice_pool() {
+    let (_admin, _guard) = shipped().await;
+    let a = NodeHost::install(cluster(), KS, "big-a").await;
+    for (network, range, size, min) in
+        [("bigfixed", "198.19.0.0/17", "/30", None), ("bigcut", "198.19.128.0/17", "/19", Some("/30"))]
+    {
+        let mut ipam = json!({"range": range, "network_name": network, "node_slice_size": size});
+        if let Some(min) = min {
+            ipam["min_node_slice_size"] = json!(min);
+        }
+        // the adaptive network's NodeSlicePool starts with four /19s: cut down to the smallest, a node's cuts add
+        // entries; here each cut is of a free /19, and 8,192 entries are listed only at the end of a long life,
+        // so the fixed network stands for the large list
+        let out = run(&a.netconf(network, ipam), "ADD", &format!("pod-{network}"), &format!("c-{network}")).await;
+        assert!(out.success, "{network}: {}\n{}", out.stdout, out.stderr);
+    }
+}
