@@ -431,6 +431,34 @@ async fn a_grown_range_never_hands_out_what_the_old_range_still_holds() {
     assert_no_address_twice(&store);
 }
 
+/// A reuse cooldown runs on across a grown range: an address given up in the old range's pool is not handed out by
+/// the new pool until its cooldown is over, and the emptied old pool retires once no address in it cools (its
+/// expired release records, which no ADD of the old config prunes any more, do not keep it).
+#[tokio::test]
+async fn a_reuse_cooldown_runs_on_across_a_grown_range_and_the_old_pool_retires_after_it() {
+    use crate::reconcile::retire::retire_replaced;
+    use k8s_openapi::jiff::SignedDuration;
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let old = serde_json::json!({"range": "198.18.64.0/30", "reuse_cooldown_seconds": 900});
+    let grown = serde_json::json!({"range": "198.18.64.0/29", "reuse_cooldown_seconds": 900});
+    let given = add(&host, &config(old.clone(), "old-0"), &request("co0", "n")).await.unwrap()[0].ip;
+    assert_eq!(given, "198.18.64.1".parse::<std::net::IpAddr>().unwrap());
+    del(&host, &ReleaseConfig::from(config(old.clone(), "old-0")), &request("co0", "n")).await.unwrap();
+    let next = add(&host, &config(grown.clone(), "new-0"), &request("cn0", "n")).await.unwrap()[0].ip;
+    assert_ne!(next, given, "{given} cools in the pool the grown range replaced");
+    let old_pool = |store: &MemoryStore| store.pools().into_iter().find(|p| p.spec.range == "198.18.64.0/30");
+    let now = crate::clock::now();
+    let retire = |at: SignedDuration| {
+        let store = store.clone();
+        async move { retire_replaced(&store, &store.pools(), now + at, crate::SETTLE_TIME).await.unwrap() }
+    };
+    assert_eq!(retire(SignedDuration::from_mins(10)).await, 0, "still cooling: kept");
+    assert!(old_pool(&store).is_some());
+    assert_eq!(retire(SignedDuration::from_mins(20)).await, 1, "cooled: retired");
+    assert!(old_pool(&store).is_none());
+}
+
 /// The same under concurrency and faults: the grown range's first ADDs race to create its pool (one of them losing
 /// the answer to its create), each handle's writes lose answers or fail at random, and ADDs that fail are run
 /// again; no address is ever held twice, across the old pool and the new.

@@ -240,8 +240,10 @@ where
             None => self.read_pool().await?,
         };
         let mut hinted = self.target.hinted && self.target.read.is_some();
-        // with reservations, an old pool's entries keep their reservations, which keep this claim off them already
-        if !self.who.kube.overlapping_ranges {
+        // with reservations, an old pool's entries keep their reservations, which keep this claim off them already;
+        // its addresses still cooling have none, and are read when this network keeps a cooldown
+        let cools = self.who.kube.reuse_cooldown.is_some_and(|seconds| seconds > 0);
+        if !self.who.kube.overlapping_ranges || cools {
             excluded.extend(self.held_by_overlaps(&pool).await?);
         }
         self.set_cooldown(&mut pool).await?;
@@ -327,7 +329,8 @@ where
     }
 
     /// The offsets of this range that the pools `pool` replaces still hold ([`crate::store::OVERLAPS_ANNOTATION`]),
-    /// read now: not to be handed out, whoever holds them. A pool named there that is gone holds nothing.
+    /// or keep cooling (their reuse cooldown, as each pool records it, runs on across the re-layout), read now: not
+    /// to be handed out, whoever holds them. A pool named there that is gone holds nothing.
     async fn held_by_overlaps(&self, pool: &IpPool) -> Result<BTreeSet<u128>, IpamError> {
         let mut held = BTreeSet::new();
         for name in crate::store::overlaps_of(pool) {
@@ -337,8 +340,10 @@ where
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {name} (replaced by {})", self.pool()), e))?;
             let Some((range, _)) = read.as_ref().and_then(super::pool_scope) else { continue };
-            for key in read.iter().flat_map(|p| p.spec.allocations.keys()) {
-                let Ok(offset) = key.parse::<u128>() else { continue };
+            let now = crate::clock::now();
+            let cooling = read.iter().flat_map(|p| crate::cooldown::cooling_offsets(p, now));
+            let entries = read.iter().flat_map(|p| p.spec.allocations.keys()).filter_map(|k| k.parse::<u128>().ok());
+            for offset in entries.chain(cooling) {
                 // an offset outside its CIDR (another tool wrote it) names no address
                 if let Some(ours) = range.checked_addr_at(offset).and_then(|ip| self.target.range.offset_of(ip)) {
                     held.insert(ours);

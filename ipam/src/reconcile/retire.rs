@@ -33,7 +33,9 @@ pub async fn retire_replaced(
             let Some(old) = pools.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else {
                 continue;
             };
-            let cooling = old.spec.released.as_ref().is_some_and(|r| !r.is_empty());
+            // a release record still cooling keeps the pool (the new pool's ADDs keep off it); one whose cooldown
+            // is over does not: no ADD of the old config prunes it any more
+            let cooling = !crate::cooldown::cooling(old, now).is_empty();
             if !old.spec.allocations.is_empty() || cooling {
                 kept.push(name.clone());
                 continue;
