@@ -308,11 +308,12 @@ impl Pools {
 }
 
 impl Slices {
-    /// The slice sizes of an adaptive network (`min_node_slice_size`), `None` when every slice is `node_slice_size`.
-    pub fn growth(&self) -> Option<crate::slices::growth::Growth> {
-        self.min_size
-            .as_ref()
-            .map(|min| crate::slices::growth::Growth { largest: self.size.prefix(), smallest: min.prefix() })
+    /// The sizes a claim cuts a free slice to: from `min_node_slice_size` (adaptive slices; else `node_slice_size`)
+    /// up to `node_slice_size`. A free slice of the size wanted is claimed whole, as Whereabouts' layout has them;
+    /// one larger (a NodeSlicePool cut for a larger `node_slice_size`, changed in place since) is cut.
+    pub fn growth(&self) -> crate::slices::growth::Growth {
+        let smallest = self.min_size.as_ref().unwrap_or(&self.size).prefix();
+        crate::slices::growth::Growth { largest: self.size.prefix(), smallest }
     }
 
     /// `cfg` (whose mode this is) and these settings with only the ranges at `keep` (ranges chosen per pod or

@@ -42,7 +42,7 @@ pub(super) struct SlicedAdd<'a, S> {
     pub first_add: bool,
     /// `max_slices_per_node`.
     pub max_slices: Option<u64>,
-    /// Adaptive slices: `node_slice_size` and `min_node_slice_size`.
+    /// The sizes a claim cuts a free slice to: `node_slice_size`, and `min_node_slice_size` (adaptive slices).
     pub growth: Option<Growth>,
     /// Set to `max_slices_per_node` when the cap made this claim borrow though slices were free.
     pub capped: &'a std::sync::atomic::AtomicU64,
@@ -382,21 +382,16 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         }
     }
 
-    /// The slices of `pool`, if it slices this range as the config says.
+    /// The slices of `pool`, if it slices this range. Its slices may be of another size than the config's
+    /// `node_slice_size` (the NAD changed it, or adaptive slices cut them): they are taken as listed, and a free one
+    /// larger than this config's next slice is cut to size, so a slice size changes in place for new claims.
     fn check(&self, pool: &NodeSlicePool) -> Result<Vec<Slice>, IpamError> {
         let name = pool.metadata.name.clone().unwrap_or_default();
         let range: Option<IpNet> = pool.spec.range.parse().ok();
-        let prefix = slices::parse_slice_size(&pool.spec.slice_size);
-        if range.map(|r| r.trunc()) != Some(self.range.cidr()) || prefix != Some(self.size.prefix()) {
+        if range.map(|r| r.trunc()) != Some(self.range.cidr()) {
             return Err(IpamError::SliceMismatch {
                 name,
-                message: format!(
-                    "it slices {} into {}, this config {} into /{}",
-                    pool.spec.range,
-                    pool.spec.slice_size,
-                    self.range.cidr(),
-                    self.size.prefix()
-                ),
+                message: format!("it slices {}, this config {}", pool.spec.range, self.range.cidr()),
             });
         }
         let slices = slices::slices_of(pool);

@@ -170,3 +170,37 @@ async fn a_gone_nodes_cut_slice_is_freed_and_joined_back() {
     let listed = partition(&node_slices(&fx, "join").await, RANGE);
     assert_eq!(of_node(&listed, "node-a").iter().map(|c| c.prefix_len()).collect::<Vec<_>>(), [28], "{listed:?}");
 }
+
+/// `node_slice_size` changed in place while pods run, smaller then larger: the NodeSlicePool keeps its spec and
+/// its slices in use; a node claiming after the change cuts a free slice to the new size, or, for a larger size
+/// than any free slice, takes the largest there is; no address is handed out twice, and every pod keeps its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_slice_size_changes_in_place() {
+    let fx = CniFixture::new("slice-resize").await;
+    const RANGE: &str = "198.18.93.0/24";
+    let sized = |size: &str| fx.netconf("1.1.0", "resize", json!({"range": RANGE, "node_slice_size": size}));
+    let add = |config: &serde_json::Value, pod: &str, node: &str| {
+        let inv = fx.invocation("ADD", config, pod, &format!("c-{pod}")).with_env("NODENAME", node);
+        async move {
+            let out = inv.run().await;
+            assert!(out.success, "{}", out.stdout);
+            out.ips()[0]
+        }
+    };
+    let mut given = vec![add(&sized("/26"), "a-0", "node-a").await];
+    let smaller = sized("/28");
+    given.push(add(&smaller, "a-1", "node-a").await);
+    given.push(add(&smaller, "b-0", "node-b").await);
+    let listed = partition(&node_slices(&fx, "resize").await, RANGE);
+    assert_eq!(of_node(&listed, "node-a").iter().map(|c| c.prefix_len()).collect::<Vec<_>>(), [26], "{listed:?}");
+    assert_eq!(of_node(&listed, "node-b").iter().map(|c| c.prefix_len()).collect::<Vec<_>>(), [28], "{listed:?}");
+    let larger = sized("/25");
+    given.push(add(&larger, "c-0", "node-c").await);
+    let listed = partition(&node_slices(&fx, "resize").await, RANGE);
+    assert_eq!(of_node(&listed, "node-c").iter().map(|c| c.prefix_len()).collect::<Vec<_>>(), [26], "{listed:?}");
+    for (ip, node) in given.iter().zip(["node-a", "node-a", "node-b", "node-c"]) {
+        assert!(of_node(&listed, node).iter().any(|c| c.contains(ip)), "{ip} in {node}'s slice: {listed:?}");
+    }
+    assert_eq!(node_slices(&fx, "resize").await.spec.slice_size, "/26", "the spec as made");
+    assert_eq!(assert_distinct_and_reserved(&fx, 4).await, given.into_iter().collect());
+}

@@ -232,7 +232,8 @@ async fn a_node_slice_pool_as_whereabouts_controller_writes_it_is_used_as_is() {
         "no slice claimed by a node that had one"
     );
 
-    // a config that slices the network otherwise is refused, naming the pool, and writes nothing
+    // a config that slices the network otherwise (the NAD's node_slice_size changed in place) takes the slices as
+    // listed: worker-a goes on in its /26, a new node cuts a free /26 and owns a /27 of it; the spec stays
     let other = fx.netconf(
         "1.1.0",
         "attach",
@@ -240,11 +241,15 @@ async fn a_node_slice_pool_as_whereabouts_controller_writes_it_is_used_as_is() {
             "range": "198.18.86.0/24", "node_slice_size": "/27", "network_name": "wbnet"
         }),
     );
-    let before = fx.object_count().await;
     let out = fx.invocation("ADD", &other, "odd", "co").with_env("NODENAME", "worker-a").run().await;
-    assert_eq!(out.error_code(), 7, "{}", out.stdout);
-    assert!(out.stdout.contains("wbnet"), "{}", out.stdout);
-    assert_eq!(fx.object_count().await, before);
+    assert_eq!(out.ips(), ["198.18.86.2".parse::<IpAddr>().unwrap()], "{}", out.stdout);
+    let out = fx.invocation("ADD", &other, "new", "cn").with_env("NODENAME", "worker-c").run().await;
+    let owners = owners(&node_slices(&fx, "wbnet").await);
+    let of_c: Vec<&String> = owners.iter().filter(|(_, n)| n.as_str() == "worker-c").map(|(s, _)| s).collect();
+    assert_eq!(of_c.len(), 1, "{owners:?}");
+    assert!(of_c[0].ends_with("/27"), "{owners:?}");
+    assert!(of_c[0].parse::<IpNet>().unwrap().contains(&out.ips()[0]), "{}", out.stdout);
+    assert_eq!(node_slices(&fx, "wbnet").await.spec.slice_size, "/26");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
