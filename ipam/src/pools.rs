@@ -166,6 +166,10 @@ pub(crate) async fn check<S: PoolStore>(
 /// that changed hands is not a layout that changed). Another config that shares the network name (overlapping
 /// ranges of two networks, kept apart by their reservations) is not a layout this one replaces: its pools are
 /// neither moved from nor retired.
+///
+/// The second list: the overlapping pools of the network that no hereabouts config made (no config recorded, no entry
+/// with a network: Whereabouts wrote them), which the new pool keeps off ([`crate::store::KEEPS_OFF_ANNOTATION`])
+/// without taking them as its own layout.
 pub(crate) async fn replaced<S: PoolStore>(
     store: &S,
     name: &str,
@@ -173,7 +177,7 @@ pub(crate) async fn replaced<S: PoolStore>(
     cfg: &IpamConfig,
     slice: bool,
     budget: &Budget,
-) -> Result<Vec<String>, IpamError> {
+) -> Result<(Vec<String>, Vec<String>), IpamError> {
     let listed = budget
         .retry(crate::store::StoreError::is_transient, || store.list_pools())
         .await
@@ -186,14 +190,23 @@ pub(crate) async fn replaced<S: PoolStore>(
             !entries.is_empty() && entries.values().all(|e| e.network.as_deref() == Some(cfg.name.as_str()))
         }
     };
-    let mut found = overlapping(&listed, name, range, &cfg.network_name);
-    found.retain(|other| {
-        let Some(pool) = listed.iter().find(|p| p.metadata.name.as_deref() == Some(other.as_str())) else {
-            return false;
-        };
-        ours(pool) && !(slice && pool.spec.range == same)
-    });
-    Ok(found)
+    let unmade = |pool: &crate::crd::IpPool| {
+        crate::store::config_of(pool).is_none() && pool.spec.allocations.values().all(|e| e.network.is_none())
+    };
+    let found = overlapping(&listed, name, range, &cfg.network_name);
+    let (mut replaced, mut kept_off) = (Vec::new(), Vec::new());
+    for other in found {
+        let Some(pool) = listed.iter().find(|p| p.metadata.name.as_deref() == Some(other.as_str())) else { continue };
+        if slice && pool.spec.range == same {
+            continue;
+        }
+        if ours(pool) {
+            replaced.push(other);
+        } else if unmade(pool) && !pool.spec.allocations.is_empty() {
+            kept_off.push(other);
+        }
+    }
+    Ok((replaced, kept_off))
 }
 
 /// The pools of `listed` that a new pool `name` of `range` for the network `network_name` replaces: those of the same
@@ -274,6 +287,7 @@ mod tests {
         made_by("198.18.90.8-30", "198.18.90.8/30", "", &[Some("net"), Some("net")]);
         made_by("198.18.90.12-30", "198.18.90.12/30", "", &[Some("net"), None]);
         made_by("198.18.90.16-30", "198.18.90.16/30", "", &[]);
+        made_by("198.18.90.20-30", "198.18.90.20/30", "", &[None, None]);
         let cfg = crate::config::load_with_paths(
             &crate::config::Input {
                 stdin: br#"{"cniVersion":"1.0.0","name":"net","ipam":{"type":"hereabouts","range":"198.18.90.0/27"}}"#,
@@ -287,10 +301,12 @@ mod tests {
             replaced(&store, "198.18.90.0-27", &range, &cfg, false, &Budget::new(std::time::Duration::from_secs(5)))
                 .await
                 .unwrap();
+        let (replaced, kept_off) = named;
         assert_eq!(
-            named,
+            replaced,
             ["198.18.90.0-30", "198.18.90.8-30"],
             "made by this config, or holding entries of it only; not another config's, a mixed or an empty unknown one"
         );
+        assert_eq!(kept_off, ["198.18.90.20-30"], "kept off: entries no hereabouts config recorded (Whereabouts')");
     }
 }

@@ -962,3 +962,38 @@ async fn an_add_reads_its_pod_once_whatever_reads_it() {
     assert_eq!(ip, "198.18.75.9".parse::<std::net::IpAddr>().unwrap(), "the preferred address");
     assert_eq!(claim_ips(&store, "vm.net"), ["198.18.75.9/28"], "recorded on the claim");
 }
+
+/// A fleet come from Whereabouts grows a range (no reservations): the old range's pool, as Whereabouts wrote it (no
+/// config recorded, entries without a network), is kept off — the grown range's pool never hands out what it
+/// holds (it handed out 198.18.65.1 a second time before) — and a DEL under the grown config finds its pod's entry
+/// there; the leader neither moves its entries nor retires it (another config of the network may still use it).
+#[tokio::test]
+async fn a_grown_range_keeps_off_what_a_whereabouts_pool_of_the_old_range_holds() {
+    use crate::crd::{IpAllocation, IpPool, IpPoolSpec};
+    use crate::reconcile::relayout::move_replaced;
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let entry = |id: &str, pod: &str| IpAllocation {
+        id: id.into(),
+        podref: format!("ns/{pod}"),
+        ifname: "net1".into(),
+        ..IpAllocation::default()
+    };
+    let allocations = [("1".to_string(), entry("cw0", "wb-0")), ("2".to_string(), entry("cw1", "wb-1"))].into();
+    let spec = IpPoolSpec { range: "198.18.65.0/29".into(), allocations, ..Default::default() };
+    store.put_pool(IpPool::new("198.18.65.0-29", spec));
+    let grown = serde_json::json!({"range": "198.18.65.0/28", "enable_overlapping_ranges": false});
+    for i in 0..3 {
+        let ip =
+            add(&host, &config(grown.clone(), &format!("new-{i}")), &request(&format!("cn{i}"), "n")).await.unwrap()[0]
+                .ip;
+        assert!(!["198.18.65.1", "198.18.65.2"].contains(&ip.to_string().as_str()), "{ip} is Whereabouts' pods'");
+    }
+    assert_no_address_twice(&store);
+    let now = crate::clock::now() + k8s_openapi::jiff::SignedDuration::from_mins(10);
+    assert_eq!(move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await.moved, 0, "not moved");
+    let released = del(&host, &ReleaseConfig::from(config(grown.clone(), "wb-0")), &request("cw0", "n")).await;
+    assert_eq!(released.unwrap(), 1, "wb-0's DEL under the grown config finds its entry in Whereabouts' pool");
+    let old = store.pools().into_iter().find(|p| p.spec.range == "198.18.65.0/29").expect("not retired");
+    assert_eq!(old.spec.allocations.keys().collect::<Vec<_>>(), ["2"]);
+}

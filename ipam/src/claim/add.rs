@@ -333,7 +333,7 @@ where
     /// to be handed out, whoever holds them. A pool named there that is gone holds nothing.
     async fn held_by_overlaps(&self, pool: &IpPool) -> Result<BTreeSet<u128>, IpamError> {
         let mut held = BTreeSet::new();
-        for name in crate::store::overlaps_of(pool) {
+        for name in crate::store::overlaps_of(pool).into_iter().chain(crate::store::keeps_off_of(pool)) {
             let read = self
                 .budget
                 .retry(StoreError::is_transient, || self.store.get_pool(&name))
@@ -490,8 +490,8 @@ where
             let range = names::range_string(self.target.range.cidr());
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;
-            let overlaps = match self.policy.replaces() {
-                Replaces::Nothing => Vec::new(),
+            let (overlaps, keeps_off) = match self.policy.replaces() {
+                Replaces::Nothing => (Vec::new(), Vec::new()),
                 replaces => {
                     let slice = replaces == Replaces::Slice;
                     crate::pools::replaced(self.store, self.pool(), self.target.range, self.who.cfg, slice, self.budget)
@@ -502,6 +502,7 @@ where
                 network_name: network,
                 node_name,
                 overlaps: &overlaps,
+                keeps_off: &keeps_off,
                 config_name: &self.who.cfg.name,
                 ..NewPool::new(self.pool(), &range, usable)
             };

@@ -152,7 +152,8 @@ async fn release_where<S: PoolStore + ReservationStore>(
             let mut read = vec![(name.clone(), sub.clone(), pool)];
             // the pools this one replaced (a range changed under running pods) hold the entries of the pods that
             // were there before: theirs are released where they are, by the same rule
-            for replaced in crate::store::overlaps_of(&read[0].2) {
+            let kept_off = crate::store::keeps_off_of(&read[0].2);
+            for replaced in crate::store::overlaps_of(&read[0].2).into_iter().chain(kept_off) {
                 match read_pool(store, &replaced, budget).await {
                     Ok(Some(old)) => {
                         if let Some((old_range, _)) = super::pool_scope(&old) {

@@ -71,6 +71,12 @@ pub fn capacity(pool: &IpPool) -> u128 {
 /// hand out an address one of them still holds, reservations or not.
 pub const OVERLAPS_ANNOTATION: &str = "hereabouts.cni.cncf.io/overlaps";
 
+/// The annotation of a pool naming, comma-separated, the pools of the same network whose ranges overlapped its own
+/// when it was created and that no hereabouts config made (Whereabouts wrote them, or a hereabouts from before the
+/// config was recorded): its ADDs never hand out an address one of them holds, and its DELs look there too, but
+/// the leader neither moves their entries nor retires them, as it cannot tell which config still uses them.
+pub const KEEPS_OFF_ANNOTATION: &str = "hereabouts.cni.cncf.io/keeps-off";
+
 /// The annotation of a pool naming the config (its netconf `name`) whose ADD made it: what tells a layout of the
 /// same network (the pools a changed config replaces) from another config's pools that share the network name.
 pub const CONFIG_ANNOTATION: &str = "hereabouts.cni.cncf.io/config-name";
@@ -82,7 +88,16 @@ pub fn config_of(pool: &IpPool) -> Option<&str> {
 
 /// The pools an [`OVERLAPS_ANNOTATION`] names.
 pub fn overlaps_of(pool: &IpPool) -> Vec<String> {
-    let listed = pool.metadata.annotations.as_ref().and_then(|a| a.get(OVERLAPS_ANNOTATION));
+    names_in(pool, OVERLAPS_ANNOTATION)
+}
+
+/// The pools a [`KEEPS_OFF_ANNOTATION`] names.
+pub fn keeps_off_of(pool: &IpPool) -> Vec<String> {
+    names_in(pool, KEEPS_OFF_ANNOTATION)
+}
+
+fn names_in(pool: &IpPool, annotation: &str) -> Vec<String> {
+    let listed = pool.metadata.annotations.as_ref().and_then(|a| a.get(annotation));
     listed.map(|l| l.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default()
 }
 
@@ -98,6 +113,8 @@ pub struct NewPool<'a> {
     pub usable: u128,
     pub node_name: Option<&'a str>,
     pub overlaps: &'a [String],
+    /// Pools of the network no hereabouts config made whose ranges overlap ([`KEEPS_OFF_ANNOTATION`]).
+    pub keeps_off: &'a [String],
     /// The netconf `name` of the config whose ADD makes it ([`CONFIG_ANNOTATION`]); `""`, none recorded.
     pub config_name: &'a str,
 }
@@ -105,7 +122,7 @@ pub struct NewPool<'a> {
 impl<'a> NewPool<'a> {
     /// The pool `name` of `range` with `usable` addresses, of the unnamed network, bound to no node, replacing none.
     pub fn new(name: &'a str, range: &'a str, usable: u128) -> Self {
-        Self { name, range, network_name: "", usable, node_name: None, overlaps: &[], config_name: "" }
+        Self { name, range, network_name: "", usable, node_name: None, overlaps: &[], keeps_off: &[], config_name: "" }
     }
 
     /// The object `create_pool` writes.
@@ -117,6 +134,8 @@ impl<'a> NewPool<'a> {
         };
         let mut pool = IpPool::new(self.name, spec);
         let overlaps = (!self.overlaps.is_empty()).then(|| (OVERLAPS_ANNOTATION.to_string(), self.overlaps.join(",")));
+        let keeps_off =
+            (!self.keeps_off.is_empty()).then(|| (KEEPS_OFF_ANNOTATION.to_string(), self.keeps_off.join(",")));
         let config =
             (!self.config_name.is_empty()).then(|| (CONFIG_ANNOTATION.to_string(), self.config_name.to_string()));
         pool.metadata.annotations = Some(
@@ -126,6 +145,7 @@ impl<'a> NewPool<'a> {
             ]
             .into_iter()
             .chain(overlaps)
+            .chain(keeps_off)
             .chain(config)
             .collect(),
         );
