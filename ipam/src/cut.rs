@@ -72,6 +72,11 @@ impl std::fmt::Display for SliceSize {
     }
 }
 
+/// Whether two CIDRs share an address (aligned blocks: one holds the other, or they are apart).
+pub fn overlap(a: IpNet, b: IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
 /// How many slices of `prefix` `range` holds (saturating: only compared with [`MAX_SLICES`]).
 fn count(range: IpNet, prefix: u8) -> u128 {
     1u128.checked_shl(u32::from(prefix - range.prefix_len())).unwrap_or(u128::MAX)

@@ -225,8 +225,7 @@ pub(crate) fn overlapping(
         .filter_map(|p| {
             let (theirs, network) = crate::claim::pool_scope(p)?;
             let theirs = theirs.cidr();
-            let overlap = mine.contains(&theirs.network()) || theirs.contains(&mine.network());
-            (network == network_name && overlap).then(|| p.metadata.name.clone()).flatten()
+            (network == network_name && crate::cut::overlap(mine, theirs)).then(|| p.metadata.name.clone()).flatten()
         })
         .collect();
     found.sort();

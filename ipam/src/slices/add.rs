@@ -43,7 +43,7 @@ pub(super) struct SlicedAdd<'a, S> {
     /// `max_slices_per_node`.
     pub max_slices: Option<u64>,
     /// The sizes a claim cuts a free slice to: `node_slice_size`, and `min_node_slice_size` (adaptive slices).
-    pub growth: Option<Growth>,
+    pub growth: Growth,
     /// Set to `max_slices_per_node` when the cap made this claim borrow though slices were free.
     pub capped: &'a std::sync::atomic::AtomicU64,
 }
@@ -186,12 +186,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     hinted = false;
                     slices = self.read_slices(&name).await?;
                 }
-                next @ (Next::Claim(_) | Next::Split(_)) => {
-                    let cut = match next {
-                        Next::Split(cut) => cut,
-                        Next::Claim(slice) => Cut { cidr: slice.cidr, free: slice },
-                        _ => unreachable!("matched above"),
-                    };
+                Next::Claim(cut) => {
                     self.budget
                         .pause(claims)
                         .await
@@ -217,7 +212,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         }
                         slices = now;
                         let again = self.next_slice(&slices, &full, &unclaimable, preferred, 0);
-                        if !matches!(again, Next::Claim(_) | Next::Split(_)) {
+                        if !matches!(again, Next::Claim(_)) {
                             continue;
                         }
                     }
@@ -262,10 +257,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let slice = slices::slice_of(slices, ip).ok_or_else(unusable)?;
         let held = slices.iter().filter(|s| s.node == self.node()).count();
         Ok(match slice.node.as_str() {
-            "" => match self.growth.map(|g| g.cut_at(slice, held, ip)) {
-                Some(cut) if cut.splits() => Next::Split(cut),
-                _ => Next::Claim(slice.clone()),
-            },
+            "" => Next::Claim(self.growth.cut_at(slice, held, ip)),
             node if node == self.node() => Next::Own(slice.clone()),
             _ => Next::Borrow(slice.clone()),
         })

@@ -34,6 +34,11 @@ pub struct Cut {
 }
 
 impl Cut {
+    /// The whole free slice.
+    pub fn whole(free: Slice) -> Self {
+        Cut { cidr: free.cidr, free }
+    }
+
     /// Whether the node takes less than the free slice.
     pub fn splits(&self) -> bool {
         self.cidr != self.free.cidr
@@ -46,6 +51,12 @@ impl Cut {
 }
 
 impl Growth {
+    /// Every slice of one size (no `min_node_slice_size`): a free slice of that size is claimed whole, a larger one
+    /// cut to it.
+    pub fn fixed(prefix: u8) -> Self {
+        Growth { largest: prefix, smallest: prefix }
+    }
+
     /// The prefix length of the next slice of a node that holds `held`: the smallest first, each next twice the
     /// size, never more than the largest.
     pub fn wanted(&self, held: usize) -> u8 {

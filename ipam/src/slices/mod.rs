@@ -107,7 +107,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> 
     ) -> Result<IpAddr, IpamError> {
         let requested = self.who.cfg.requested_for(index);
         let (store, who, budget, size) = (self.store, self.who, self.budget, &self.mode.size);
-        let (first_add, max_slices, growth) = (self.first_add, self.mode.max_slices, Some(self.mode.growth()));
+        let (first_add, max_slices, growth) = (self.first_add, self.mode.max_slices, self.mode.growth());
         let capped = &self.capped;
         add::SlicedAdd { store, who, range, budget, size, requested, given, first_add, max_slices, growth, capped }
             .run(journal)

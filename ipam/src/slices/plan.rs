@@ -84,10 +84,6 @@ impl Holder {
     }
 }
 
-fn overlap(a: IpNet, b: IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
-}
-
 /// Whether `pool` may be of the network `network_name`: a pool hereabouts made says its network in an annotation,
 /// which must agree; one Whereabouts made says it by name only.
 pub fn of_network(pool: &IpPool, network_name: &str) -> bool {
@@ -104,7 +100,7 @@ pub fn holders(pools: &[IpPool], network_name: &str, cidr: IpNet, now: Timestamp
         .filter(|p| !p.spec.allocations.is_empty() || !crate::cooldown::cooling(p, now).is_empty())
         .filter_map(|p| {
             let range = p.spec.range.parse::<IpNet>().ok()?.trunc();
-            if !overlap(range, cidr) {
+            if !crate::cut::overlap(range, cidr) {
                 return None;
             }
             let pool = p.metadata.name.as_deref()?;
@@ -152,10 +148,9 @@ pub fn rebuilt(
 pub enum Next {
     /// Allocate in this slice, the node's own.
     Own(Slice),
-    /// Claim this free slice for the node, then allocate in it.
-    Claim(Slice),
-    /// Claim part of this free slice (adaptive slices), the rest listed free, then allocate in it.
-    Split(Cut),
+    /// Claim this free slice for the node, or the part of it the cut names (the rest listed free), then allocate
+    /// in it.
+    Claim(Cut),
     /// Allocate in another node's slice (no slice is free).
     Borrow(Slice),
     /// Every slice is full.
@@ -163,16 +158,15 @@ pub enum Next {
 }
 
 /// What a node may do when its own slices are full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lending {
     /// Borrow from another node's slice: a borrowed entry is found again through its reservation, so a network
     /// without reservations does not borrow.
     pub may_borrow: bool,
     /// Claim a free slice only while the node holds fewer than this many (`max_slices_per_node`); `None`, no cap.
     pub max_own: Option<usize>,
-    /// Adaptive slices (`min_node_slice_size`): the slice claimed is cut to the size the node's next one should
-    /// have ([`Growth`]); `None`, free slices are claimed whole.
-    pub growth: Option<Growth>,
+    /// The size the node's next slice should have ([`Growth`]): a free slice larger is cut to it.
+    pub growth: Growth,
 }
 
 /// The next slice to try for `node`, given the slices known to be full in this invocation and the free ones found
@@ -196,7 +190,7 @@ pub fn next(
     let open = |s: &&Slice| !full.contains(&s.cidr);
     if let Some(s) = slices.iter().filter(open).find(|s| Some(s.cidr) == preferred) {
         match s.node.as_str() {
-            "" if !unclaimable.contains(&s.cidr) => return Next::Claim(s.clone()),
+            "" if !unclaimable.contains(&s.cidr) => return Next::Claim(Cut::whole(s.clone())),
             "" => {}
             owner if owner == node => return Next::Own(s.clone()),
             _ => return Next::Borrow(s.clone()),
@@ -212,17 +206,8 @@ pub fn next(
     let capped = lending.max_own.is_some_and(|max| held >= max);
     let free: Vec<&Slice> =
         slices.iter().filter(|s| !capped && s.node.is_empty() && !unclaimable.contains(&s.cidr)).collect();
-    match lending.growth {
-        Some(growth) => match growth.choose(&free, held, seed) {
-            Some(cut) if cut.splits() => return Next::Split(cut),
-            Some(cut) => return Next::Claim(cut.free),
-            None => {}
-        },
-        None => {
-            if let Some(s) = pick(&free, seed) {
-                return Next::Claim(s.clone());
-            }
-        }
+    if let Some(cut) = lending.growth.choose(&free, held, seed) {
+        return Next::Claim(cut);
     }
     let others: Vec<&Slice> =
         slices.iter().filter(|s| may_borrow && !s.node.is_empty() && s.node != node).filter(open).collect();
@@ -272,7 +257,7 @@ mod tests {
     use super::*;
 
     fn lend(may_borrow: bool) -> Lending {
-        Lending { may_borrow, max_own: None, growth: None }
+        Lending { may_borrow, max_own: None, growth: Growth::fixed(26) }
     }
     use proptest::prelude::*;
     use std::net::IpAddr;
@@ -311,8 +296,8 @@ mod tests {
             Next::Own(s[3].clone())
         );
         let full: BTreeSet<IpNet> = [net("10.0.0.0/26"), net("10.0.0.192/26")].into();
-        assert_eq!(next(&s, "a", &full, &none_claimed(), None, lend(true), 7), Next::Claim(s[1].clone()));
-        assert_eq!(next(&s, "c", &none, &none_claimed(), None, lend(true), 7), Next::Claim(s[1].clone()));
+        assert_eq!(next(&s, "a", &full, &none_claimed(), None, lend(true), 7), Next::Claim(Cut::whole(s[1].clone())));
+        assert_eq!(next(&s, "c", &none, &none_claimed(), None, lend(true), 7), Next::Claim(Cut::whole(s[1].clone())));
         let mut taken = s.clone();
         taken[1].node = "b".into();
         match next(&taken, "a", &full, &none_claimed(), None, lend(true), 7) {
@@ -336,7 +321,7 @@ mod tests {
     fn a_node_at_its_slice_cap_borrows_rather_than_claim_and_keeps_what_it_holds() {
         let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", ""), ("10.0.0.128/26", "b"), ("10.0.0.192/26", "")]);
         let (none, a_full) = (BTreeSet::new(), BTreeSet::from([net("10.0.0.0/26")]));
-        let capped = |may_borrow| Lending { may_borrow, max_own: Some(1), growth: None };
+        let capped = |may_borrow| Lending { may_borrow, max_own: Some(1), growth: Growth::fixed(26) };
         assert_eq!(next(&s, "a", &none, &none_claimed(), None, capped(true), 7), Next::Own(s[0].clone()));
         assert_eq!(
             next(&s, "a", &a_full, &none_claimed(), None, capped(true), 7),
@@ -344,12 +329,15 @@ mod tests {
             "one slice held, full: b's is borrowed, the free ones left to other nodes"
         );
         assert_eq!(next(&s, "a", &a_full, &none_claimed(), None, capped(false), 7), Next::Full, "nor claims without");
-        let two = Lending { may_borrow: true, max_own: Some(2), growth: None };
+        let two = Lending { may_borrow: true, max_own: Some(2), growth: Growth::fixed(26) };
         assert!(matches!(next(&s, "a", &a_full, &none_claimed(), None, two, 7), Next::Claim(_)), "under the cap");
         assert!(matches!(next(&s, "c", &none, &none_claimed(), None, capped(true), 7), Next::Claim(_)), "c holds none");
         // the slice of the attachment's own entry, listed free after a rebuild, is still claimed back
         let ours = Some(net("10.0.0.64/26"));
-        assert_eq!(next(&s, "a", &a_full, &none_claimed(), ours, capped(true), 7), Next::Claim(s[1].clone()));
+        assert_eq!(
+            next(&s, "a", &a_full, &none_claimed(), ours, capped(true), 7),
+            Next::Claim(Cut::whole(s[1].clone()))
+        );
     }
 
     proptest! {
@@ -360,13 +348,13 @@ mod tests {
         fn no_node_claims_past_its_cap(cap in 1usize..4, nodes in 1usize..6, order in proptest::collection::vec(0usize..6, 1..60)) {
             let mut slices: Vec<Slice> =
                 (0..16).map(|index| Slice { index, cidr: net(&format!("10.0.{index}.0/24")), node: String::new() }).collect();
-            let lending = Lending { may_borrow: true, max_own: Some(cap), growth: None };
+            let lending = Lending { may_borrow: true, max_own: Some(cap), growth: Growth::fixed(24) };
             for (step, pick) in order.into_iter().enumerate() {
                 let node = format!("n{}", pick % nodes);
                 let held = slices.iter().filter(|s| s.node == node).count();
                 let full: BTreeSet<IpNet> = slices.iter().filter(|s| s.node == node).map(|s| s.cidr).collect();
                 match next(&slices, &node, &full, &BTreeSet::new(), None, lending, step as u64) {
-                    Next::Claim(s) => {
+                    Next::Claim(Cut { free: s, .. }) => {
                         prop_assert!(held < cap, "{node} holds {held}, cap {cap}, and claims {s:?}");
                         let at = slices.iter().position(|x| x.cidr == s.cidr).unwrap();
                         slices[at].node = node.clone();
@@ -386,15 +374,15 @@ mod tests {
         let s = mk(&[("10.0.0.0/26", "b"), ("10.0.0.64/26", ""), ("10.0.0.128/26", ""), ("10.0.0.192/26", "")]);
         let none = BTreeSet::new();
         let ours = Some(net("10.0.0.128/26"));
-        assert_eq!(next(&s, "a", &none, &none_claimed(), ours, lend(true), 1), Next::Claim(s[2].clone()));
+        assert_eq!(next(&s, "a", &none, &none_claimed(), ours, lend(true), 1), Next::Claim(Cut::whole(s[2].clone())));
         assert_eq!(
             next(&s, "a", &none, &none_claimed(), ours, lend(true), 2),
-            Next::Claim(s[2].clone()),
+            Next::Claim(Cut::whole(s[2].clone())),
             "whatever the seed"
         );
         // found in use by another node's pool: not claimed, as any free slice
         let unclaimable: BTreeSet<IpNet> = [net("10.0.0.128/26")].into();
-        assert_ne!(next(&s, "a", &none, &unclaimable, ours, lend(true), 1), Next::Claim(s[2].clone()));
+        assert_ne!(next(&s, "a", &none, &unclaimable, ours, lend(true), 1), Next::Claim(Cut::whole(s[2].clone())));
     }
 
     #[test]
@@ -425,14 +413,14 @@ mod tests {
     /// lowest free address of the slice it lands on. No address is given twice, no slice gets two owners, and the
     /// range fills completely before anyone hears "full".
     fn fill(range: IpNet, prefix: u8, nodes: u8, order: &[u8], excludes: &[String]) -> Result<(), TestCaseError> {
-        fill_growing(range, prefix, None, nodes, order, excludes)
+        fill_growing(range, prefix, Growth::fixed(prefix), nodes, order, excludes)
     }
 
-    /// [`fill`], the slices cut as `growth` says when it is given.
+    /// [`fill`], the slices cut as `growth` says.
     fn fill_growing(
         range: IpNet,
         prefix: u8,
-        growth: Option<Growth>,
+        growth: Growth,
         nodes: u8,
         order: &[u8],
         excludes: &[String],
@@ -467,13 +455,8 @@ mod tests {
                             }
                         }
                     }
-                    Next::Claim(s) => {
-                        prop_assert!(slices[s.index].node.is_empty(), "claimed an owned slice");
-                        slices[s.index].node = node.clone();
-                    }
-                    Next::Split(cut) => {
-                        prop_assert!(growth.is_some(), "cut without min_node_slice_size");
-                        prop_assert!(slices[cut.free.index].node.is_empty(), "cut an owned slice");
+                    Next::Claim(cut) => {
+                        prop_assert!(slices[cut.free.index].node.is_empty(), "claimed an owned slice");
                         let rest = cut.rest();
                         slices[cut.free.index] = Slice { index: cut.free.index, cidr: cut.cidr, node: node.clone() };
                         for cidr in rest {
@@ -518,7 +501,7 @@ mod tests {
         ) {
             let excludes: Vec<String> = exclude.map(|o| format!("198.18.0.{o}/30")).into_iter().collect();
             let growth = Growth { largest, smallest: (largest + more).min(30) };
-            fill_growing(net("198.18.0.0/24"), largest, Some(growth), nodes, &order, &excludes)?;
+            fill_growing(net("198.18.0.0/24"), largest, growth, nodes, &order, &excludes)?;
         }
 
         #[test]
