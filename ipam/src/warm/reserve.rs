@@ -40,6 +40,17 @@ const ROUND_BUDGET: Duration = Duration::from_secs(5);
 /// The longest wait between fills that fail (the API server away), and between reads of the pools for adoption.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// How long takes must pause before the hand-over and a refill above [`LOW_WATER`] start: a burst's takes are
+/// then handed over in one round per node, and its ADDs do not share the node's cores and the API server with
+/// the writes of the ones before them.
+const QUIET: Duration = Duration::from_millis(100);
+
+/// The longest the background work waits for that pause under a steady stream of takes.
+const QUIET_AT_MOST: Duration = Duration::from_secs(1);
+
+/// The share of the reserve (1/4) below which a refill starts at once, pause or not.
+const LOW_WATER: usize = 4;
+
 /// A config's reserve on this node.
 struct Network<S> {
     cfg: IpamConfig,
@@ -66,6 +77,8 @@ struct Inner<S> {
     /// One hand-over at a time: the round's, or a DEL's.
     handing: tokio::sync::Mutex<()>,
     wake: Notify,
+    /// When the last take was recorded (see [`QUIET`]).
+    last_take: Mutex<Option<tokio::time::Instant>>,
     /// What the fleet check found (checked once, with the first reserve's store).
     fleet: tokio::sync::OnceCell<Result<(), String>>,
     fleet_check: FleetCheck<S>,
@@ -116,6 +129,7 @@ impl<S: WarmStore> Reserves<S> {
                 attempted: Mutex::new(attempted),
                 handing: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
+                last_take: Mutex::new(None),
                 fleet: tokio::sync::OnceCell::new(),
                 fleet_check,
                 stopped: AtomicBool::new(false),
@@ -191,6 +205,7 @@ impl<S: WarmStore> Reserves<S> {
             return None;
         }
         tracing::info!(container_id = %take.container, slot = %take.slot.container, "took a warm slot");
+        *self.inner.last_take.lock().expect("not poisoned") = Some(tokio::time::Instant::now());
         self.inner.wake.notify_one();
         Some(assigned)
     }
@@ -261,10 +276,15 @@ impl<S: WarmStore> Reserves<S> {
                 }
                 return;
             }
+            let warm = usize::try_from(mode.warm).unwrap_or(usize::MAX);
+            let held = self.inner.networks.lock().expect("not poisoned").get(&key).map(|n| n.slots.len());
+            if held.is_some_and(|held| held >= warm / LOW_WATER) {
+                self.quiet().await;
+            }
             let missing = {
                 let mut networks = self.inner.networks.lock().expect("not poisoned");
                 let Some(network) = networks.get_mut(&key) else { return };
-                let missing = usize::try_from(mode.warm).unwrap_or(usize::MAX).saturating_sub(network.slots.len());
+                let missing = warm.saturating_sub(network.slots.len());
                 if missing == 0 {
                     network.filler = false;
                     return;
@@ -373,6 +393,7 @@ impl<S: WarmStore> Reserves<S> {
             if self.stopped() {
                 return;
             }
+            self.quiet().await;
             let _turn = self.inner.handing.lock().await;
             let pending: Vec<Take> = {
                 let journal = self.inner.journal.lock().expect("not poisoned");
@@ -386,6 +407,22 @@ impl<S: WarmStore> Reserves<S> {
             let done = self.round(pending).await;
             // at most two seconds apart: the API server back, what waits goes soon
             backoff = if done == total { Duration::from_secs(1) } else { (backoff * 2).min(Duration::from_secs(2)) };
+        }
+    }
+
+    /// Returns once no take came for [`QUIET`], or after [`QUIET_AT_MOST`].
+    async fn quiet(&self) {
+        let deadline = tokio::time::Instant::now() + QUIET_AT_MOST;
+        loop {
+            let last = *self.inner.last_take.lock().expect("not poisoned");
+            let Some(until) = last.map(|at| at + QUIET).filter(|until| *until > tokio::time::Instant::now()) else {
+                return;
+            };
+            if until >= deadline {
+                tokio::time::sleep_until(deadline).await;
+                return;
+            }
+            tokio::time::sleep_until(until).await;
         }
     }
 

@@ -12,8 +12,12 @@ use crate::verbs::WarmSettled;
 const NS: &str = "kube-system";
 
 fn config(pod: &str, reserve: bool) -> (IpamConfig, SliceMode) {
+    config_of(pod, reserve, 2)
+}
+
+fn config_of(pod: &str, reserve: bool, warm: u32) -> (IpamConfig, SliceMode) {
     let ipam = serde_json::json!({
-        "type": "hereabouts", "range": "198.18.0.0/24", "node_slice_size": "/28", "warm_addresses": 2,
+        "type": "hereabouts", "range": "198.18.0.0/24", "node_slice_size": "/28", "warm_addresses": warm,
         "enable_overlapping_ranges": reserve, "kubernetes": {"kubeconfig": "/k"},
     });
     let stdin = serde_json::json!({"cniVersion": "1.0.0", "name": "net", "type": "macvlan", "ipam": ipam}).to_string();
@@ -199,6 +203,28 @@ async fn the_reserve_answers_from_its_slots_hands_them_over_and_refills() {
         });
         assert_eq!(holder, Some(format!("ns/p{}", i + 1)));
     }
+    r.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_takes_writes_nothing_until_it_pauses_then_is_handed_over_and_refilled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let r = reserves(dir.path(), &store);
+    let (cfg, mode) = config_of("p0", true, 8);
+    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None, "empty at first");
+    until("filled", || r.held().get("net") == Some(&8)).await;
+    // six ADDs 20 ms apart: the hand-over and the refill wait for the pause after them, so the burst's ADDs share
+    // neither the node's cores nor the API server with their writes
+    let writes = store.writes();
+    for i in 1..=6 {
+        let (cfg, _) = config_of(&format!("p{i}"), true, 8);
+        assert!(r.take(&cfg, &mode, &request(&format!("c{i}")), true, "/k".as_ref(), store.clone()).is_some());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.writes(), writes, "nothing written while the takes came");
+    until("handed over", || r.pending() == 0).await;
+    until("refilled", || r.held().get("net") == Some(&8)).await;
     r.stop();
 }
 
