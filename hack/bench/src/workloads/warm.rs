@@ -38,6 +38,9 @@ const JOURNALS: &str = "/var/tmp/hereabouts-bench-warm";
 const SERVED: &str = "ADD done from the warm reserve";
 const TOOK: &str = "took a warm slot";
 const HANDED: &str = "warm hand-over";
+
+/// How long the agents' logs may lag the hand-over the API server shows.
+const LOGGED_WITHIN: Duration = Duration::from_secs(5);
 const REFUSED: &str = "warm reserve refused";
 /// `hereabouts_reconciler::agent`'s line for each invocation it did: an ADD that succeeded.
 const SERVED_ADD: [&str; 3] = ["served", "command=ADD", "ok=true"];
@@ -107,7 +110,14 @@ impl Bench {
         let after = self.snapshot().await;
         let mut res = summarise(&outs, wall, delta(&before, &after));
         let mut figures = self.after_burst(r, b, &outs, limits, wall, &before).await?;
-        let lines = Lines::read(agents, nodes, &offsets);
+        // an agent logs its hand-over round once the round's journal records are written, a little after the API
+        // server shows its writes
+        let logged_by = Instant::now() + LOGGED_WITHIN;
+        let mut lines = Lines::read(agents, nodes, &offsets);
+        while lines.handed < lines.takes && Instant::now() < logged_by {
+            tokio::time::sleep(POLL).await;
+            lines = Lines::read(agents, nodes, &offsets);
+        }
         if let Some(line) = lines.refused.as_ref().or(lines.node_missing.as_ref()) {
             self.note(format!("a warm agent did not use its reserve during the round: {line}"));
         }
