@@ -263,6 +263,21 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
     Ok(assigned)
 }
 
+/// Claims ahead, for the node agent when it sees a network of slice mode: `node`'s slice of each range with its
+/// pool, claimed and created when the node holds none while at least half of the range is free, so that its first
+/// ADDs only write their entries. Configs of other modes, and those whose ranges are chosen per pod or node, hold
+/// nothing ahead. The slices `node` holds (empty: none held ahead); nothing is written for a pod.
+pub async fn hold_slices(host: &impl Host, cfg: &IpamConfig, node: &str) -> Result<Vec<ipnet::IpNet>, VerbError> {
+    let Mode::Slices(mode) = &cfg.mode else { return Ok(Vec::new()) };
+    if mode.selection.is_active() || mode.kube.announce.is_some() {
+        return Ok(Vec::new());
+    }
+    let budget = Budget::new(cfg.timeout);
+    let store = connect(host, &mode.kube, Verb::Add).await?;
+    let _lock = host_lock(host, &store, slices::locked(cfg), node, &budget).await;
+    Ok(slices::hold(&store, cfg, mode, node, &budget).await?)
+}
+
 /// CHECK: the attachment `req` still holds what ADD gave it.
 pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<(), VerbError> {
     let budget = Budget::new(cfg.timeout);

@@ -997,3 +997,83 @@ async fn a_grown_range_keeps_off_what_a_whereabouts_pool_of_the_old_range_holds(
     let old = store.pools().into_iter().find(|p| p.spec.range == "198.18.65.0/29").expect("not retired");
     assert_eq!(old.spec.allocations.keys().collect::<Vec<_>>(), ["2"]);
 }
+
+/// The slices `node` is listed with in the only NodeSlicePool.
+fn slices_of_node(store: &MemoryStore, node: &str) -> Vec<String> {
+    let listed = store.node_slices()[0].status.clone().unwrap().allocations;
+    listed.into_iter().filter(|s| s.node_name == node).map(|s| s.slice_range).collect()
+}
+
+#[tokio::test]
+async fn slices_are_claimed_ahead_with_their_pools_while_half_the_range_is_free() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let cfg = config(serde_json::json!({"range": "198.18.0.0/24", "node_slice_size": "/26"}), "p");
+    let a = hold_slices(&host, &cfg, "node-a").await.unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(slices_of_node(&store, "node-a"), [a[0].to_string()]);
+    let pool = crate::names::slice_pool_name(&cfg.network_name, "node-a", a[0]);
+    let made = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(pool.as_str()));
+    assert!(made.expect("the slice's pool").spec.allocations.is_empty(), "no entry is written ahead");
+    assert!(store.reservations().is_empty(), "no reservation is written ahead");
+    // held already: read, nothing written
+    let writes = store.writes();
+    assert_eq!(hold_slices(&host, &cfg, "node-a").await.unwrap(), a);
+    assert_eq!(store.writes(), writes);
+    // node-b and node-c claim while half the range is free; node-d finds a quarter free and waits for its first ADD
+    assert_eq!(hold_slices(&host, &cfg, "node-b").await.unwrap().len(), 1);
+    assert_eq!(hold_slices(&host, &cfg, "node-c").await.unwrap().len(), 1);
+    assert!(hold_slices(&host, &cfg, "node-d").await.unwrap().is_empty());
+    assert!(slices_of_node(&store, "node-d").is_empty());
+    // the node's first ADD writes its entry (and reservation) into the slice held ahead, and claims nothing
+    let writes = store.writes();
+    let ip = add(
+        &host,
+        &config(serde_json::json!({"range": "198.18.0.0/24", "node_slice_size": "/26"}), "p1"),
+        &request("c1", "node-a"),
+    )
+    .await
+    .unwrap()[0]
+        .ip;
+    assert!(a[0].contains(&ip), "{ip} in node-a's slice {}", a[0]);
+    assert_eq!(store.writes() - writes, 2, "one entry and one reservation");
+    assert_eq!(slices_of_node(&store, "node-a").len(), 1);
+    assert_no_address_twice(&store);
+}
+
+#[tokio::test]
+async fn a_claim_ahead_whose_answer_is_lost_is_read_back_and_made_once() {
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    let store = MemoryStore::new(NS);
+    let lost = FaultPlan::quiet(1).at(Op::MoveSlice, 1, Fault::LostResponse).at(Op::CreatePool, 1, Fault::LostResponse);
+    let host = TestHost(store.handle("agent", lost));
+    let cfg = config(serde_json::json!({"range": "198.18.0.0/24", "node_slice_size": "/26"}), "p");
+    let held = hold_slices(&host, &cfg, "node-a").await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        slices_of_node(&store, "node-a"),
+        [held[0].to_string()],
+        "one slice, though the claim's answer was lost"
+    );
+    assert_eq!(store.pools().len(), 1, "one pool, though its create's answer was lost");
+    assert!(store.faults().values().sum::<u64>() >= 2, "both faults were met: {:?}", store.faults());
+}
+
+#[tokio::test]
+async fn adaptive_slices_are_claimed_ahead_at_their_smallest() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"range": "198.18.0.0/24", "node_slice_size": "/26", "min_node_slice_size": "/28"});
+    let held = hold_slices(&host, &config(ipam, "p"), "node-a").await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].prefix_len(), 28);
+}
+
+#[tokio::test]
+async fn other_modes_hold_nothing_ahead() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let cfg = config(serde_json::json!({"range": "198.18.0.0/24"}), "p");
+    assert!(hold_slices(&host, &cfg, "node-a").await.unwrap().is_empty());
+    assert_eq!(store.writes(), 0);
+}

@@ -251,6 +251,68 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         }
     }
 
+    /// Claims ahead of any ADD (the node agent, when a network appears): makes sure this node holds a slice of the
+    /// range and that its pool exists, so that the node's first ADDs write an entry and nothing else. Claims only
+    /// while at least half of the range is in free slices ([`slices::may_claim_ahead`]): past that, slices go to
+    /// the nodes that ask. Returns the node's slice, `None` when it holds none and claims none ahead. Writes no
+    /// entry and no reservation; a claim is the ADD's own guarded patch, read back whatever its answer.
+    pub(super) async fn hold(&self) -> Result<Option<IpNet>, IpamError> {
+        let name = names::node_slice_pool_name(self.network_name(), &self.who.cfg.name);
+        let mut slices = self.read_slices(&name).await?;
+        let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
+        let mut claims = 0;
+        loop {
+            if self.budget.expired() {
+                return Err(IpamError::Expired(format!("node slices {name}: no slice claimed ahead in time")));
+            }
+            if let Some(own) = slices.iter().find(|s| s.node == self.node()).cloned() {
+                let Some(sub) = self.range.slice(own.cidr) else { return Ok(None) };
+                let target = Target::new(own.pool_name(self.network_name()), &sub);
+                let policy = InSlice {
+                    add: self,
+                    node_slices: &name,
+                    slice: &own,
+                    created: AtomicBool::new(false),
+                    missing: AtomicBool::new(false),
+                };
+                return match Claim::new(self.store, self.who, target, &policy, self.budget).read_pool().await {
+                    Ok(_) => Ok(Some(own.cidr)),
+                    // the slice changed hands, or another node's pool of it holds entries: an ADD sorts it out
+                    Err(IpamError::Exhausted { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                };
+            }
+            if !slices::may_claim_ahead(&slices, self.range.cidr()) {
+                return Ok(None);
+            }
+            let next = self.next_slice(&slices, &BTreeSet::new(), &unclaimable, None, 0);
+            let Next::Claim(cut) = next else { return Ok(None) };
+            self.budget
+                .pause(claims)
+                .await
+                .map_err(|_| IpamError::Expired(format!("node slices {name}: claim a slice ahead")))?;
+            claims += 1;
+            // the node's ADDs that find its slices full meanwhile wait for this claim, and take its slice
+            let turn = self.store.slice_turn(&name).await;
+            if turn.is_some() {
+                let now = self.read_slices(&name).await?;
+                if now.iter().any(|s| s.node == self.node()) {
+                    slices = now;
+                    continue;
+                }
+            }
+            if let Some(holder) = self.held_elsewhere(cut.cidr).await? {
+                tracing::info!(node_slices = name, slice = %cut.cidr, node = %holder.node, pool = %holder.pool,
+                    "a slice listed free whose pool of another node holds entries: not claimed ahead");
+                unclaimable.insert(cut.free.cidr);
+                slices = self.read_slices(&name).await?;
+                continue;
+            }
+            self.claim(&name, &cut).await?;
+            slices = self.read_slices(&name).await?;
+        }
+    }
+
     /// Where a requested address is allocated: in the slice that holds it, claimed first when it is free.
     fn requested_next(&self, slices: &[Slice], ip: IpAddr) -> Result<Next, IpamError> {
         let unusable = || IpamError::RequestedUnusable { ip, range: self.range.cidr().to_string() };

@@ -85,6 +85,41 @@ pub(crate) async fn add_for_node<S: PoolStore + ReservationStore + SliceStore>(
     crate::pools::each_range_journaled(store, cfg, budget, &one).await
 }
 
+/// Claims ahead for `node` (the node agent, when it sees the network): for each range of `cfg`, a slice of the
+/// node's with its pool, claimed and created when the node holds none and at least half of the range is in free
+/// slices. The slices the node holds afterwards (one per range at most); nothing is written for a pod.
+pub(crate) async fn hold<S: PoolStore + ReservationStore + SliceStore>(
+    store: &S,
+    cfg: &IpamConfig,
+    mode: &SliceMode,
+    node: &str,
+    budget: &Budget,
+) -> Result<Vec<ipnet::IpNet>, IpamError> {
+    let req = Request { container_id: String::new(), ifname: String::new(), node: node.to_string() };
+    let podref = cfg.pod.to_string();
+    let who = Claimant::new(cfg, &mode.kube, &req, &podref);
+    let capped = AtomicU64::new(0);
+    let mut held = Vec::new();
+    for range in &cfg.ranges {
+        let (size, max_slices, growth) = (&mode.size, mode.max_slices, mode.growth());
+        let one = add::SlicedAdd {
+            store,
+            who: &who,
+            range,
+            budget,
+            size,
+            requested: None,
+            given: &[],
+            first_add: false,
+            max_slices,
+            growth,
+            capped: &capped,
+        };
+        held.extend(one.hold().await?);
+    }
+    Ok(held)
+}
+
 /// The claim of the range's address in a slice.
 struct InSlices<'a, S> {
     store: &'a S,

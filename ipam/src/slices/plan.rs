@@ -65,6 +65,16 @@ pub fn all_free(range: IpNet, prefix: u8) -> Result<Vec<NodeSliceAllocation>, Sl
         .collect())
 }
 
+/// Whether a node that holds no slice of `range` may claim one ahead of its first ADD: while at least half of the
+/// range's addresses are in free slices. A network's slices then go to its nodes as it appears (as Whereabouts'
+/// node-slice controller gives them), and a range with fewer slices than nodes is left to the nodes that ask.
+pub fn may_claim_ahead(slices: &[Slice], range: IpNet) -> bool {
+    let size =
+        |cidr: IpNet| 1u128.checked_shl(u32::from(cidr.max_prefix_len() - cidr.prefix_len())).unwrap_or(u128::MAX);
+    let free: u128 = slices.iter().filter(|s| s.node.is_empty()).map(|s| size(s.cidr)).sum();
+    free.saturating_mul(2) >= size(range)
+}
+
 /// A slice pool that holds entries, or addresses still cooling: whoever its name says owns the slice does, whatever
 /// a NodeSlicePool now says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,6 +294,26 @@ mod tests {
         assert!(matches!(divide(net("10.0.0.0/24"), 23), Err(SliceError::BadPrefix { .. })));
         assert!(matches!(divide(net("10.0.0.0/8"), 30), Err(SliceError::TooMany { count: 4194304, .. })));
         assert!(matches!(divide(net("2001:db8::/32"), 128), Err(SliceError::TooMany { .. })));
+    }
+
+    #[test]
+    fn slices_are_claimed_ahead_while_half_the_range_is_free() {
+        let range = net("10.0.0.0/24");
+        let half = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", "b"), ("10.0.0.128/26", ""), ("10.0.0.192/26", "")]);
+        assert!(may_claim_ahead(&half, range));
+        let more = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", "b"), ("10.0.0.128/26", "c"), ("10.0.0.192/26", "")]);
+        assert!(!may_claim_ahead(&more, range));
+        // adaptive slices count by their size, not their number
+        let cut = mk(&[
+            ("10.0.0.0/25", "a"),
+            ("10.0.0.128/28", "b"),
+            ("10.0.0.144/28", ""),
+            ("10.0.0.160/27", ""),
+            ("10.0.0.192/26", ""),
+        ]);
+        assert!(!may_claim_ahead(&cut, range));
+        assert!(may_claim_ahead(&mk(&[("2001:db8::/65", ""), ("2001:db8:0:0:8000::/65", "a")]), net("2001:db8::/64")));
+        assert!(!may_claim_ahead(&[], range));
     }
 
     #[test]
