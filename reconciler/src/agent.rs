@@ -69,6 +69,11 @@ pub struct Args {
     /// invocation that names it.
     #[arg(long = "follow")]
     pub follow: Vec<PathBuf>,
+    /// Claim this node's slice of each hereabouts network of slice mode as its NetworkAttachmentDefinition appears
+    /// (while at least half of the range is free), so that the node's first ADDs only write their entries. Needs
+    /// the agent's own identity, allowed to list and watch NetworkAttachmentDefinitions.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub claim_ahead: bool,
     /// `agent` alone: where /healthz, /readyz (ready once the socket is served) and /metrics
     /// (`hereabouts_agent_invocations_total`) are served, without authentication; unset, nowhere.
     #[arg(long)]
@@ -319,6 +324,7 @@ pub async fn serve(
     fleet: Option<kube::Client>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let ahead = fleet.clone().filter(|_| args.claim_ahead);
     let host = AgentHost {
         warm: Some(crate::warm::open(&args.node_name, &args.warm_dir, fleet)),
         node: Some(args.node_name.as_str().into()),
@@ -329,6 +335,9 @@ pub async fn serve(
     for kubeconfig in args.follow.iter().filter(|k| k.exists()) {
         let listed = host.follow(kubeconfig, FOLLOW_WAIT).await;
         tracing::info!(kubeconfig = %kubeconfig.display(), listed, "agent: following the node's pools");
+    }
+    if let Some(client) = ahead {
+        tokio::spawn(crate::ahead::run(host.clone(), client, args.node_name.as_str().into()));
     }
     let listener = bind(&args.socket)?;
     if let Some(warm) = host.warm.clone() {

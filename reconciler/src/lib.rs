@@ -7,6 +7,7 @@
 pub const REVISION: &str = env!("HEREABOUTS_REVISION");
 
 pub mod agent;
+mod ahead;
 mod copies;
 pub mod gauges;
 pub mod http;

@@ -302,6 +302,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             concurrency: args.agent_concurrency,
             warm_dir: args.agent_warm_dir.clone(),
             follow: vec![crate::agent::DEFAULT_FOLLOW.into()],
+            claim_ahead: true,
             listen: None,
         };
         let metrics = crate::agent::AgentMetrics::of(&health.metrics);

@@ -328,3 +328,67 @@ async fn a_first_add_through_an_agent_that_follows_the_pools_reads_nothing() {
 fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok().map(|v| v as u64))
 }
+
+/// A network of slice mode: the agent (with its own identity, allowed to watch NetworkAttachmentDefinitions) claims
+/// its node's slice and makes the slice's pool as the definition appears, with the CNI's identity, so the node's
+/// first ADD writes its entry and its reservation only. Claims ahead stop once half of the range is claimed: of four
+/// nodes on four slices, three claim ahead, and the fourth's first ADD claims the last.
+#[tokio::test]
+async fn the_agent_claims_its_nodes_slice_as_the_network_appears() {
+    use hereabouts_ipam::crd::NodeSlicePool;
+    use hereabouts_tests::{Identity, runtime, wait};
+    const NODES: [&str; 4] = ["node-a", "node-b", "node-c", "node-d"];
+    let fx = CniFixture::new("agent-ahead").await;
+    let crd = runtime::nad_crd_path().expect("the NetworkAttachmentDefinition CRD is missing: run hack/testenv.sh");
+    runtime::install_nad_crd(&fx.admin, &crd).await.unwrap();
+    let own = fx.cluster.kubeconfig(Identity::Admin, &fx.ns);
+    let mut agents = Vec::new();
+    for node in NODES {
+        let socket = fx.cluster.dir().join(format!("{}-ahead-{node}.sock", fx.ns));
+        agents.push(Agent::start_with(&socket, node, &[("KUBECONFIG", own.as_path())]).await);
+    }
+    let logs = || agents.iter().map(|a| a.logs()).collect::<Vec<_>>().join("\n---\n");
+    let config = fx.netconf("1.0.0", "ahead", json!({"range": "198.18.121.0/26", "node_slice_size": "/28"}));
+    runtime::create_nad(&fx.admin, &fx.ns, "ahead", &config).await.unwrap();
+
+    let listing = kube::Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+    let owners = || async {
+        let pool = listing.get_opt("ahead").await.unwrap()?;
+        Some(pool.status?.allocations.into_iter().map(|s| (s.node_name, s.slice_range)).collect::<Vec<_>>())
+    };
+    let held = wait::until(Duration::from_secs(30), "three nodes' slices claimed ahead", || async {
+        let owners = owners().await?;
+        (owners.iter().filter(|(node, _)| !node.is_empty()).count() == 3).then_some(owners)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", logs()));
+    // the fourth agent saw a quarter of the range free, and claims nothing (it logs that at debug level only)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(owners().await.as_ref(), Some(&held), "{}", logs());
+    let claimed: BTreeSet<&str> = held.iter().map(|(node, _)| node.as_str()).filter(|n| !n.is_empty()).collect();
+    assert_eq!(claimed.len(), 3, "one slice each: {held:?}");
+    // the slices' pools are made, empty; no reservation is written ahead
+    let pools = fx.pools().await;
+    assert_eq!(pools.len(), 3, "{pools:#?}");
+    assert!(pools.iter().all(|p| p.spec.allocations.is_empty()), "{pools:#?}");
+    assert!(fx.reservations().await.is_empty());
+
+    // a node's first ADD writes into its slice and claims nothing
+    let (index, node) = NODES.iter().enumerate().find(|(_, n)| claimed.contains(*n)).unwrap();
+    let slice: ipnet::IpNet = held.iter().find(|(n, _)| n == node).unwrap().1.parse().unwrap();
+    let before = listing.get("ahead").await.unwrap().metadata.resource_version;
+    let on = |inv: Invocation, i: usize| {
+        inv.with_env("NODENAME", NODES[i]).with_env("HEREABOUTS_AGENT_SOCKET", agents[i].socket.to_str().unwrap())
+    };
+    let add = on(fx.invocation("ADD", &config, "p1", "c1"), index).run().await;
+    assert!(add.success, "{}\n{}", add.stdout, add.stderr);
+    assert!(add.ips().iter().all(|ip| slice.contains(ip)), "{:?} in {node}'s slice {slice}", add.ips());
+    assert_eq!(listing.get("ahead").await.unwrap().metadata.resource_version, before, "no claim on the ADD's path");
+    assert_eq!(served(&agents[index], "ADD", "c1"), 1, "{}", logs());
+    // the fourth node's first ADD claims the last slice
+    let last = NODES.iter().position(|n| !claimed.contains(n)).unwrap();
+    let add = on(fx.invocation("ADD", &config, "p2", "c2"), last).run().await;
+    assert!(add.success, "{}\n{}", add.stdout, add.stderr);
+    let owners = owners().await.unwrap();
+    assert!(owners.iter().all(|(node, _)| !node.is_empty()), "every slice claimed: {owners:?}");
+}
