@@ -42,7 +42,16 @@ impl Agents {
     /// kubeconfig, as the chart has each agent follow install-cni's) for its node. Each has a warm journal directory of its own (all simulated nodes share this
     /// machine, so none may use the default): in `warm`'s journals when given (their warm lines are logged then),
     /// else `<dir>/<node>.warm`, never written without a reserve.
-    pub async fn start(dir: &Path, nodes: &[String], follow: &Path, warm: Option<Warm<'_>>) -> anyhow::Result<Self> {
+    ///
+    /// `identity` (or `warm`'s) is their own kubeconfig (`KUBECONFIG`), with which they watch the
+    /// NetworkAttachmentDefinitions and claim their nodes' slices ahead; without one they claim on their first ADDs.
+    pub async fn start(
+        dir: &Path,
+        nodes: &[String],
+        follow: &Path,
+        identity: Option<&Path>,
+        warm: Option<Warm<'_>>,
+    ) -> anyhow::Result<Self> {
         let program = std::env::current_exe()?.with_file_name("hereabouts-reconciler");
         if !program.is_file() {
             bail!("{} is missing: run `make bench` (it builds it)", program.display());
@@ -69,8 +78,8 @@ impl Agents {
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log);
-            if let Some(w) = warm {
-                cmd.env("KUBECONFIG", w.identity);
+            if let Some(own) = warm.map(|w| w.identity).or(identity) {
+                cmd.env("KUBECONFIG", own);
             }
             let child = cmd.spawn().with_context(|| format!("start {}", program.display()))?;
             me.children.push(child);

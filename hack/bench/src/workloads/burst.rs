@@ -58,15 +58,24 @@ impl Bench {
         }
         if variant == Variant::HereaboutsAgent {
             let nodes: Vec<String> = (0..self.sizes.nodes).map(|i| format!("node-{i}")).collect();
+            // the agents' own identity: they watch the NADs and claim their nodes' slices ahead, as Whereabouts'
+            // controller assigns them for Wf; the burst starts once every node holds one
+            let identity = self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns);
             let agents = super::agents::Agents::start(
                 &self.cluster.dir().join(format!("agents-{}", r.ns)),
                 &nodes,
-                &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
+                &identity,
+                Some(&identity),
                 None,
             )
             .await?;
             r.agents = Some(agents.dir.clone());
+            let (ahead, took) = self.slices_ahead(&r, &nodes).await?;
+            self.note(format!(
+                "W1s agent: every node held a slice claimed ahead {took:.2} s after the round's NAD was created"
+            ));
             let res = self.burst_in(&r, round).await;
+            ahead.stop(&self.admin, &r.ns).await;
             if let Some(mib) = agents.stop() {
                 self.note(format!(
                     "W1s: the agents' peak resident memory, the largest of {}: {mib:.1} MiB",

@@ -91,6 +91,7 @@ impl Bench {
             &adders,
             &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
             None,
+            None,
         )
         .await?;
         r.agents = Some(agents.dir.clone());

@@ -64,6 +64,7 @@ impl Bench {
                     &nodes,
                     &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
                     None,
+                    None,
                 )
                 .await?;
                 r.agents = Some(agents.dir.clone());

@@ -159,3 +159,46 @@ impl Bench {
         }
     }
 }
+
+/// The round's NAD for hereabouts' agents, deleted with [`SlicesAhead::stop`] so that later rounds' agents, which
+/// watch every namespace, do not claim in this round's network.
+#[derive(Debug)]
+pub struct SlicesAhead;
+
+impl SlicesAhead {
+    pub async fn stop(self, admin: &Client, ns: &str) {
+        let _ = nad_api(admin, ns).delete(NODE_SLICES, &DeleteParams::default()).await;
+    }
+}
+
+impl Bench {
+    /// Creates a NAD of the round's config, which hereabouts' agents (given an identity) see and claim their nodes'
+    /// slices ahead for, as Whereabouts' controller assigns them for `Wf`; returns once the NodeSlicePool lists a
+    /// slice for each of `nodes`, with the seconds that took.
+    pub(super) async fn slices_ahead(&self, r: &Round, nodes: &[String]) -> anyhow::Result<(SlicesAhead, f64)> {
+        let crd =
+            runtime::nad_crd_path().context("the NetworkAttachmentDefinition CRD is missing (hack/testenv.sh)")?;
+        runtime::install_nad_crd(&self.admin, &crd).await?;
+        let config: Value = serde_json::from_str(&r.config)?;
+        let t0 = Instant::now();
+        runtime::create_nad(&self.admin, &r.ns, NODE_SLICES, &config).await?;
+        let api = Api::<NodeSlicePool>::namespaced(self.admin.clone(), &r.ns);
+        loop {
+            if let Ok(Some(pool)) = api.get_opt(NODE_SLICES).await {
+                let owners: Vec<&str> = pool
+                    .status
+                    .as_ref()
+                    .map(|s| s.allocations.iter().map(|a| a.node_name.as_str()).collect())
+                    .unwrap_or_default();
+                if nodes.iter().all(|n| owners.contains(&n.as_str())) {
+                    return Ok((SlicesAhead, t0.elapsed().as_secs_f64()));
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                SlicesAhead.stop(&self.admin, &r.ns).await;
+                bail!("the agents did not claim a slice for every node within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

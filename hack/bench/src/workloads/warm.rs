@@ -83,6 +83,7 @@ impl Bench {
             &self.cluster.dir().join(format!("agents-{}", r.ns)),
             nodes,
             &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
+            None,
             Some(warm_agents),
         )
         .await?;
