@@ -251,6 +251,8 @@ fn each_identity_is_granted_exactly_its_list() {
         // the node agent, before a warm reserve: does Whereabouts' reconciler run (a DaemonSet or a CronJob)?
         ("apps", "daemonsets", &["list"], None),
         ("batch", "cronjobs", &["list"], None),
+        // the node agent: claim its node's slice as a network's NAD appears
+        ("k8s.cni.cncf.io", "network-attachment-definitions", &["list", "watch"], None),
         // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
         ("events.k8s.io", "events", &["create", "patch"], None),
     ]);
