@@ -146,13 +146,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                         target.read = Some(seen);
                         target.hinted = true;
                     }
-                    let policy = InSlice {
-                        add: self,
-                        node_slices: &name,
-                        slice: &slice,
-                        created: AtomicBool::new(false),
-                        missing: AtomicBool::new(false),
-                    };
+                    let policy = InSlice::new(self, &name, &slice);
                     match Claim::new(self.store, self.who, target, &policy, self.budget).run(journal).await {
                         Ok(ip) => return Ok(ip),
                         Err(e @ (IpamError::Exhausted { .. } | IpamError::CoolingDown { .. }))
@@ -216,16 +210,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                             continue;
                         }
                     }
-                    if let Some(holder) = self.held_elsewhere(cut.cidr).await? {
-                        // most often another node claimed it since the slices were read: read them again
-                        tracing::info!(node_slices = name, slice = %cut.cidr, node = %holder.node, pool = %holder.pool,
-                            "a slice listed free whose pool of another node holds entries: not claimed");
-                        unclaimable.insert(cut.free.cidr);
-                        slices = self.read_slices(&name).await?;
-                        continue;
-                    }
-                    self.claim(&name, &cut).await?;
-                    slices = self.read_slices(&name).await?;
+                    slices = self.claim_unless_held(&name, &cut, &mut unclaimable).await?;
                 }
                 Next::Full if !unborn.is_empty() && waits < UNBORN_WAITS => {
                     // every slice is claimed and some owners have not made their pool yet (under load, a claim
@@ -268,13 +253,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             if let Some(own) = slices.iter().find(|s| s.node == self.node()).cloned() {
                 let Some(sub) = self.range.slice(own.cidr) else { return Ok(None) };
                 let target = Target::new(own.pool_name(self.network_name()), &sub);
-                let policy = InSlice {
-                    add: self,
-                    node_slices: &name,
-                    slice: &own,
-                    created: AtomicBool::new(false),
-                    missing: AtomicBool::new(false),
-                };
+                let policy = InSlice::new(self, &name, &own);
                 return match Claim::new(self.store, self.who, target, &policy, self.budget).read_pool().await {
                     Ok(_) => Ok(Some(own.cidr)),
                     // the slice changed hands, or another node's pool of it holds entries: an ADD sorts it out
@@ -301,15 +280,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     continue;
                 }
             }
-            if let Some(holder) = self.held_elsewhere(cut.cidr).await? {
-                tracing::info!(node_slices = name, slice = %cut.cidr, node = %holder.node, pool = %holder.pool,
-                    "a slice listed free whose pool of another node holds entries: not claimed ahead");
-                unclaimable.insert(cut.free.cidr);
-                slices = self.read_slices(&name).await?;
-                continue;
-            }
-            self.claim(&name, &cut).await?;
-            slices = self.read_slices(&name).await?;
+            slices = self.claim_unless_held(&name, &cut, &mut unclaimable).await?;
         }
     }
 
@@ -486,6 +457,25 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         Ok(())
     }
 
+    /// Claims `cut` for this node unless another node's pool of it holds entries (then it is `unclaimable` for this
+    /// ADD: most often another node claimed it since the slices were read); the slices as read afterwards.
+    async fn claim_unless_held(
+        &self,
+        name: &str,
+        cut: &Cut,
+        unclaimable: &mut BTreeSet<IpNet>,
+    ) -> Result<Vec<Slice>, IpamError> {
+        match self.held_elsewhere(cut.cidr).await? {
+            Some(holder) => {
+                tracing::info!(node_slices = name, slice = %cut.cidr, node = %holder.node, pool = %holder.pool,
+                    "a slice listed free whose pool of another node holds entries: not claimed");
+                unclaimable.insert(cut.free.cidr);
+            }
+            None => self.claim(name, cut).await?,
+        }
+        self.read_slices(name).await
+    }
+
     /// Another node's slice pool of `cidr` that holds entries (or addresses cooling), if any: a slice in use,
     /// whatever the NodeSlicePool says (lost and rebuilt, or freed by Whereabouts' controller under its pods).
     async fn held_elsewhere(&self, cidr: IpNet) -> Result<Option<slices::Holder>, IpamError> {
@@ -545,7 +535,11 @@ struct InSlice<'a, 'b, S> {
     missing: AtomicBool,
 }
 
-impl<S: PoolStore + ReservationStore + SliceStore> InSlice<'_, '_, S> {
+impl<'a, 'b, S: PoolStore + ReservationStore + SliceStore> InSlice<'a, 'b, S> {
+    fn new(add: &'a SlicedAdd<'b, S>, node_slices: &'a str, slice: &'a Slice) -> Self {
+        Self { add, node_slices, slice, created: AtomicBool::new(false), missing: AtomicBool::new(false) }
+    }
+
     /// Whether the slice, as the NodeSlicePool lists it `now`, is no longer the node's whose pool this claim
     /// writes (this node's, or the lender's).
     fn moved(&self, now: Option<&Slice>) -> bool {

@@ -115,11 +115,7 @@ impl Bench {
         if !program.is_file() {
             bail!("{} is missing (hack/testenv.sh builds it)", program.display());
         }
-        let crd =
-            runtime::nad_crd_path().context("the NetworkAttachmentDefinition CRD is missing (hack/testenv.sh)")?;
-        runtime::install_nad_crd(&self.admin, &crd).await?;
-        let config: Value = serde_json::from_str(&r.config)?;
-        runtime::create_nad(&self.admin, &r.ns, NODE_SLICES, &config).await?;
+        self.create_round_nad(r).await?;
         slices.nad = true;
         let log = self.cluster.dir().join(format!("nodeslicecontroller-{}.log", r.ns));
         let file = std::fs::File::create(&log)?;
@@ -142,15 +138,8 @@ impl Bench {
             {
                 bail!("it exited ({status}); its log: {}", log.display());
             }
-            if let Ok(Some(pool)) = api.get_opt(NODE_SLICES).await {
-                let owners: Vec<&str> = pool
-                    .status
-                    .as_ref()
-                    .map(|s| s.allocations.iter().map(|a| a.node_name.as_str()).collect())
-                    .unwrap_or_default();
-                if nodes.iter().all(|n| owners.contains(&n.as_str())) {
-                    return Ok(t0.elapsed().as_secs_f64());
-                }
+            if lists_every_node(&api, nodes).await {
+                return Ok(t0.elapsed().as_secs_f64());
             }
             if t0.elapsed() > Duration::from_secs(60) {
                 bail!("no NodeSlicePool listing every node within 60 s; its log: {}", log.display());
@@ -176,23 +165,12 @@ impl Bench {
     /// slices ahead for, as Whereabouts' controller assigns them for `Wf`; returns once the NodeSlicePool lists a
     /// slice for each of `nodes`, with the seconds that took.
     pub(super) async fn slices_ahead(&self, r: &Round, nodes: &[String]) -> anyhow::Result<(SlicesAhead, f64)> {
-        let crd =
-            runtime::nad_crd_path().context("the NetworkAttachmentDefinition CRD is missing (hack/testenv.sh)")?;
-        runtime::install_nad_crd(&self.admin, &crd).await?;
-        let config: Value = serde_json::from_str(&r.config)?;
         let t0 = Instant::now();
-        runtime::create_nad(&self.admin, &r.ns, NODE_SLICES, &config).await?;
+        self.create_round_nad(r).await?;
         let api = Api::<NodeSlicePool>::namespaced(self.admin.clone(), &r.ns);
         loop {
-            if let Ok(Some(pool)) = api.get_opt(NODE_SLICES).await {
-                let owners: Vec<&str> = pool
-                    .status
-                    .as_ref()
-                    .map(|s| s.allocations.iter().map(|a| a.node_name.as_str()).collect())
-                    .unwrap_or_default();
-                if nodes.iter().all(|n| owners.contains(&n.as_str())) {
-                    return Ok((SlicesAhead, t0.elapsed().as_secs_f64()));
-                }
+            if lists_every_node(&api, nodes).await {
+                return Ok((SlicesAhead, t0.elapsed().as_secs_f64()));
             }
             if t0.elapsed() > Duration::from_secs(60) {
                 SlicesAhead.stop(&self.admin, &r.ns).await;
@@ -201,4 +179,23 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+impl Bench {
+    /// A NAD named [`NODE_SLICES`] carrying the round's config, its CRD installed first when it is not.
+    async fn create_round_nad(&self, r: &Round) -> anyhow::Result<()> {
+        let crd =
+            runtime::nad_crd_path().context("the NetworkAttachmentDefinition CRD is missing (hack/testenv.sh)")?;
+        runtime::install_nad_crd(&self.admin, &crd).await?;
+        let config: Value = serde_json::from_str(&r.config)?;
+        runtime::create_nad(&self.admin, &r.ns, NODE_SLICES, &config).await
+    }
+}
+
+/// Whether the round's NodeSlicePool lists a slice for each of `nodes`.
+async fn lists_every_node(api: &Api<NodeSlicePool>, nodes: &[String]) -> bool {
+    let Ok(Some(pool)) = api.get_opt(NODE_SLICES).await else { return false };
+    let owners: Vec<&str> =
+        pool.status.as_ref().map(|s| s.allocations.iter().map(|a| a.node_name.as_str()).collect()).unwrap_or_default();
+    nodes.iter().all(|n| owners.contains(&n.as_str()))
 }
