@@ -25,18 +25,26 @@ impl Agent {
     }
 
     /// [`Agent::start`] with more environment: `KUBECONFIG` names the agent's own identity (the one it asks
-    /// whether Whereabouts' reconciler runs with), as a DaemonSet pod's service account is in the cluster.
+    /// whether Whereabouts' reconciler runs with), as a DaemonSet pod's service account is in the cluster. It
+    /// claims no slice ahead (`--claim-ahead=false`): agents of tests that run at once on one control plane would
+    /// claim in each other's networks, whose NADs they all see.
     pub async fn start_with(socket: &Path, node: &str, env: &[(&str, &Path)]) -> Self {
-        Self::launch(socket, node, env, None).await
+        Self::launch(socket, node, env, None, false).await
+    }
+
+    /// [`Agent::start_with`], claiming its node's slices ahead as NADs appear (`--claim-ahead`, the default of the
+    /// chart's agent).
+    pub async fn start_claiming_ahead(socket: &Path, node: &str, env: &[(&str, &Path)]) -> Self {
+        Self::launch(socket, node, env, None, true).await
     }
 
     /// [`Agent::start`] following `kubeconfig`'s pools from its start (`--follow`, as the chart has it follow
     /// install-cni's): it serves once its watches have listed them, or after its 10 s wait.
     pub async fn start_following(socket: &Path, node: &str, kubeconfig: &Path) -> Self {
-        Self::launch(socket, node, &[], Some(kubeconfig)).await
+        Self::launch(socket, node, &[], Some(kubeconfig), false).await
     }
 
-    async fn launch(socket: &Path, node: &str, env: &[(&str, &Path)], follow: Option<&Path>) -> Self {
+    async fn launch(socket: &Path, node: &str, env: &[(&str, &Path)], follow: Option<&Path>, ahead: bool) -> Self {
         let log = socket.with_extension("log");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let listen = format!("127.0.0.1:{port}");
@@ -46,6 +54,7 @@ impl Agent {
             .arg("--socket")
             .arg(socket)
             .args(["--node-name", node, "--listen", &listen])
+            .arg(format!("--claim-ahead={ahead}"))
             .arg("--warm-dir")
             .arg(socket.with_extension("warm"))
             .args(follow.map(|k| [std::ffi::OsStr::new("--follow"), k.as_os_str()]).into_iter().flatten())

@@ -337,7 +337,8 @@ fn metric(text: &str, name: &str) -> Option<u64> {
 async fn the_agent_claims_its_nodes_slice_as_the_network_appears() {
     use hereabouts_ipam::crd::NodeSlicePool;
     use hereabouts_tests::{Identity, runtime, wait};
-    const NODES: [&str; 4] = ["node-a", "node-b", "node-c", "node-d"];
+    // names no other test's agents use (theirs claim nothing ahead either)
+    const NODES: [&str; 4] = ["ahead-a", "ahead-b", "ahead-c", "ahead-d"];
     let fx = CniFixture::new("agent-ahead").await;
     let crd = runtime::nad_crd_path().expect("the NetworkAttachmentDefinition CRD is missing: run hack/testenv.sh");
     runtime::install_nad_crd(&fx.admin, &crd).await.unwrap();
@@ -345,7 +346,7 @@ async fn the_agent_claims_its_nodes_slice_as_the_network_appears() {
     let mut agents = Vec::new();
     for node in NODES {
         let socket = fx.cluster.dir().join(format!("{}-ahead-{node}.sock", fx.ns));
-        agents.push(Agent::start_with(&socket, node, &[("KUBECONFIG", own.as_path())]).await);
+        agents.push(Agent::start_claiming_ahead(&socket, node, &[("KUBECONFIG", own.as_path())]).await);
     }
     let logs = || agents.iter().map(|a| a.logs()).collect::<Vec<_>>().join("\n---\n");
     let config = fx.netconf("1.0.0", "ahead", json!({"range": "198.18.121.0/26", "node_slice_size": "/28"}));

@@ -486,6 +486,10 @@ enum Job {
     /// the cluster) fills a network's warm reserve after its first ADD, having checked that Whereabouts' reconciler
     /// runs nowhere. Without the verb: the reserve is refused, the reason naming this text, and stays empty.
     KeepWarmReserve(&'static str),
+    /// The node agent, this identity its own, claims its node's slice of a network of slice mode as the network's
+    /// NetworkAttachmentDefinition appears (the claim itself is the plugin's kubeconfig's). Without the verb: its
+    /// log says it cannot watch them, the refusal naming this text, and no slice is claimed ahead.
+    ClaimAhead(&'static str),
 }
 
 /// Waits for a log line holding `text` and "forbidden"; panics with the log after 30 s.
@@ -651,6 +655,7 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             .await;
         }
         Job::KeepWarmReserve(text) => keep_warm_reserve(fx, text, granted).await,
+        Job::ClaimAhead(text) => claim_ahead(fx, text, granted).await,
         Job::TellThePod => {
             let reconciler = fx.launch(NEVER);
             reconciler.wait_ready().await;
@@ -878,6 +883,48 @@ async fn keep_warm_reserve(fx: &Fx, text: &str, granted: bool) {
     eventually(Duration::from_secs(3), "a warm entry", false, None, claimed).await;
 }
 
+async fn claim_ahead(fx: &Fx, text: &str, granted: bool) {
+    use hereabouts_tests::runtime;
+    let crd = runtime::nad_crd_path().expect("the NetworkAttachmentDefinition CRD is missing: run hack/testenv.sh");
+    runtime::install_nad_crd(&fx.admin, &crd).await.unwrap();
+    let own = fx.cluster.kubeconfig(Identity::Restricted, &fx.ns);
+    let socket = fx.cluster.dir().join(format!("{}-ahead.sock", fx.ns));
+    let agent = Agent::start_claiming_ahead(&socket, &fx.node, &[("KUBECONFIG", own.as_path())]).await;
+    let ipam = json!({"range": "198.18.76.0/24", "node_slice_size": "/26"});
+    let config = netconf("1.1.0", "ahead", &fx.cluster.kubeconfig(Identity::Admin, &fx.ns), ipam);
+    runtime::create_nad(&fx.admin, &fx.ns, "ahead", &config).await.unwrap();
+    let listing = Api::<NodeSlicePool>::namespaced(fx.admin.clone(), &fx.ns);
+    let held = || async {
+        let pool = listing.get_opt("ahead").await.ok().flatten();
+        pool.and_then(|p| p.status).is_some_and(|s| s.allocations.iter().any(|a| a.node_name == fx.node))
+    };
+    if granted {
+        let claimed = wait::until(Duration::from_secs(30), "the node's slice claimed ahead", || async {
+            held().await.then_some(())
+        })
+        .await;
+        claimed.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
+        return;
+    }
+    let refused = wait::until(Duration::from_secs(30), &format!("the watch refused with {text:?}"), || async {
+        agent
+            .logs()
+            .lines()
+            .any(|l| {
+                l.contains("cannot watch NetworkAttachmentDefinitions")
+                    && l.contains(text)
+                    && l.to_lowercase().contains("forbidden")
+            })
+            .then_some(())
+    })
+    .await;
+    refused.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
+    if text.contains("list") {
+        // without list nothing is ever seen; without watch a relist after the backoff still sees the NAD
+        eventually(Duration::from_secs(3), "a slice claimed ahead", false, None, held).await;
+    }
+}
+
 /// One test per row: `name: scope, resource, verb => job`. Every verb the reconciler is granted has a row or is
 /// listed in [`PENDING`] (`every_reconciler_verb_has_a_row_or_is_pending` checks).
 macro_rules! reconciler_verbs {
@@ -923,18 +970,12 @@ reconciler_verbs! {
     rec_needs_get_on_ipamclaims: Cluster, "ipamclaims", "get" => Job::ReleaseClaimedOfGoneClaim("cannot read the IPAMClaim");
     agent_needs_list_on_daemonsets: Cluster, "daemonsets", "list" => Job::KeepWarmReserve("list DaemonSets");
     agent_needs_list_on_cronjobs: Cluster, "cronjobs", "list" => Job::KeepWarmReserve("list CronJobs");
+    agent_needs_list_on_nads: Cluster, "network-attachment-definitions", "list" => Job::ClaimAhead("cannot list");
+    agent_needs_watch_on_nads: Cluster, "network-attachment-definitions", "watch" => Job::ClaimAhead("cannot watch");
 }
 
 /// Granted verbs no row proves yet, and why. Adding a row means removing the entry here.
-const PENDING: &[(&str, &str, &str)] = &[
-    (
-        "network-attachment-definitions",
-        "list",
-        "the agent's slices claimed ahead: proven with the admin identity by cni::agent::the_agent_claims_its_nodes_\
-         slice_as_the_network_appears, not yet with exactly the manifest's rights",
-    ),
-    ("network-attachment-definitions", "watch", "as for list"),
-];
+const PENDING: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn every_reconciler_verb_has_a_row_or_is_pending() {
@@ -981,6 +1022,7 @@ reconciler_jobs! {
     rec_with_its_rights_releases_a_gone_nodes_warm_entry => Job::ReleaseGoneNodesWarm("");
     rec_with_its_rights_releases_a_gone_claims_address => Job::ReleaseClaimedOfGoneClaim("");
     agent_with_its_rights_keeps_a_warm_reserve => Job::KeepWarmReserve("");
+    agent_with_its_rights_claims_a_slice_ahead => Job::ClaimAhead("");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
