@@ -215,9 +215,9 @@ impl Report {
         if self.results.contains_key("W1s") || !self.sliced_growth.is_empty() {
             text.push_str(
                 "Hs = hereabouts in slice mode (claims its slices), Wf = Whereabouts fast IPAM (node_slice_size; slices\n\
-                 assigned by its node-slice controller), W = Whereabouts with one pool per range. Ha (W1s) = through\n\
-                 each node's agent, which claims its node's slice as the round's NAD appears, before the timed burst\n\
-                 (as Wf's controller assigns them); in the other workloads its ADDs claim.\n",
+                 assigned by its node-slice controller), W = Whereabouts with one pool per range. Ha (W1s, large) =\n\
+                 through each node's agent, which claims its node's slice as the round's NAD appears (while half the\n\
+                 range is free), before the timed burst, as Wf's controller assigns them; in W3s its ADDs claim.\n",
             );
         }
         if ["W1s", "large"].iter().any(|k| self.has(k, Variant::HereaboutsWarm)) {

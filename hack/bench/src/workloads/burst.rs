@@ -12,6 +12,9 @@ use crate::results::RoundResult;
 /// W1s's slices of W1's /22: 16 slices for 8 nodes, so every node has one and half stay free to claim.
 pub const W1S_SLICE: &str = "/26";
 
+/// How many W1s slices there are.
+const W1S_SLICES: usize = 16;
+
 /// W1s's warm reserve per node: above each node's share of the burst (200 ADDs over 8 nodes: 25), and one /26
 /// slice holds it beside that share and the node's first ADD once it is refilled (1 + 25 + 32 of 62).
 pub const W1S_WARM: usize = 32;
@@ -70,9 +73,10 @@ impl Bench {
             )
             .await?;
             r.agents = Some(agents.dir.clone());
-            let (ahead, took) = self.slices_ahead(&r, &nodes).await?;
+            let (ahead, held, took) = self.slices_ahead(&r, &nodes, W1S_SLICES).await?;
             self.note(format!(
-                "W1s agent: every node held a slice claimed ahead {took:.2} s after the round's NAD was created"
+                "W1s agent: {held} of {} nodes held a slice claimed ahead {took:.2} s after the round's NAD was created",
+                nodes.len()
             ));
             let res = self.burst_in(&r, round).await;
             ahead.stop(&self.admin, &r.ns).await;

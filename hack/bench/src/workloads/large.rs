@@ -17,6 +17,9 @@ pub const LARGE_RANGE: &str = "198.18.32.0/20";
 /// One /24 per node: Whereabouts' fast IPAM gets exactly one slice per node and never borrows, so each node's
 /// slice must hold its hundred pods.
 pub const LARGE_SLICE: &str = "/24";
+
+/// How many slices of `LARGE_SLICE` the range has.
+const LARGE_SLICES: usize = 16;
 pub const LARGE_ADDS: usize = 1000;
 pub const LARGE_NODES: usize = 10;
 pub const LARGE_PARALLEL: usize = 100;
@@ -59,16 +62,30 @@ impl Bench {
         }
         let agents = match variant {
             Variant::HereaboutsAgent | Variant::HereaboutsPoolAgent => {
+                // with an identity, the slice-mode agents claim their nodes' slices ahead from the round's NAD, as
+                // Wf's slices are assigned before its burst
+                let identity = self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns);
                 let agents = Agents::start(
                     &self.cluster.dir().join(format!("agents-{}", r.ns)),
                     &nodes,
-                    &self.cluster.kubeconfig(hereabouts_tests::Identity::Admin, &r.ns),
-                    None,
+                    &identity,
+                    (variant == Variant::HereaboutsAgent).then_some(identity.as_path()),
                     None,
                 )
                 .await?;
                 r.agents = Some(agents.dir.clone());
                 Some(agents)
+            }
+            _ => None,
+        };
+        let ahead = match variant {
+            Variant::HereaboutsAgent => {
+                let (ahead, held, took) = self.slices_ahead(&r, &nodes, LARGE_SLICES).await?;
+                self.note(format!(
+                    "large burst, slices + agent: {held} of {LARGE_NODES} nodes held a slice claimed ahead {took:.2} s \
+                     after the round's NAD was created (claims ahead stop once half the range is claimed)"
+                ));
+                Some(ahead)
             }
             _ => None,
         };
@@ -88,6 +105,9 @@ impl Bench {
         }
         if let Some(slices) = slices {
             slices.stop(&self.admin, &r.ns).await;
+        }
+        if let Some(ahead) = ahead {
+            ahead.stop(&self.admin, &r.ns).await;
         }
         res
     }
