@@ -246,6 +246,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let mut slices = self.read_slices(&name).await?;
         let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
         let mut claims = 0;
+        let mut seed = crate::entropy::random(self.node().as_bytes());
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("node slices {name}: no slice claimed ahead in time")));
@@ -264,7 +265,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             if !slices::may_claim_ahead(&slices, self.range.cidr()) {
                 return Ok(None);
             }
-            let next = self.next_slice(&slices, &BTreeSet::new(), &unclaimable, None, 0);
+            // every node's agent sees a new network at once: each starts from its own pick among the free slices,
+            // not all from the same one
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let next = self.next_slice(&slices, &BTreeSet::new(), &unclaimable, None, seed >> 16);
             let Next::Claim(cut) = next else { return Ok(None) };
             self.budget
                 .pause(claims)
