@@ -5,6 +5,7 @@
 //! Run it with `make bench`; `--quick` is a short smoke run.
 
 mod args;
+mod cpu;
 mod invoke;
 mod k8s;
 mod machine;

@@ -94,6 +94,11 @@ impl Agents {
         Ok(me)
     }
 
+    /// The agents' process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
     /// The log of `node`'s agent.
     pub fn log(&self, node: &str) -> PathBuf {
         self.dir.join(format!("{node}.log"))

@@ -78,8 +78,12 @@ impl Bench {
                 "W1s agent: {held} of {} nodes held a slice claimed ahead {took:.2} s after the round's NAD was created",
                 nodes.len()
             ));
-            let res = self.burst_in(&r, round).await;
+            let res = self.burst_followed(&r, round, &agents.pids()).await;
             ahead.stop(&self.admin, &r.ns).await;
+            let res = res.map(|(res, spent)| {
+                self.note(spent.line("W1s agent", self.sizes.burst_adds));
+                res
+            });
             if let Some(mib) = agents.stop() {
                 self.note(format!(
                     "W1s: the agents' peak resident memory, the largest of {}: {mib:.1} MiB",
@@ -106,11 +110,23 @@ impl Bench {
     }
 
     async fn burst_in(&self, r: &Round, round: usize) -> anyhow::Result<RoundResult> {
+        self.burst_followed(r, round, &[]).await.map(|(res, _)| res)
+    }
+
+    /// [`Self::burst_in`], with where the burst's CPU went, the processes `followed` (the agents) apart.
+    async fn burst_followed(
+        &self,
+        r: &Round,
+        round: usize,
+        followed: &[u32],
+    ) -> anyhow::Result<(RoundResult, crate::cpu::Spent)> {
         let ops = self.burst_ops(round);
         let before = self.snapshot().await;
         let limits = self.limits();
+        let cpu = crate::cpu::sample(followed);
         let outs = invoke::parallel(r, &ops, self.sizes.burst_parallel, limits).await;
+        let spent = cpu.until(&crate::cpu::sample(followed));
         let wall = limits.t0.elapsed().as_secs_f64();
-        self.finish(r, &outs, wall, &before, false).await
+        Ok((self.finish(r, &outs, wall, &before, false).await?, spent))
     }
 }

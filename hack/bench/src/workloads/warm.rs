@@ -106,8 +106,11 @@ impl Bench {
         let offsets: Vec<u64> = nodes.iter().map(|n| std::fs::metadata(agents.log(n)).map_or(0, |m| m.len())).collect();
         let before = self.snapshot().await;
         let limits = self.limits();
+        let cpu = crate::cpu::sample(&agents.pids());
         let outs = invoke::parallel(r, ops, parallel, limits).await;
+        let spent = cpu.until(&crate::cpu::sample(&agents.pids()));
         let wall = limits.t0.elapsed().as_secs_f64();
+        self.note(spent.line(&format!("{} warm", b.what), ops.len()));
         let after = self.snapshot().await;
         let mut res = summarise(&outs, wall, delta(&before, &after));
         let mut figures = self.after_burst(r, b, &outs, limits, wall, &before).await?;
