@@ -262,13 +262,16 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                     Err(e) => Err(e),
                 };
             }
-            if !slices::may_claim_ahead(&slices, self.range.cidr()) {
+            // every node's agent sees a new network at once: each starts from its own pick among the free slices
+            // the rule leaves to claims ahead (not all from the same one, and never more than the rule allows)
+            let claimable = slices::claimable_ahead(&slices, self.range.cidr(), self.growth.wanted(0));
+            if claimable.is_empty() {
                 return Ok(None);
             }
-            // every node's agent sees a new network at once: each starts from its own pick among the free slices,
-            // not all from the same one
+            let mut passed = unclaimable.clone();
+            passed.extend(slices.iter().filter(|s| s.node.is_empty() && !claimable.contains(&s.cidr)).map(|s| s.cidr));
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let next = self.next_slice(&slices, &BTreeSet::new(), &unclaimable, None, seed >> 16);
+            let next = self.next_slice(&slices, &BTreeSet::new(), &passed, None, seed >> 16);
             let Next::Claim(cut) = next else { return Ok(None) };
             self.budget
                 .pause(claims)

@@ -69,10 +69,27 @@ pub fn all_free(range: IpNet, prefix: u8) -> Result<Vec<NodeSliceAllocation>, Sl
 /// range's addresses are in free slices. A network's slices then go to its nodes as it appears (as Whereabouts'
 /// node-slice controller gives them), and a range with fewer slices than nodes is left to the nodes that ask.
 pub fn may_claim_ahead(slices: &[Slice], range: IpNet) -> bool {
-    let size =
-        |cidr: IpNet| 1u128.checked_shl(u32::from(cidr.max_prefix_len() - cidr.prefix_len())).unwrap_or(u128::MAX);
-    let free: u128 = slices.iter().filter(|s| s.node.is_empty()).map(|s| size(s.cidr)).sum();
-    free.saturating_mul(2) >= size(range)
+    !claimable_ahead(slices, range, range.max_prefix_len()).is_empty()
+}
+
+/// The free slices a claim ahead may take, in list order: the first of them while claims of `claim_prefix` (or
+/// whole smaller slices) one after another each leave at least half of `range` free before it. Every node's agent
+/// claims at once when a network appears, each on what it read: picking only among these, at most as many claims
+/// land as the rule allows, however many agents race.
+pub fn claimable_ahead(slices: &[Slice], range: IpNet, claim_prefix: u8) -> Vec<IpNet> {
+    let size = |prefix: u8| 1u128.checked_shl(u32::from(range.max_prefix_len() - prefix)).unwrap_or(u128::MAX);
+    let free: Vec<IpNet> = slices.iter().filter(|s| s.node.is_empty()).map(|s| s.cidr).collect();
+    let mut left = free.iter().map(|c| size(c.prefix_len())).sum::<u128>();
+    let half = size(range.prefix_len()).div_ceil(2);
+    let mut claimable = Vec::new();
+    for cidr in free {
+        if left < half {
+            break;
+        }
+        claimable.push(cidr);
+        left = left.saturating_sub(size(cidr.prefix_len().max(claim_prefix)));
+    }
+    claimable
 }
 
 /// A slice pool that holds entries, or addresses still cooling: whoever its name says owns the slice does, whatever
@@ -314,6 +331,19 @@ mod tests {
         assert!(!may_claim_ahead(&cut, range));
         assert!(may_claim_ahead(&mk(&[("2001:db8::/65", ""), ("2001:db8:0:0:8000::/65", "a")]), net("2001:db8::/64")));
         assert!(!may_claim_ahead(&[], range));
+    }
+
+    #[test]
+    fn racing_claims_ahead_pick_among_as_many_slices_as_the_rule_allows() {
+        let range = net("10.0.0.0/26");
+        let free = mk(&[("10.0.0.0/28", ""), ("10.0.0.16/28", ""), ("10.0.0.32/28", ""), ("10.0.0.48/28", "")]);
+        // 64 free: claims leave 48, 32, 16 free; the third is the last that starts with half free
+        assert_eq!(claimable_ahead(&free, range, 28), [net("10.0.0.0/28"), net("10.0.0.16/28"), net("10.0.0.32/28")]);
+        let one = mk(&[("10.0.0.0/28", "a"), ("10.0.0.16/28", "b"), ("10.0.0.32/28", ""), ("10.0.0.48/28", "")]);
+        assert_eq!(claimable_ahead(&one, range, 28), [net("10.0.0.32/28")]);
+        // adaptive: a free /25 claimed a /28 at a time
+        let wide = mk(&[("10.0.0.0/25", ""), ("10.0.0.128/25", "a")]);
+        assert_eq!(claimable_ahead(&wide, net("10.0.0.0/24"), 28), [net("10.0.0.0/25")]);
     }
 
     #[test]
