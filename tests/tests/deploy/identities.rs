@@ -865,22 +865,21 @@ async fn keep_warm_reserve(fx: &Fx, text: &str, granted: bool) {
         filled.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
         return;
     }
-    let refused = wait::until(Duration::from_secs(30), &format!("the reserve refused with {text:?}"), || async {
-        agent
-            .logs()
-            .lines()
-            .any(|l| {
-                l.contains("warm reserve refused")
-                    && l.contains("cannot tell whether Whereabouts' reconciler runs")
-                    && l.contains(text)
-                    && l.to_lowercase().contains("forbidden")
-            })
-            .then_some(())
-    })
-    .await;
-    refused.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
+    let said = ["warm reserve refused", "cannot tell whether Whereabouts' reconciler runs", text];
+    refused(&agent, &format!("the reserve refused with {text:?}"), &said).await;
     let claimed = || async { fx.warm_entries(&fx.node).await > 0 };
     eventually(Duration::from_secs(3), "a warm entry", false, None, claimed).await;
+}
+
+/// Waits until a line of the agent's log has every one of `said` and names a refusal (forbidden).
+async fn refused(agent: &Agent, what: &str, said: &[&str]) {
+    let found = wait::until(Duration::from_secs(30), what, || async {
+        let logs = agent.logs();
+        let refused = |l: &&str| said.iter().all(|s| l.contains(s)) && l.to_lowercase().contains("forbidden");
+        logs.lines().any(|l| refused(&l)).then_some(())
+    })
+    .await;
+    found.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
 }
 
 async fn claim_ahead(fx: &Fx, text: &str, granted: bool) {
@@ -906,19 +905,8 @@ async fn claim_ahead(fx: &Fx, text: &str, granted: bool) {
         claimed.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
         return;
     }
-    let refused = wait::until(Duration::from_secs(30), &format!("the watch refused with {text:?}"), || async {
-        agent
-            .logs()
-            .lines()
-            .any(|l| {
-                l.contains("cannot watch NetworkAttachmentDefinitions")
-                    && l.contains(text)
-                    && l.to_lowercase().contains("forbidden")
-            })
-            .then_some(())
-    })
-    .await;
-    refused.unwrap_or_else(|e| panic!("{e}\n--- agent log ---\n{}", agent.logs()));
+    refused(&agent, &format!("the watch refused with {text:?}"), &["cannot watch NetworkAttachmentDefinitions", text])
+        .await;
     if text.contains("list") {
         // without list nothing is ever seen; without watch a relist after the backoff still sees the NAD
         eventually(Duration::from_secs(3), "a slice claimed ahead", false, None, held).await;
