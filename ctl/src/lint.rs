@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use hereabouts_ipam::config::{IPAM_TYPES, Input, load_with_paths};
 use kube::Api;
 use kube::api::ListParams;
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 use serde::Deserialize as _;
 use serde_json::Value;
 
@@ -97,8 +97,7 @@ pub async fn run(flags: &KubeFlags, args: &LintArgs) -> anyhow::Result<bool> {
 /// `spec.config` of every NetworkAttachmentDefinition: of `--namespace`, else of all namespaces.
 async fn from_cluster(flags: &KubeFlags) -> anyhow::Result<Vec<(String, String)>> {
     let (client, _) = crate::client::connect(flags).await?;
-    let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions");
+    let resource = hereabouts_ipam::crd::nad_resource();
     let api: Api<DynamicObject> = match &flags.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
@@ -153,24 +152,9 @@ fn lint_config(source: &str, config: &str, flat_file: &[PathBuf]) -> Vec<Finding
         Ok(v) => v,
         Err(e) => return vec![finding(None, Err((6, format!("spec.config is not JSON: {e}"))))],
     };
-    let ours = |plugin: &Value| plugin["ipam"]["type"].as_str().is_some_and(|t| IPAM_TYPES.contains(&t));
-    let Some(plugins) = value["plugins"].as_array() else {
-        return if ours(&value) { vec![finding(None, load(&value, flat_file))] } else { Vec::new() };
-    };
-    plugins
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| ours(p))
-        .map(|(i, plugin)| {
-            // a plugin of a list gets the list's cniVersion and name, as the runtime passes them
-            let mut single = plugin.clone();
-            for key in ["cniVersion", "name"] {
-                if let Some(v) = value.get(key) {
-                    single[key] = v.clone();
-                }
-            }
-            finding(Some(i), load(&single, flat_file))
-        })
+    hereabouts_ipam::config::ipam_plugins(&value, &IPAM_TYPES)
+        .into_iter()
+        .map(|(plugin, single)| finding(plugin, load(&single, flat_file)))
         .collect()
 }
 

@@ -11,25 +11,17 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use hereabouts_ipam::config;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 
 use crate::agent::AgentHost;
 
-/// The NetworkAttachmentDefinition resource (Multus' CRD).
-fn nad_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition"),
-        "network-attachment-definitions",
-    )
-}
-
 /// Watches every NetworkAttachmentDefinition through `client` (the agent's own identity) for as long as the
 /// process runs, and claims ahead for `node` in each hereabouts network of slice mode, once per config.
 pub(crate) async fn run(host: AgentHost, client: kube::Client, node: Arc<str>) {
-    let nads: Api<DynamicObject> = Api::all_with(client, &nad_resource());
+    let nads: Api<DynamicObject> = Api::all_with(client, &hereabouts_ipam::crd::nad_resource());
     // the config each definition was last held for: a definition seen again unchanged (a relist) costs nothing
     let mut done: HashMap<String, String> = HashMap::new();
     let mut warned = false;
@@ -104,26 +96,14 @@ fn kubeconfig_readable(cfg: &config::IpamConfig) -> bool {
 /// Multus hands them. Only `"type": "hereabouts"`: a definition naming `whereabouts` may be served by Whereabouts'
 /// own binary, whose slices its controller gives.
 pub(crate) fn ipam_configs(text: &str, name: &str) -> Vec<String> {
-    let Ok(Value::Object(conf)) = serde_json::from_str::<Value>(text) else { return Vec::new() };
-    let ours = |plugin: &serde_json::Map<String, Value>| {
-        plugin.get("ipam").and_then(|i| i.get("type")).and_then(Value::as_str) == Some("hereabouts")
-    };
-    let named = |mut plugin: serde_json::Map<String, Value>| {
-        for field in ["name", "cniVersion"] {
-            if let Some(v) = conf.get(field) {
-                plugin.insert(field.into(), v.clone());
-            }
+    let Ok(config) = serde_json::from_str::<Value>(text) else { return Vec::new() };
+    let mut found = config::ipam_plugins(&config, &["hereabouts"]);
+    for (_, plugin) in &mut found {
+        if let Some(plugin) = plugin.as_object_mut() {
+            plugin.entry("name").or_insert_with(|| Value::String(name.to_string()));
         }
-        plugin.entry("name").or_insert_with(|| Value::String(name.to_string()));
-        Value::Object(plugin).to_string()
-    };
-    match conf.get("plugins").and_then(Value::as_array) {
-        Some(plugins) => {
-            plugins.iter().filter_map(Value::as_object).filter(|p| ours(p)).map(|p| named(p.clone())).collect()
-        }
-        None if ours(&conf) => vec![named(conf.clone())],
-        None => Vec::new(),
     }
+    found.into_iter().map(|(_, plugin)| plugin.to_string()).collect()
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use hereabouts_ipam::crd::{
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ObjectMeta, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::{ApiResource, DynamicObject};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -257,8 +257,7 @@ impl ReservationBuilder {
 
 /// The NetworkAttachmentDefinition resource (`k8s.cni.cncf.io/v1`, Multus' CRD).
 pub fn nad_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-    ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions")
+    hereabouts_ipam::crd::nad_resource()
 }
 
 /// NetworkAttachmentDefinition `name` of namespace `ns` whose `spec.config` is `config`.

@@ -29,6 +29,7 @@ mod flatfile;
 mod json;
 mod mode;
 mod netconf;
+mod plugins;
 pub mod provider;
 mod ranges;
 mod release;
@@ -58,6 +59,7 @@ pub use error::{ConfigError, UnknownKey};
 pub use flatfile::{DEFAULT_FLAT_FILE_PATHS, NODE_NAME_FILE};
 pub use mode::{Kube, Mode, PersistentIps, Pools, Provider, ReleaseKube, ReleaseMode, Slices};
 pub use netconf::{IGNORED_KEYS, IPAM_KEYS};
+pub use plugins::ipam_plugins;
 pub use release::{ReleaseConfig, load_for_release, load_for_release_with_paths};
 pub use routing::{
     Claiming, DEFAULT_BIRD_SETTLE, DEFAULT_BIRD_SOCKET, DEFAULT_PROPAGATION, DEFAULT_REQUESTED_RETRY,

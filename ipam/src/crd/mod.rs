@@ -15,6 +15,13 @@ pub use reservation::{OverlappingRangeIpReservation, OverlappingRangeIpReservati
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+/// Multus' NetworkAttachmentDefinition (`k8s.cni.cncf.io/v1`), read as a dynamic object: its `spec.config` is a
+/// network config in a string.
+pub fn nad_resource() -> kube::core::ApiResource {
+    let gvk = kube::core::GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
+    kube::core::ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions")
+}
+
 /// The API group of every hereabouts (and Whereabouts) resource.
 pub const GROUP: &str = "whereabouts.cni.cncf.io";
 

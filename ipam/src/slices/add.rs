@@ -238,7 +238,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
 
     /// Claims ahead of any ADD (the node agent, when a network appears): makes sure this node holds a slice of the
     /// range and that its pool exists, so that the node's first ADDs write an entry and nothing else. Claims only
-    /// while at least half of the range is in free slices ([`slices::may_claim_ahead`]): past that, slices go to
+    /// while at least half of the range is in free slices ([`slices::claimable_ahead`]): past that, slices go to
     /// the nodes that ask. Returns the node's slice, `None` when it holds none and claims none ahead. Writes no
     /// entry and no reservation; a claim is the ADD's own guarded patch, read back whatever its answer.
     pub(super) async fn hold(&self) -> Result<Option<IpNet>, IpamError> {

@@ -65,15 +65,10 @@ pub fn all_free(range: IpNet, prefix: u8) -> Result<Vec<NodeSliceAllocation>, Sl
         .collect())
 }
 
-/// Whether a node that holds no slice of `range` may claim one ahead of its first ADD: while at least half of the
-/// range's addresses are in free slices. A network's slices then go to its nodes as it appears (as Whereabouts'
-/// node-slice controller gives them), and a range with fewer slices than nodes is left to the nodes that ask.
-pub fn may_claim_ahead(slices: &[Slice], range: IpNet) -> bool {
-    !claimable_ahead(slices, range, range.max_prefix_len()).is_empty()
-}
-
-/// The free slices a claim ahead may take, in list order: the first of them while claims of `claim_prefix` (or
-/// whole smaller slices) one after another each leave at least half of `range` free before it. Every node's agent
+/// The free slices a claim ahead (of a node that holds no slice of `range`, before its first ADD) may take, in list
+/// order: the first of them while claims of `claim_prefix` (or whole smaller slices) one after another each find at
+/// least half of `range` free. A network's slices then go to its nodes as it appears (as Whereabouts' node-slice
+/// controller gives them), and a range with fewer slices than nodes is left to the nodes that ask. Every node's agent
 /// claims at once when a network appears, each on what it read: picking only among these, at most as many claims
 /// land as the rule allows, however many agents race.
 pub fn claimable_ahead(slices: &[Slice], range: IpNet, claim_prefix: u8) -> Vec<IpNet> {
@@ -315,6 +310,7 @@ mod tests {
 
     #[test]
     fn slices_are_claimed_ahead_while_half_the_range_is_free() {
+        let may_claim_ahead = |slices: &[Slice], range: IpNet| !claimable_ahead(slices, range, 32).is_empty();
         let range = net("10.0.0.0/24");
         let half = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/26", "b"), ("10.0.0.128/26", ""), ("10.0.0.192/26", "")]);
         assert!(may_claim_ahead(&half, range));

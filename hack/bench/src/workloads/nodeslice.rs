@@ -12,7 +12,7 @@ use hereabouts_tests::{Identity, runtime, testenv};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::Bench;
@@ -41,13 +41,8 @@ impl WhereaboutsSlices {
     }
 }
 
-fn nad_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition");
-    ApiResource::from_gvk_with_plural(&gvk, "network-attachment-definitions")
-}
-
 fn nad_api(admin: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(admin.clone(), ns, &nad_resource())
+    Api::namespaced_with(admin.clone(), ns, &hereabouts_ipam::crd::nad_resource())
 }
 
 impl Bench {
