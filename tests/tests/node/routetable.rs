@@ -738,6 +738,8 @@ async fn a_conflict_is_reported_by_the_checker_within_seconds() {
         event.note.as_deref().unwrap_or_default().starts_with(&format!("{ip} (chk net1) is also claimed")),
         "{event:?}"
     );
+    // the gauge is set as the pass that published the Event ends: one more pass, and it holds
+    reconciler.wait_for_more("hereabouts_routetable_checks_total", 1.0).await;
     assert_eq!(reconciler.metric("hereabouts_routetable_conflicts").await, 1.0);
     assert_eq!(reconciler.metric("hereabouts_routetable_conflicts_seen_total").await, 1.0);
     let check = invocation("CHECK").run().await;

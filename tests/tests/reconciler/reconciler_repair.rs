@@ -96,7 +96,12 @@ async fn a_reservation_whereabouts_deleted_under_a_live_pod_is_restored() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
     eprintln!("restored {:?} after the reconciler started", t0.elapsed());
-    assert!(reconciler.metric("hereabouts_reservations_restored_total").await >= 1.0);
+    // counted once the restorer has read the entry back after its create, a moment after the create shows
+    wait::until(Duration::from_secs(10), "the restore to be counted", || async {
+        (reconciler.metric("hereabouts_reservations_restored_total").await >= 1.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
     assert!(fx.holders("198.18.57.0-24").await.contains(&fx.podref("ours")), "the entry stays");
 }
 
