@@ -40,10 +40,11 @@ use crate::crd::{
     SubInterfaceRecord,
 };
 
-/// How long a write waits, at most, for claims of its pool whose writes are about to be queued: a few of the
-/// reservation creates they wait on (~4 ms of server time each on a busy API server).
-const LINGER_STEP: std::time::Duration = std::time::Duration::from_millis(1);
-const LINGER_STEPS: u32 = 4;
+/// How long a batch waits, at most, for the claims of its pool that held an offset before it was taken and have
+/// not queued their write yet (their reservation create is on the wire): about one reservation create on an API
+/// server busy with a burst (W1s: 30–50 ms), so that a node's concurrent ADDs go in one patch rather than the
+/// first alone and the rest in the next. A claim that gives its offset up ends the wait for it.
+const LINGER_AT_MOST: std::time::Duration = std::time::Duration::from_millis(40);
 
 /// `inner`, shared: clones share the cache, the queues and the offsets in flight.
 #[derive(Clone)]
@@ -92,6 +93,8 @@ struct State {
 struct Queue {
     sending: tokio::sync::Mutex<()>,
     waiting: Mutex<Vec<Waiting>>,
+    /// Told when a write is queued or an offset of the pool given up: a lingering batch looks again.
+    changed: tokio::sync::Notify,
 }
 
 /// One object's reads waiting to be sent, and who reads now: readers that arrive while a read is on the wire share
@@ -109,6 +112,8 @@ enum Read {
 }
 
 struct Waiting {
+    /// The offset the write is about, which its claim holds while it waits.
+    offset: u128,
     op: String,
     patch: Patch,
     answer: oneshot::Sender<Result<Patched, StoreError>>,
@@ -245,29 +250,21 @@ impl<S> Shared<S> {
 }
 
 impl<S: PoolStore> Shared<S> {
-    /// Sends the guarded write `patch` of pool `pool`, with whatever writes of the pool queue up meanwhile.
-    async fn write(&self, pool: &str, op: String, patch: Patch) -> Result<Patched, StoreError> {
+    /// Sends the guarded write `patch` of pool `pool` at `offset`, with whatever writes of the pool queue up
+    /// meanwhile.
+    async fn write(&self, pool: &str, offset: u128, op: String, patch: Patch) -> Result<Patched, StoreError> {
         self.state.writes.fetch_add(1, Ordering::Relaxed);
         let queue = self.queue(pool);
         let (answer, mut answered) = oneshot::channel();
-        queue.waiting.lock().expect("not poisoned").push(Waiting { op: op.clone(), patch, answer });
+        queue.waiting.lock().expect("not poisoned").push(Waiting { offset, op: op.clone(), patch, answer });
+        queue.changed.notify_waiters();
         {
             let _sending = queue.sending.lock().await;
             // a sender before us may have taken ours along
             if let Ok(result) = answered.try_recv() {
                 return result;
             }
-            let mut batch = std::mem::take(&mut *queue.waiting.lock().expect("not poisoned"));
-            // claims of this pool that hold an offset but whose write is not queued yet (their reservation is on
-            // the wire) are waited for a little, so that they go in this patch rather than alone in the next
-            for _ in 0..LINGER_STEPS {
-                let holding = self.state.in_flight.lock().expect("not poisoned").get(pool).map_or(0, BTreeSet::len);
-                if holding <= batch.len() {
-                    break;
-                }
-                tokio::time::sleep(LINGER_STEP).await;
-                batch.append(&mut queue.waiting.lock().expect("not poisoned"));
-            }
+            let batch = self.linger(pool, &queue).await;
             self.send(pool, batch).await;
         }
         // the sender was dropped before it answered (its invocation ended): the batch may have been applied
@@ -280,6 +277,30 @@ impl<S: PoolStore> Shared<S> {
                 "the batch carrying this write ended unanswered".into(),
             ))
         })
+    }
+
+    /// The writes queued for `pool`, with those of the claims that held an offset of it when the batch was
+    /// taken and queue their write within [`LINGER_AT_MOST`] — not those that hold one later, which would keep a
+    /// batch waiting for as long as ADDs keep coming.
+    async fn linger(&self, pool: &str, queue: &Queue) -> Vec<Waiting> {
+        let mut batch = std::mem::take(&mut *queue.waiting.lock().expect("not poisoned"));
+        let awaited = self.in_flight(pool);
+        let deadline = tokio::time::Instant::now() + LINGER_AT_MOST;
+        loop {
+            let changed = queue.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            batch.append(&mut queue.waiting.lock().expect("not poisoned"));
+            let held = self.in_flight(pool);
+            let queued: BTreeSet<u128> = batch.iter().map(|w| w.offset).collect();
+            if awaited.iter().all(|o| queued.contains(o) || !held.contains(o)) {
+                return batch;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                batch.append(&mut queue.waiting.lock().expect("not poisoned"));
+                return batch;
+            }
+        }
     }
 
     async fn send(&self, pool: &str, mut batch: Vec<Waiting>) {
@@ -391,7 +412,7 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         entry: &IpAllocation,
         read: &AsRead,
     ) -> Result<Patched, StoreError> {
-        self.write(pool, format!("add allocation {offset}"), guard::add_entry(offset, entry, read)).await
+        self.write(pool, offset, format!("add allocation {offset}"), guard::add_entry(offset, entry, read)).await
     }
 
     async fn replace_allocation(
@@ -401,7 +422,8 @@ impl<S: PoolStore> PoolStore for Shared<S> {
         expected: &IpAllocation,
         entry: &IpAllocation,
     ) -> Result<Patched, StoreError> {
-        self.write(pool, format!("replace allocation {offset}"), guard::replace_entry(offset, expected, entry)).await
+        self.write(pool, offset, format!("replace allocation {offset}"), guard::replace_entry(offset, expected, entry))
+            .await
     }
 
     async fn remove_allocation(
@@ -416,7 +438,7 @@ impl<S: PoolStore> PoolStore for Shared<S> {
             self.forget_pool(pool);
             return self.inner.remove_allocation(pool, offset, held, record).await;
         }
-        self.write(pool, format!("remove allocation {offset}"), guard::remove_entry(offset, held, record)).await
+        self.write(pool, offset, format!("remove allocation {offset}"), guard::remove_entry(offset, held, record)).await
     }
 
     async fn set_pool_cooldown(&self, name: &str, seconds: u64) -> Result<Option<IpPool>, StoreError> {
@@ -465,12 +487,18 @@ impl<S: PoolStore> PoolStore for Shared<S> {
     }
 
     fn unhold(&self, pool: &str, offset: u128) {
-        let mut held = self.state.in_flight.lock().expect("not poisoned");
-        if let Some(offsets) = held.get_mut(pool) {
-            offsets.remove(&offset);
-            if offsets.is_empty() {
-                held.remove(pool);
+        {
+            let mut held = self.state.in_flight.lock().expect("not poisoned");
+            if let Some(offsets) = held.get_mut(pool) {
+                offsets.remove(&offset);
+                if offsets.is_empty() {
+                    held.remove(pool);
+                }
             }
+        }
+        // a batch lingering for this offset's write need not any more
+        if let Some(queue) = self.state.queues.lock().expect("not poisoned").get(pool) {
+            queue.changed.notify_waiters();
         }
     }
 }
@@ -641,6 +669,8 @@ impl<S: super::IpamClaimStore> super::IpamClaimStore for Shared<S> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::store::memory::{Fault, FaultPlan, MemoryStore, Op};
 
@@ -690,6 +720,76 @@ mod tests {
         assert_eq!(stats.split, 0);
         let cached = store.cached_pool("p").expect("the batch's answer is kept");
         assert_eq!(cached.spec.allocations.len(), 16, "the cache holds the pool as the last batch left it");
+    }
+
+    /// Claims that held their offsets when the first write came, each queueing its own write when its reservation
+    /// create answers (10, 20 and 30 ms later): one patch carries all four. `late` holds an offset after the first
+    /// write was queued and is not waited for.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waits_for_the_claims_that_held_an_offset_when_it_was_taken() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let store = Shared::new(base.handle("agent", FaultPlan::quiet(2)));
+        for o in 1..=4 {
+            assert!(store.hold("p", o));
+        }
+        let started = tokio::time::Instant::now();
+        let claims = (1..=4u128).map(|o| {
+            let store = store.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(10 * (o as u64 - 1))).await;
+                let answer = store.add_allocation("p", o, &entry(&format!("c{o}")), &AsRead::default()).await;
+                store.unhold("p", o);
+                (answer, started.elapsed())
+            }
+        });
+        let late = {
+            let store = store.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                assert!(store.hold("p", 9), "held after the batch was taken");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                store.unhold("p", 9);
+            }
+        };
+        let (answers, ()) = tokio::join!(futures::future::join_all(claims), late);
+        for (answer, _) in &answers {
+            assert!(matches!(answer, Ok(Patched::Applied)), "{answers:?}");
+        }
+        assert_eq!(store.stats().requests, 1, "one patch for the four: {:?}", store.stats());
+        let first_answered = answers[0].1;
+        assert!(first_answered >= Duration::from_millis(30) && first_answered < LINGER_AT_MOST, "{first_answered:?}");
+        let pool = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
+        assert_eq!(pool.spec.allocations.len(), 4);
+    }
+
+    /// A claim that holds an offset but whose write never comes keeps a batch waiting [`LINGER_AT_MOST`] at most,
+    /// and one that gives its offset up (its address was taken elsewhere) ends the wait at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waits_no_longer_than_its_bound_nor_for_an_offset_given_up() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let store = Shared::new(base.handle("agent", FaultPlan::quiet(4)));
+        assert!(store.hold("p", 7), "a claim whose reservation create hangs");
+        let started = tokio::time::Instant::now();
+        let answer = store.add_allocation("p", 1, &entry("c1"), &AsRead::default()).await;
+        assert!(matches!(answer, Ok(Patched::Applied)), "{answer:?}");
+        assert_eq!(started.elapsed(), LINGER_AT_MOST, "waited its bound for offset 7, no longer");
+        store.unhold("p", 7);
+
+        assert!(store.hold("p", 8), "a claim that will find its address held elsewhere");
+        let started = tokio::time::Instant::now();
+        let giving_up = {
+            let store = store.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                store.unhold("p", 8);
+            }
+        };
+        let (c2, read) = (entry("c2"), AsRead::default());
+        let (answer, ()) = tokio::join!(store.add_allocation("p", 2, &c2, &read), giving_up);
+        assert!(matches!(answer, Ok(Patched::Applied)), "{answer:?}");
+        assert_eq!(started.elapsed(), Duration::from_millis(5), "sent as offset 8 was given up");
     }
 
     #[tokio::test(start_paused = true)]
