@@ -84,7 +84,9 @@ impl Spent {
     /// One line on where the CPU of a burst of `adds` invocations went.
     pub fn line(&self, what: &str, adds: usize) -> String {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        let rest = self.busy - self.children - self.followed;
+        // /proc counts in clock ticks (10 ms), each process its own: the sums can exceed the machine's busy time
+        // by a few ticks when the rest is near nothing (a warm burst printed -0.01 s)
+        let rest = (self.busy - self.children - self.followed).max(0.0);
         format!(
             "{what}: the burst took {:.2} s on {cores} cores; the machine was busy {:.2} s of CPU ({:.0} % of the \
              cores): the {adds} CNI processes {:.1} ms each ({:.2} s in all), the agents {:.2} s, the rest (the \
