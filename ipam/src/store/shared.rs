@@ -102,8 +102,8 @@ struct Queue {
     changed: tokio::sync::Notify,
 }
 
-/// One object's reads waiting to be sent, and who reads now: readers that arrive while a read is on the wire share
-/// the next one, which is sent after each of them asked — as fresh for each as a read of its own.
+/// One object's reads: the one on the wire, which a reader joins when it learnt nothing since it was sent, the
+/// readers waiting to share the next one, and who reads now.
 #[derive(Default)]
 struct Reads {
     sending: tokio::sync::Mutex<()>,
