@@ -18,7 +18,7 @@ pub fn seed_thread(seed: u64) {
 /// A random number, mixed with `salt`.
 pub fn random(salt: &[u8]) -> u64 {
     if let Some(seed) = SEEDED.with(Cell::get) {
-        let next = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let next = step(seed);
         SEEDED.with(|s| s.set(Some(next)));
         let mut h = std::hash::DefaultHasher::new();
         h.write_u64(next);
@@ -28,4 +28,10 @@ pub fn random(salt: &[u8]) -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write(salt);
     h.finish()
+}
+
+/// The number after `seed` in a sequence of picks (Knuth's MMIX linear congruential step): a loop that picks again
+/// after a lost race takes its next pick from its last.
+pub fn step(seed: u64) -> u64 {
+    seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407)
 }

@@ -17,7 +17,7 @@ use hereabouts_ipam::crd::{
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ObjectMeta, PostParams};
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -255,14 +255,9 @@ impl ReservationBuilder {
 // ---------------------------------------------------------------------------------------------------------------
 // NetworkAttachmentDefinitions
 
-/// The NetworkAttachmentDefinition resource (`k8s.cni.cncf.io/v1`, Multus' CRD).
-pub fn nad_resource() -> ApiResource {
-    hereabouts_ipam::crd::nad_resource()
-}
-
 /// NetworkAttachmentDefinition `name` of namespace `ns` whose `spec.config` is `config`.
 pub fn mk_nad(ns: &str, name: &str, config: &Value) -> DynamicObject {
-    let mut nad = DynamicObject::new(name, &nad_resource()).within(ns);
+    let mut nad = DynamicObject::new(name, &hereabouts_ipam::crd::nad_resource()).within(ns);
     nad.data = json!({"spec": {"config": config.to_string()}});
     nad
 }

@@ -233,7 +233,7 @@ pub async fn install_nad_crd(admin: &kube::Client, path: &Path) -> anyhow::Resul
 pub async fn create_nad(admin: &kube::Client, namespace: &str, name: &str, config: &Value) -> anyhow::Result<()> {
     use kube::core::DynamicObject;
     let nad = crate::objects::mk_nad(namespace, name, config);
-    kube::Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, &crate::objects::nad_resource())
+    kube::Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, &hereabouts_ipam::crd::nad_resource())
         .create(&Default::default(), &nad)
         .await
         .map(drop)

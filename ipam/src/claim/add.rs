@@ -252,7 +252,7 @@ where
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("pool {}: no address claimed in time", self.pool())));
             }
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = crate::entropy::step(seed);
             // what concurrent claims of this process write, then the newest version of the pool it has seen (in
             // that order: a write answered in between shows in the one or the other)
             let flying = self.store.in_flight(self.pool());

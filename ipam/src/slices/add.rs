@@ -103,7 +103,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("node slices {name}: no address claimed in time")));
             }
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = crate::entropy::step(seed);
             if let Some(found) = &found_in {
                 pin(&mut slices, self.node(), found);
             }
@@ -246,7 +246,6 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
         let mut slices = self.read_slices(&name).await?;
         let mut unclaimable: BTreeSet<IpNet> = BTreeSet::new();
         let mut claims = 0;
-        let mut seed = crate::entropy::random(self.node().as_bytes());
         loop {
             if self.budget.expired() {
                 return Err(IpamError::Expired(format!("node slices {name}: no slice claimed ahead in time")));
@@ -270,8 +269,8 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
             }
             let mut passed = unclaimable.clone();
             passed.extend(slices.iter().filter(|s| s.node.is_empty() && !claimable.contains(&s.cidr)).map(|s| s.cidr));
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let next = self.next_slice(&slices, &BTreeSet::new(), &passed, None, seed >> 16);
+            let pick = crate::entropy::random(self.node().as_bytes());
+            let next = self.next_slice(&slices, &BTreeSet::new(), &passed, None, pick);
             let Next::Claim(cut) = next else { return Ok(None) };
             self.budget
                 .pause(claims)

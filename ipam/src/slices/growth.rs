@@ -295,7 +295,7 @@ mod tests {
                 let node = format!("n{}", *steps.next().unwrap() as usize % nodes);
                 let held = listed.iter().filter(|s| s.node == node).count();
                 let free: Vec<&Slice> = listed.iter().filter(|s| s.node.is_empty()).collect();
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = crate::entropy::step(seed);
                 let Some(cut) = g.choose(&free, held, seed >> 33) else { break };
                 prop_assert!(cut.cidr.prefix_len() >= largest, "{cut:?} larger than /{largest}");
                 prop_assert!(cut.free.cidr.contains(&cut.cidr.network()) && cut.free.cidr.prefix_len() <= cut.cidr.prefix_len());

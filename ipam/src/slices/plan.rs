@@ -496,7 +496,7 @@ mod tests {
             let node = format!("n{}", steps.next().unwrap() % nodes);
             let mut full = BTreeSet::new();
             let got = loop {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = crate::entropy::step(seed);
                 let lending = Lending { growth, ..lend(true) };
                 match next(&slices, &node, &full, &BTreeSet::new(), None, lending, seed >> 33) {
                     Next::Own(s) | Next::Borrow(s) => {

@@ -124,7 +124,7 @@ pub async fn daemonset_ready(cluster: &TestCluster, node: &Node, image: &str) {
 /// A NetworkAttachmentDefinition putting pods on the node's test bridge with `ipam`.
 pub async fn create_nad(cluster: &TestCluster, ns: &str, name: &str, ipam: Value) {
     let config = json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": node::BRIDGE, "ipam": ipam});
-    let api = Api::<DynamicObject>::namespaced_with(cluster.admin().await, ns, &objects::nad_resource());
+    let api = Api::<DynamicObject>::namespaced_with(cluster.admin().await, ns, &hereabouts_ipam::crd::nad_resource());
     let nad = objects::mk_nad(ns, name, &config);
     // Established is not yet served: the group's route may answer 404 for a moment after the CRD was created.
     wait::until(Duration::from_secs(30), "the NAD to be created", || async {

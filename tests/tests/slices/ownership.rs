@@ -119,7 +119,7 @@ async fn owned_by_nad(fx: &CniFixture, name: &str, nad: &str) {
     let nads = Api::<kube::core::DynamicObject>::namespaced_with(
         fx.admin.clone(),
         &fx.ns,
-        &hereabouts_tests::objects::nad_resource(),
+        &hereabouts_ipam::crd::nad_resource(),
     );
     let uid = nads.get(nad).await.unwrap().metadata.uid.unwrap();
     let owner = json!([{"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition", "name": nad,
