@@ -3,6 +3,9 @@
 # the CNI reference plugins, cnitool, Whereabouts, Multus (thin and thick) and helm -- and copies the NAD and
 # IPAMClaim CRDs from the pinned modules under hack/testenv/, each once per version, into $HEREABOUTS_TESTENV
 # (default <repo>/.testenv, which git ignores). A warm machine rebuilds nothing. Prints the versions it provides.
+#
+# --check-sources: only the copies, into a scratch output and an empty module cache (CI runs it on every run): a
+# module that nothing downloads works on a warm machine and fails every newcomer.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,21 +15,84 @@ mods=$root/hack/testenv
 # never fetch another Go; the modules pin what they need and build static without a C toolchain
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
+check_sources=0
+case ${1:-} in
+  '') ;;
+  --check-sources) check_sources=1 ;;
+  *) echo "usage: $0 [--check-sources]" >&2; exit 2 ;;
+esac
+
 command -v go >/dev/null || { echo "testenv: go is not on PATH; install Go >= $(awk '/^go /{print $2}' "$mods/k8s/go.mod")" >&2; exit 1; }
 
 # Debian's packages: containerd and runc (the image test imports the image into a containerd of its own and runs
-# it), bird2 (the routing-table datastore's tests run BIRD in every simulated node)
-if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v bird >/dev/null; then
+# it), bird2 (the routing-table datastore's tests run BIRD in every simulated node), iproute2 (every end-to-end test
+# makes network namespaces and veth pairs with `ip`), util-linux, bsdutils and procps (unshare and mount for the
+# tests' private /etc/hosts, script for a terminal, pkill for a node's leftovers), and the C library's static
+# archive (the binaries are linked static: .cargo/config.toml)
+need_packages() {
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  command -v bird >/dev/null || missing+=(bird2)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v unshare >/dev/null || missing+=(util-linux)
+  command -v script >/dev/null || missing+=(bsdutils)
+  command -v pkill >/dev/null || missing+=(procps)
+  [[ $(cc -print-file-name=libc.a 2>/dev/null) == /* ]] || missing+=(libc6-dev)
+  ((${#missing[@]} == 0)) && return 0
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    echo "testenv: installing containerd, runc and bird2 (Debian packages) ..." >&2
+    echo "testenv: installing ${missing[*]} (Debian packages) ..." >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc bird2 >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
   else
-    echo "testenv: containerd, runc or bird is missing; as root: apt-get install containerd runc bird2" >&2
+    echo "testenv: ${missing[*]} missing; the tests need them (as root: apt-get install ${missing[*]})" >&2
+    exit 1
   fi
+}
+
+if ((check_sources)); then
+  # the same copies as below, from nothing: a scratch module cache and output, removed on the way out (the module
+  # cache's files are read-only, so go removes it)
+  scratch=$(mktemp -d)
+  trap 'GOMODCACHE=$scratch/mod go clean -modcache; rm -rf "$scratch"' EXIT
+  export GOMODCACHE=$scratch/mod
+  out=$scratch/out
+else
+  need_packages
 fi
 
 modver() { (cd "$mods/$1" && go list -m -f '{{.Version}}' "$2"); }
+
+# moddir MODULEDIR MODULE: the module's directory, downloaded first. `go list -m -f {{.Dir}}` alone prints an empty
+# path for a module that is not in the module cache, and a build downloads only the modules it compiles.
+moddir() { (cd "$mods/$1" && go mod download "$2" && go list -m -f '{{.Dir}}' "$2"); }
+
+# copy MODULEDIR MODULE DEST PATTERN...: the module's files that match the patterns into $out/DEST, once
+copied=0
+copy() {
+  local mod=$1 module=$2 dest=$out/$3; shift 3
+  if [[ -d $dest ]]; then return 0; fi
+  local src
+  src=$(moddir "$mod" "$module")
+  if [[ -z $src || ! -d $src ]]; then
+    echo "testenv: $module (hack/testenv/$mod) is not in the module cache $(go env GOMODCACHE)" >&2
+    exit 1
+  fi
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+  local pattern files
+  for pattern in "$@"; do
+    files=()
+    for f in "$src"/$pattern; do [[ -f $f ]] && files+=("$f"); done
+    if ((${#files[@]} == 0)); then
+      echo "testenv: no file $pattern in $module ($src)" >&2
+      exit 1
+    fi
+    cp "${files[@]}" "$dest.tmp/"
+    copied=$((copied + ${#files[@]}))
+  done
+  chmod -R u+w "$dest.tmp"
+  mv "$dest.tmp" "$dest"
+}
 
 # build NAME VERSIONDIR MODULEDIR PACKAGE [LDFLAGS]: go build into $out/VERSIONDIR/NAME unless it is there
 build() {
@@ -52,6 +118,21 @@ helm=$(modver helm helm.sh/helm/v4)
 nad=$(modver multus github.com/k8snetworkplumbingwg/network-attachment-definition-client)
 ipamclaims=$(modver ipamclaims github.com/k8snetworkplumbingwg/ipamclaims)
 
+# the files the tests install from the modules, first: a missing one fails in seconds, not after the builds
+# upstream Whereabouts' CRDs, for the compatibility tests and the benchmark
+copy whereabouts github.com/k8snetworkplumbingwg/whereabouts "whereabouts-$wb/crds" 'doc/crds/whereabouts.cni.cncf.io_*.yaml'
+# the NetworkAttachmentDefinition CRD, from the NAD client module Multus depends on
+copy multus github.com/k8snetworkplumbingwg/network-attachment-definition-client "nad-client-$nad/crd" \
+  artifacts/networks-crd.yaml
+# the IPAMClaim CRD (KubeVirt installs it in a cluster), from the module that defines it; nothing is built from it
+copy ipamclaims github.com/k8snetworkplumbingwg/ipamclaims "ipamclaims-$ipamclaims/crd" \
+  artifacts/k8s.cni.cncf.io_ipamclaims.yaml
+
+if ((check_sources)); then
+  echo "testenv: $copied files copied from an empty module cache: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
+  exit 0
+fi
+
 minor=${k8s#v1.}; minor=${minor%%.*}
 # version stamping: without it /version reports v0.0.0-master and the compatibility version falls back
 kldf="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1 \
@@ -75,37 +156,12 @@ build whereabouts "whereabouts-$wb" whereabouts github.com/k8snetworkplumbingwg/
 # its node-slice controller, which assigns fast-IPAM slices to Nodes (the benchmark's Whereabouts node-slice mode)
 build whereabouts-nodeslicecontroller "whereabouts-$wb" whereabouts \
   github.com/k8snetworkplumbingwg/whereabouts/cmd/nodeslicecontroller
-if [[ ! -d $out/whereabouts-$wb/crds ]]; then
-  src=$(cd "$mods/whereabouts" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/whereabouts)
-  mkdir -p "$out/whereabouts-$wb/.crds.tmp"
-  cp "$src"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$out/whereabouts-$wb/.crds.tmp/"
-  chmod u+w "$out/whereabouts-$wb/.crds.tmp/"*
-  mv "$out/whereabouts-$wb/.crds.tmp" "$out/whereabouts-$wb/crds"
-fi
-
 # the Multus thin plugin, and the NetworkAttachmentDefinition CRD from the NAD client module it depends on
 build multus "multus-$multus" multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
 # and its thick plugin: the daemon that does the work, and the shim CNI plugin that hands it requests over a socket
 for c in multus-daemon multus-shim; do
   build "$c" "multus-$multus" multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/$c"
 done
-if [[ ! -f $out/nad-client-$nad/networks-crd.yaml ]]; then
-  src=$(cd "$mods/multus" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/network-attachment-definition-client)
-  mkdir -p "$out/nad-client-$nad"
-  cp "$src/artifacts/networks-crd.yaml" "$out/nad-client-$nad/.networks-crd.yaml.tmp"
-  chmod u+w "$out/nad-client-$nad/.networks-crd.yaml.tmp"
-  mv "$out/nad-client-$nad/.networks-crd.yaml.tmp" "$out/nad-client-$nad/networks-crd.yaml"
-fi
-
-# the IPAMClaim CRD (KubeVirt installs it in a cluster), from the module that defines it
-if [[ ! -f $out/ipamclaims-$ipamclaims/ipamclaims-crd.yaml ]]; then
-  src=$(cd "$mods/ipamclaims" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/ipamclaims)
-  mkdir -p "$out/ipamclaims-$ipamclaims"
-  cp "$src/artifacts/k8s.cni.cncf.io_ipamclaims.yaml" "$out/ipamclaims-$ipamclaims/.ipamclaims-crd.yaml.tmp"
-  chmod u+w "$out/ipamclaims-$ipamclaims/.ipamclaims-crd.yaml.tmp"
-  mv "$out/ipamclaims-$ipamclaims/.ipamclaims-crd.yaml.tmp" "$out/ipamclaims-$ipamclaims/ipamclaims-crd.yaml"
-fi
-
 # helm, to lint, render and install the chart in deploy/chart
 build helm "helm-$helm" helm helm.sh/helm/v4/cmd/helm
 
@@ -117,8 +173,8 @@ link whereabouts "whereabouts-$wb"
 link whereabouts-nodeslicecontroller "whereabouts-$wb"
 ln -sfn "../whereabouts-$wb/crds" "$out/bin/whereabouts-crds"
 for c in multus multus-daemon multus-shim; do link "$c" "multus-$multus"; done
-link networks-crd.yaml "nad-client-$nad"
-link ipamclaims-crd.yaml "ipamclaims-$ipamclaims"
+ln -sfn "../nad-client-$nad/crd/networks-crd.yaml" "$out/bin/networks-crd.yaml"
+ln -sfn "../ipamclaims-$ipamclaims/crd/k8s.cni.cncf.io_ipamclaims.yaml" "$out/bin/ipamclaims-crd.yaml"
 link helm "helm-$helm"
 
 echo "testenv: $out/bin: kube-apiserver, kubelet, kube-scheduler, kube-controller-manager $k8s, etcd $etcd, CNI plugins $plugins, cnitool (cni) $cni, whereabouts $wb (and its node-slice controller), multus $multus (thin, and thick: multus-daemon, multus-shim), NAD CRD $nad, IPAMClaim CRD $ipamclaims, helm $helm"

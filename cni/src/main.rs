@@ -11,6 +11,12 @@ use hereabouts_ipam::LiveHost;
 use hereabouts_ipam::codes::Code;
 
 fn main() -> ExitCode {
+    // a runtime never passes arguments: these are a person's, or a script's, whatever stdin is
+    match std::env::args().nth(1).as_deref() {
+        Some("--version" | "-V") => return print(Some(version_line()), ExitCode::SUCCESS),
+        Some("--help" | "-h") => return print(Some(about()), ExitCode::SUCCESS),
+        _ => {}
+    }
     if let Some(about) = run_by_hand() {
         eprintln!("{about}");
         return ExitCode::FAILURE;
@@ -39,16 +45,31 @@ fn run_by_hand() -> Option<String> {
     if command.is_some_and(|c| !c.is_empty()) || !std::io::stdin().is_terminal() {
         return None;
     }
+    Some(about())
+}
+
+/// `--version`'s answer: the plugin's version and the CNI spec versions it speaks.
+fn version_line() -> String {
+    format!(
+        "hereabouts {} (CNI spec versions {})",
+        env!("CARGO_PKG_VERSION"),
+        hereabouts_ipam::codes::SUPPORTED_VERSIONS.join(", ")
+    )
+}
+
+/// What the plugin is and how it is run.
+fn about() -> String {
     let name = std::env::args().next().unwrap_or_else(|| "hereabouts".into());
-    Some(format!(
+    format!(
         "{name}: hereabouts {}, a CNI IPAM plugin (CNI spec versions {}).\n\
          A container runtime runs it, with CNI_COMMAND (ADD, DEL, CHECK, GC, STATUS, VERSION), the other CNI_*\n\
          variables and the network config on stdin; it writes the result to stdout. Its log goes to the config's\n\
          log_file (Whereabouts' key), else to stderr; invocations the node agent serves are logged by the agent\n\
-         (kubectl logs -c agent on the node's hereabouts pod). Try: CNI_COMMAND=VERSION {name} < /dev/null",
+         (kubectl logs -c agent on the node's hereabouts pod). Try: CNI_COMMAND=VERSION {name} < /dev/null\n\
+         Options: --version (-V), --help (-h).",
         env!("CARGO_PKG_VERSION"),
         hereabouts_ipam::codes::SUPPORTED_VERSIONS.join(", "),
-    ))
+    )
 }
 
 fn print(text: Option<String>, code: ExitCode) -> ExitCode {

@@ -66,6 +66,13 @@ pub enum Multus {
 
 static ONE_NODE: Mutex<()> = Mutex::new(());
 
+/// The chart's host paths outside the node's directory: the agent's socket and the host lock, and the warm
+/// reserve's journal. The kubelet makes them (`DirectoryOrCreate`); the node removes the ones it made.
+const CHART_HOST_PATHS: [&str; 2] = ["/run/hereabouts", "/var/lib/hereabouts"];
+
+/// The chart's agent socket on the host.
+const AGENT_SOCKET: &str = "/run/hereabouts/agent.sock";
+
 /// The right to run the machine's one node, and to change what the control plane holds for it; see
 /// [`exclusive`].
 #[derive(Debug)]
@@ -89,6 +96,9 @@ pub struct Node {
     controllers: Vec<u32>,
     sysctls: Vec<(String, String)>,
     netns_before: BTreeSet<String>,
+    /// Which of [`CHART_HOST_PATHS`] were there before the node started.
+    host_paths_before: Vec<PathBuf>,
+    cleaned: bool,
     multus: Multus,
     /// When the node started: from launching containerd to the Node being Ready and untainted.
     pub ready_after: Duration,
@@ -126,6 +136,8 @@ impl Node {
             controllers: Vec::new(),
             sysctls,
             netns_before: cni_netns(),
+            host_paths_before: chart_host_paths(),
+            cleaned: false,
             multus,
             ready_after: Duration::ZERO,
             _one_node: one_node,
@@ -475,7 +487,19 @@ nodeStatusUpdateFrequency: 2s
         None
     }
 
+    /// Stops the node and undoes its changes to the host, as dropping it does, and says which of the chart's host
+    /// paths the node made are still there afterwards (none, when the teardown is right); the machine's one node
+    /// is still this one's until it is dropped.
+    pub fn shut_down(&mut self) -> Vec<PathBuf> {
+        self.clean_up();
+        let made = chart_host_paths().into_iter().filter(|p| !self.host_paths_before.contains(p));
+        made.chain(Path::new(AGENT_SOCKET).exists().then(|| PathBuf::from(AGENT_SOCKET))).collect()
+    }
+
     fn clean_up(&mut self) {
+        if std::mem::replace(&mut self.cleaned, true) {
+            return;
+        }
         self.stop_kubelet();
         for pid in self.controllers.drain(..) {
             let _ = process::kill(pid);
@@ -487,8 +511,20 @@ nodeStatusUpdateFrequency: 2s
         for (key, value) in &self.sysctls {
             let _ = std::fs::write(Path::new("/proc/sys").join(key), value);
         }
+        for path in chart_host_paths() {
+            if !self.host_paths_before.contains(&path) {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+        // the agent that served it is gone with the node, also where the directory was there before (a killed run
+        // left it): a socket left behind sends every later CNI call on the machine to a dead agent first
+        let _ = std::fs::remove_file(AGENT_SOCKET);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn chart_host_paths() -> Vec<PathBuf> {
+    CHART_HOST_PATHS.iter().map(PathBuf::from).filter(|p| p.exists()).collect()
 }
 
 impl Drop for Node {

@@ -525,6 +525,56 @@ fn run_by_hand_on_a_terminal_the_plugin_says_what_it_is() {
     assert_eq!(out.status.code(), Some(1), "it exits 1 (124: it waited for stdin): {said}");
 }
 
+/// `--version` and `--help` answer on stdout and exit 0 whatever stdin is (a script, `kubectl exec` without `-t`,
+/// a release's smoke test), with or without `CNI_COMMAND`; the CNI VERSION command still answers as the spec says.
+#[test]
+fn version_and_help_answer_whatever_stdin_is() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let plugin = hereabouts_tests::plugin::workspace_bin("hereabouts");
+    let run = |args: &[&str], command: Option<&str>, stdin: Stdio| {
+        let mut cmd = Command::new(&plugin);
+        cmd.args(args).env_remove("CNI_COMMAND").stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(command) = command {
+            cmd.env("CNI_COMMAND", command);
+        }
+        let mut child = cmd.spawn().unwrap();
+        // a pipe with a config in it, as a script would give; the plugin on main read it and answered code 4
+        if let Some(mut pipe) = child.stdin.take() {
+            let _ = pipe.write_all(br#"{"cniVersion":"1.0.0"}"#);
+        }
+        let out = child.wait_with_output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let version = format!("hereabouts {} (CNI spec versions 0.3.0", env!("CARGO_PKG_VERSION"));
+    for stdin in [Stdio::null as fn() -> Stdio, Stdio::piped] {
+        for command in [None, Some("ADD")] {
+            for flag in ["--version", "-V"] {
+                let (code, out) = run(&[flag], command, stdin());
+                assert_eq!(code, Some(0), "{flag} {command:?}: {out}");
+                assert!(out.starts_with(&version) && out.contains("1.1.0"), "{flag} {command:?}: {out}");
+            }
+            for flag in ["--help", "-h"] {
+                let (code, out) = run(&[flag], command, stdin());
+                assert_eq!(code, Some(0), "{flag} {command:?}: {out}");
+                assert!(out.contains("a CNI IPAM plugin") && out.contains("--version"), "{flag}: {out}");
+            }
+        }
+    }
+    // the CNI command VERSION: the spec's JSON, in the config's version
+    let mut child = Command::new(&plugin)
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(br#"{"cniVersion":"0.4.0"}"#).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["cniVersion"], "0.4.0", "{answer}");
+    assert_eq!(answer["supportedVersions"].as_array().unwrap().len(), 5, "{answer}");
+}
+
 /// `enable_l3` (the maintained Whereabouts fork's key) through the compiled plugin: a /31's two addresses go to
 /// two pods at once (the network address among them, each with its /31), a third ADD is told the range is full and
 /// writes nothing, a DEL gives one back; without the key a /31 is refused with code 7 naming `ipam.range`.

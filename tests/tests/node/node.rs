@@ -127,6 +127,12 @@ async fn get_addresses_ping_and_give_them_back(multus: Multus) {
         let served = agent.lines().filter(|l| l.contains("served") && l.contains(&format!("command={command}")));
         assert!(served.count() >= names.len(), "the agent served every {command}:\n{agent}");
     }
+    // what the chart put on the host outside the node's directory (the agent's socket) goes with the node: a
+    // socket left behind sends every later CNI call on the machine to a dead agent first
+    let mut node = node;
+    assert!(node.dir().exists());
+    let left = node.shut_down();
+    assert_eq!(left, Vec::<std::path::PathBuf>::new(), "left on the host after the node's teardown");
 }
 
 /// A rolling update of the DaemonSet to a new image tag while pods come and go on the node: no ADD and no DEL
