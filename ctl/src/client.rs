@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use hereabouts_ipam::reconcile::rules::{PodView, podref_parts, sticky_wanted};
 use hereabouts_ipam::reconcile::{read_statefulset, view_of};
-use hereabouts_ipam::store::DEFAULT_NAMESPACE;
+use hereabouts_ipam::store::{DEFAULT_NAMESPACE, Proxies};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -18,6 +18,8 @@ use crate::KubeFlags;
 /// DaemonSet labelled `app.kubernetes.io/name=hereabouts`), else kube-system (the chart's default). Never the
 /// context's namespace: the pools live where hereabouts runs, not where the operator last worked.
 pub async fn connect(flags: &KubeFlags) -> anyhow::Result<(Client, String)> {
+    // checked before kube reads the same variables, so that a bad one is reported as what it is
+    let proxies = Proxies::from_env()?;
     let options = KubeConfigOptions { context: flags.context.clone(), ..KubeConfigOptions::default() };
     let config = match &flags.kubeconfig {
         Some(path) => {
@@ -34,7 +36,7 @@ pub async fn connect(flags: &KubeFlags) -> anyhow::Result<(Client, String)> {
                 .context("no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and not in a cluster")?,
         },
     };
-    let config = own_resolver(config).await?;
+    let config = route(&proxies, config).await?;
     let client = Client::try_from(config).context("build the client")?;
     let namespace = match &flags.namespace {
         Some(namespace) => namespace.clone(),
@@ -43,18 +45,20 @@ pub async fn connect(flags: &KubeFlags) -> anyhow::Result<(Client, String)> {
     Ok((client, namespace))
 }
 
-/// A static build (the workspace's default, as for the node binaries) cannot trust the C library's resolver: its
-/// `getaddrinfo` loads the host's NSS modules, which need not match it. It resolves the server's name as the CNI
-/// plugin does. A build for the laptop's own target (`cargo install --path ctl`) uses the system's, which knows
-/// the VPN's split DNS and the like.
+/// Through the proxy kubectl would use (the kubeconfig's `proxy-url`, `HTTPS_PROXY` and `NO_PROXY`). A static
+/// build (the workspace's default, as for the node binaries) cannot trust the C library's resolver: its
+/// `getaddrinfo` loads the host's NSS modules, which need not match it; so when no proxy applies it resolves the
+/// server's name as the CNI plugin does. A build for the laptop's own target (`cargo install --path ctl`) uses the
+/// system's, which knows the VPN's split DNS and the like.
 #[cfg(target_feature = "crt-static")]
-async fn own_resolver(mut config: kube::Config) -> anyhow::Result<kube::Config> {
-    hereabouts_ipam::store::pin_server_address(&mut config).await?;
+async fn route(proxies: &Proxies, mut config: kube::Config) -> anyhow::Result<kube::Config> {
+    proxies.route(&mut config).await?;
     Ok(config)
 }
 
 #[cfg(not(target_feature = "crt-static"))]
-async fn own_resolver(config: kube::Config) -> anyhow::Result<kube::Config> {
+async fn route(proxies: &Proxies, mut config: kube::Config) -> anyhow::Result<kube::Config> {
+    proxies.select(&mut config)?;
     Ok(config)
 }
 
@@ -189,33 +193,11 @@ pub async fn claimed(
 /// entry or a reservation is) are refused as untrustworthy: NTP keeps machines far closer.
 pub const MAX_SKEW: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(5);
 
-/// The API server's time less this machine's, from the `Date` of an answer (one-second resolution, taken at its
-/// start), measured at the middle of the request.
-pub async fn server_skew(client: &Client) -> anyhow::Result<k8s_openapi::jiff::SignedDuration> {
-    use k8s_openapi::jiff::{SignedDuration, Timestamp};
-    let request = http::Request::get("/version").body(Vec::new().into()).context("build GET /version")?;
-    let sent = Timestamp::now();
-    let answer = client.send(request).await.context("GET /version (for the API server's time)")?;
-    let received = Timestamp::now();
-    let date = answer
-        .headers()
-        .get(http::header::DATE)
-        .and_then(|d| d.to_str().ok())
-        .context("the API server's answer has no Date header: its time cannot be told")?;
-    let server = k8s_openapi::jiff::fmt::rfc2822::DateTimeParser::new()
-        .parse_timestamp(date)
-        .with_context(|| format!("the API server's Date {date:?}"))?;
-    let middle = sent + SignedDuration::from_nanos(received.duration_since(sent).as_nanos() as i64 / 2);
-    // the Date is the second the answer was made in, truncated: its start judges every age up to a second younger
-    // than it is, never older, so a grace or an orphan age is never cut short by the header's resolution
-    Ok(server.duration_since(middle))
-}
-
 /// Judges ages on the API server's clock from now on: refuses when this machine's is more than [`MAX_SKEW`] away
 /// (a laptop set five minutes fast would take an ADD under way for an abandoned one), else moves
 /// `hereabouts_ipam::clock::now` by the difference.
 pub async fn on_server_clock(client: &Client) -> anyhow::Result<()> {
-    let skew = server_skew(client).await?;
+    let skew = hereabouts_ipam::clock::server_skew(client).await?;
     trusted_skew(skew)?;
     hereabouts_ipam::clock::set_offset(skew);
     Ok(())

@@ -149,6 +149,8 @@ fn grace_from(args: &Args) -> anyhow::Result<Duration> {
 }
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
+    // checked before kube reads the same variables, so that a bad one is reported as what it is
+    let proxies = hereabouts_ipam::store::Proxies::from_env()?;
     let config = match &args.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -158,8 +160,42 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
         None => kube::Config::infer().await.context("no kubeconfig and no in-cluster service account")?,
     };
     let mut config = config;
-    hereabouts_ipam::store::pin_server_address(&mut config).await?;
+    proxies.route(&mut config).await?;
     Ok(Client::try_from(config)?)
+}
+
+/// How often the reconciler takes the API server's time again ([`follow_server_clock`]).
+const SERVER_CLOCK_EVERY: Duration = Duration::from_secs(300);
+
+/// A skew the log warns of: NTP keeps machines far closer.
+const SKEW_WARNED: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(5);
+
+/// Judges ages (a pod's grace, a reservation's orphan age, how long a Node has been missing) on the API server's
+/// clock, as `kubectl hereabouts` does: a leader whose clock ran minutes fast would take an ADD's fresh
+/// reservation for an orphan and delete it before the ADD's entry lands. Taken before the first pass, and every
+/// [`SERVER_CLOCK_EVERY`] after; one that cannot be taken leaves the last one.
+async fn follow_server_clock(client: &Client) {
+    match hereabouts_ipam::clock::server_skew(client).await {
+        Ok(skew) => {
+            if skew.abs() > SKEW_WARNED {
+                tracing::warn!(
+                    skew_seconds = skew.as_secs_f64(),
+                    "this node's clock is off the API server's: ages are judged by the API server's clock"
+                );
+            }
+            hereabouts_ipam::clock::set_offset(skew);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the API server's time cannot be told: ages are judged by this node's clock")
+        }
+    }
+}
+
+async fn keep_server_clock(client: Client) {
+    loop {
+        tokio::time::sleep(SERVER_CLOCK_EVERY).await;
+        follow_server_clock(&client).await;
+    }
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -178,6 +214,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         grace = ?grace, %identity, "starting");
 
     let client = client(&args).await?;
+    follow_server_clock(&client).await;
+    tokio::spawn(keep_server_clock(client.clone()));
     let shutdown = CancellationToken::new();
     let health = Arc::new(Health { ready: AtomicBool::new(false), metrics: Metrics::new() });
     let server = http::serve(args.listen, health.clone(), shutdown.clone()).await?;

@@ -20,11 +20,17 @@ pub async fn ctl(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Ran {
 
 /// `kubectl-hereabouts --kubeconfig <kubeconfig> <args>`: the namespace as the CLI chooses it without `-n`.
 pub async fn ctl_as_is(kubeconfig: &Path, args: &[&str]) -> Ran {
+    ctl_with_env(kubeconfig, args, &[]).await
+}
+
+/// [`ctl_as_is`] with more environment (a proxy's variables, say).
+pub async fn ctl_with_env(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)]) -> Ran {
     let out = tokio::process::Command::new(workspace_bin("kubectl-hereabouts"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
         .env_remove("KUBECONFIG")
+        .envs(env.iter().copied())
         .output()
         .await
         .expect("run kubectl-hereabouts");

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bird;
 pub mod cluster;
+pub mod connect_proxy;
 pub mod containerd;
 pub mod ctl;
 pub mod deploy;

@@ -37,10 +37,10 @@ pub(super) enum MintError {
         source: Box<kube::config::KubeconfigError>,
     },
     #[error("build an API client for {server}")]
-    Resolve {
+    Route {
         server: String,
         #[source]
-        source: hereabouts_ipam::store::ResolveError,
+        source: hereabouts_ipam::store::RouteError,
     },
     #[error("build an API client for {server}")]
     Client {
@@ -111,9 +111,9 @@ impl Minter {
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         config.read_timeout = Some(REQUEST_TIMEOUT);
         config.write_timeout = Some(REQUEST_TIMEOUT);
-        hereabouts_ipam::store::pin_server_address(&mut config)
-            .await
-            .map_err(|e| MintError::Resolve { server: self.server.clone(), source: e })?;
+        let route_error = |e| MintError::Route { server: self.server.clone(), source: e };
+        let proxies = hereabouts_ipam::store::Proxies::from_env().map_err(|e| route_error(e.into()))?;
+        proxies.route(&mut config).await.map_err(route_error)?;
         Client::try_from(config).map_err(|e| MintError::Client { server: self.server.clone(), source: Box::new(e) })
     }
 
