@@ -114,20 +114,42 @@ fn read_line(reader: &mut impl std::io::BufRead) -> std::io::Result<Option<Strin
     Ok((read > 0 && text.ends_with('\n')).then_some(text))
 }
 
-/// How long the binary waits for the answer of an accepted invocation: the config's own budget
-/// (`ipam.timeout_seconds`, which the agent keeps to) and a little more; the runtime's own timeout is the last word.
+/// The longest an accepted invocation waits in the agent for the one before it of the same attachment (container
+/// and interface) to end; past it, the agent answers "try again later".
+pub const TURN_AT_MOST: Duration = Duration::from_secs(5);
+
+/// How long the binary waits for the answer of an accepted invocation: all the agent may take over it — the wait
+/// for the attachment's turn ([`TURN_AT_MOST`]), the config's own budget (`ipam.timeout_seconds`), and the
+/// roll-back of a failed ADD beyond it ([`hereabouts_ipam::claim::ROLLBACK_GRACE`]) — and 5 s more. A binary that
+/// gave up sooner would do the invocation itself while the agent still did it, or rolled it back. The runtime's
+/// own timeout is the last word.
 pub fn answer_within(stdin: &[u8]) -> Duration {
     let budget = serde_json::from_slice::<serde_json::Value>(stdin)
         .ok()
         .and_then(|v| v.get("ipam")?.get("timeout_seconds")?.as_u64())
         .map_or(hereabouts_ipam::config::DEFAULT_TIMEOUT, Duration::from_secs);
-    budget + Duration::from_secs(5)
+    TURN_AT_MOST + budget + hereabouts_ipam::claim::ROLLBACK_GRACE + Duration::from_secs(5)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::BufRead as _;
+
+    /// S9 of the fourth review: the binary waited the budget and 5 s, while the agent's ADD may take its turn's
+    /// wait, the budget and the roll-back's 5 s beyond it: the binary's fallback then ran beside the agent's roll-back
+    /// of the same container. It waits for all of it now, with a margin.
+    #[test]
+    fn the_binary_waits_longer_than_the_agent_may_take() {
+        for (stdin, budget) in [
+            (br#"{"ipam":{"timeout_seconds":30}}"#.as_slice(), Duration::from_secs(30)),
+            (b"{}".as_slice(), hereabouts_ipam::config::DEFAULT_TIMEOUT),
+        ] {
+            let agent_at_most = TURN_AT_MOST + budget + hereabouts_ipam::claim::ROLLBACK_GRACE;
+            let waits = answer_within(stdin);
+            assert!(waits >= agent_at_most + Duration::from_secs(5), "{waits:?} for {agent_at_most:?}");
+        }
+    }
     use std::os::unix::net::UnixListener;
 
     fn handed() -> Handed {
@@ -198,7 +220,8 @@ mod tests {
 
     #[test]
     fn the_answer_waits_for_the_configs_budget() {
-        assert_eq!(answer_within(br#"{"ipam":{"timeout_seconds":7}}"#), Duration::from_secs(12));
-        assert_eq!(answer_within(b"not json"), hereabouts_ipam::config::DEFAULT_TIMEOUT + Duration::from_secs(5));
+        assert_eq!(answer_within(br#"{"ipam":{"timeout_seconds":7}}"#), Duration::from_secs(5 + 7 + 5 + 5));
+        let default = hereabouts_ipam::config::DEFAULT_TIMEOUT;
+        assert_eq!(answer_within(b"not json"), default + Duration::from_secs(15));
     }
 }

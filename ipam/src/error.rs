@@ -148,6 +148,18 @@ pub enum IpamError {
         /// When the first of them may be handed out again (RFC 3339).
         until: String,
     },
+    /// The pool was replaced (its network's range changed) since this ADD began: claims of the new pool no longer
+    /// read it, so no new address may be claimed in it until an ADD of the old config cannot be under way any more.
+    #[error(
+        "pool {pool} was replaced at {at} (the network's range changed since this ADD began): no new address is \
+         claimed in it; the runtime's retry reads the network's current config"
+    )]
+    Replaced {
+        /// The pool's name.
+        pool: String,
+        /// When it was marked replaced (RFC 3339).
+        at: String,
+    },
     /// The ranges a pod chose cannot be used (ranges chosen per pod): an unknown name, a range that does not serve
     /// the node, a malformed annotation.
     #[error(transparent)]
@@ -211,7 +223,7 @@ impl IpamError {
             IpamError::Expired(_) => Code::TryAgainLater,
             IpamError::Provider(e) => e.code(),
             IpamError::Choice(e) => e.code(),
-            IpamError::CoolingDown { .. } => Code::TryAgainLater,
+            IpamError::CoolingDown { .. } | IpamError::Replaced { .. } => Code::TryAgainLater,
             IpamError::ClaimMissing { .. } | IpamError::ClaimConflict { .. } => Code::TryAgainLater,
             IpamError::ClaimUnusable { .. } => Code::InvalidConfig,
             IpamError::Many(all) => {

@@ -76,10 +76,11 @@ pub trait Host {
         async move { taken.map(|t| t.slot.assigned()) }
     }
 
-    /// Before a DEL or CHECK of the attachment `req` of network `network`: ends what a warm take of it still has
-    /// pending ([`WarmSettled`]). The binary, whose agent is away, hands the take over itself (every write of a
-    /// hand-over may be sent twice) and leaves the journal to the agent.
-    fn settle_warm(&self, network: &str, req: &Request) -> impl Future<Output = WarmSettled> {
+    /// Before a DEL or CHECK (`why`) of the attachment `req` of network `network`: ends what a warm take of it
+    /// still has pending ([`WarmSettled`]). The binary, whose agent is away, hands the take over itself (every
+    /// write of a hand-over may be sent twice) and leaves the journal to the agent.
+    fn settle_warm(&self, network: &str, req: &Request, why: Settling) -> impl Future<Output = WarmSettled> {
+        let _ = why; // the binary never gives a take back: it only hands over
         let taken = self.warm_journal(&req.node).and_then(|dir| {
             crate::warm::read_take(&dir, &crate::warm::take_id(network, &req.container_id, &req.ifname))
         });
@@ -95,6 +96,16 @@ pub trait Host {
             }
         }
     }
+}
+
+/// Why a pending warm take is settled: what may be done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settling {
+    /// The attachment is going away: a take nothing of whose hand-over was sent may go back to the reserve.
+    Del,
+    /// The runtime asks whether the attachment still holds its address, at any time of a running container's life:
+    /// its take is handed over or stays pending, never given back.
+    Check,
 }
 
 /// What [`Host::settle_warm`] did with the attachment's warm take.
@@ -294,7 +305,7 @@ pub async fn check(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<
             pools::check(&store, &Scope::of(&cfg, &mode.kube), req, &budget).await?;
         }
         Mode::Slices(mode) => {
-            if host.settle_warm(&cfg.name, req).await == WarmSettled::Pending {
+            if host.settle_warm(&cfg.name, req, Settling::Check).await == WarmSettled::Pending {
                 // the journal holds it for the pod, and the API server cannot be asked
                 return Ok(());
             }
@@ -380,7 +391,10 @@ async fn release(
     }
     let released = match &cfg.mode {
         ReleaseMode::Slices(kube) => {
-            let settled = if valid.is_none() { host.settle_warm(&cfg.name, req).await } else { WarmSettled::Nothing };
+            let settled = match valid {
+                None => host.settle_warm(&cfg.name, req, Settling::Del).await,
+                Some(_) => WarmSettled::Nothing,
+            };
             match settled {
                 WarmSettled::GivenBack => return Ok(0),
                 // released now, the address would be handed over to the gone sandbox later, and a pod of the same
@@ -497,6 +511,7 @@ async fn connect<H: Host>(host: &H, kube: &Kube, verb: Verb) -> Result<H::Store,
         let code = match e {
             _ if verb == Verb::Status => Code::NotAvailable,
             ConnectError::Resolve { .. } => Code::TryAgainLater,
+            ConnectError::Proxy { .. } => Code::InvalidEnvironment,
             _ => Code::InvalidConfig,
         };
         VerbError::new(code, e.to_string())

@@ -1077,3 +1077,69 @@ async fn other_modes_hold_nothing_ahead() {
     assert!(hold_slices(&host, &cfg, "node-a").await.unwrap().is_empty());
     assert_eq!(store.writes(), 0);
 }
+
+/// S2 of the fourth review: without reservations, an ADD begun under the old range (here, a /30) plans on the old
+/// pool while the NAD grows the range (a /29): the new pool's ADD reads the old pool once, before its plan, and
+/// takes .2; the old ADD's guarded add of .2 then landed in the old pool, and two pods held .2. The new pool's first
+/// claim marks the old pool replaced before it reads it, and an entry lands in a pool only while its mark is as
+/// the claim read it: the old ADD's add is refused, and its retry under the old config claims nothing new there.
+#[tokio::test]
+async fn an_add_begun_under_the_old_range_cannot_take_what_the_new_pool_hands_out() {
+    use crate::store::{AsRead, MarkAsRead, Patched, PoolStore as _};
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let old = serde_json::json!({"range": "198.18.64.0/30", "enable_overlapping_ranges": false});
+    let grown = serde_json::json!({"range": "198.18.64.0/29", "enable_overlapping_ranges": false});
+    let first = add(&host, &config(old.clone(), "p1"), &request("c1", "n")).await.unwrap();
+    assert_eq!(first[0].ip.to_string(), "198.18.64.1");
+    // the old config's ADD of pod x has read the old pool and planned .2 (offset 2); its write is on its way
+    let old_name = "198.18.64.0-30";
+    let as_read = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(old_name)).unwrap();
+    let x = IpAllocation {
+        id: "cx".into(),
+        podref: "ns/x".into(),
+        ifname: "net1".into(),
+        node: Some("n".into()),
+        ..Default::default()
+    };
+    let x_read = AsRead { replaced: Some(MarkAsRead::of(&as_read)), ..Default::default() };
+    // meanwhile the NAD grew, and the new config's ADD of pod y ran to its end
+    let y = add(&host, &config(grown.clone(), "y"), &request("cy", "n")).await.unwrap();
+    assert_eq!(y[0].ip.to_string(), "198.18.64.2", "the new pool's lowest free address");
+    let marked = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(old_name)).unwrap();
+    assert!(crate::store::replaced_at(&marked).is_some(), "the new pool's claim marked the old one");
+    // the old ADD's write lands now
+    let landed = store.add_allocation(old_name, 2, &x, &x_read).await.unwrap();
+    assert!(matches!(landed, Patched::Refused(_)), "the old ADD's add of .2 was applied: {landed:?}");
+    assert_no_address_twice(&store);
+    // its retry, still under the old config, claims nothing new in the replaced pool
+    let again = add(&host, &config(old.clone(), "x"), &request("cx", "n")).await.unwrap_err();
+    assert_eq!(again.code, Code::TryAgainLater, "{again:?}");
+    assert!(again.details.contains("was replaced at"), "{}", again.details);
+    // under the new config it gets an address of its own
+    let retried = add(&host, &config(grown, "x"), &request("cx", "n")).await.unwrap();
+    assert_ne!(retried[0].ip, y[0].ip);
+    assert_no_address_twice(&store);
+    // an ADD of the old config that already holds its entry there keeps it: p1's retry
+    assert_eq!(add(&host, &config(old, "p1"), &request("c1", "n")).await.unwrap()[0].ip, first[0].ip);
+}
+
+/// Found by the simulation once its refusals were answered as the shipped node policy answers them (403): an
+/// entry write whose answer was lost (applied), retried and refused, was taken for never written; the ADD failed
+/// and its roll-back gave the reservation back, leaving the entry without it. The refusal is read back now: the
+/// earlier try's entry is the ADD's.
+#[tokio::test]
+async fn a_refused_retry_of_a_write_whose_answer_was_lost_keeps_the_entry_it_wrote() {
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    let store = MemoryStore::new(NS);
+    let plan =
+        FaultPlan::quiet(3).at(Op::AddAllocation, 1, Fault::LostResponse).at(Op::AddAllocation, 2, Fault::Refused);
+    let host = TestHost(store.handle("refused-retry", plan));
+    let ipam = serde_json::json!({"range": "198.18.65.0/29"});
+    let got = add(&host, &config(ipam, "p"), &request("c1", "n")).await.expect("the earlier try's entry is the ADD's");
+    assert_eq!(got[0].ip.to_string(), "198.18.65.1");
+    let held = held(&store);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let reservations: Vec<String> = store.reservations().iter().map(|r| r.spec.podref.clone()).collect();
+    assert_eq!(reservations, ["ns/p"], "the entry keeps its reservation");
+}

@@ -219,9 +219,10 @@ impl Host for AgentHost {
         &self,
         network: &str,
         req: &hereabouts_ipam::request::Request,
+        why: hereabouts_ipam::verbs::Settling,
     ) -> hereabouts_ipam::verbs::WarmSettled {
         match &self.warm {
-            Some(warm) => warm.settle(network, req).await,
+            Some(warm) => warm.settle(network, req, why).await,
             None => hereabouts_ipam::verbs::WarmSettled::Nothing,
         }
     }
@@ -429,8 +430,19 @@ async fn handle(
     send(&mut write, &Accepted { accepted: true, reason: None }).await?;
     let stdin = handed.stdin.as_bytes();
     let started = std::time::Instant::now();
-    let _turn = host.attachment_turn(format!("{}\n{}", env.container_id, env.ifname)).await;
-    let outcome = dispatch(&env, stdin, host, |_, _| {}).await;
+    // the binary waits for the turn, the budget and a roll-back (answer_within): the turn is bounded so that it
+    // never gives up and does the same attachment itself while this one is still at it
+    let turn = host.attachment_turn(format!("{}\n{}", env.container_id, env.ifname));
+    let outcome = match tokio::time::timeout(hereabouts_cni::agent::TURN_AT_MOST, turn).await {
+        Ok(_turn) => dispatch(&env, stdin, host, |_, _| {}).await,
+        Err(_) => Err(hereabouts_cni::CniError::new(
+            hereabouts_ipam::codes::Code::TryAgainLater,
+            format!(
+                "container {}, interface {}: an invocation of the same attachment is still under way in the node agent",
+                env.container_id, env.ifname
+            ),
+        )),
+    };
     let answer = match outcome {
         Ok(stdout) => Answer { stdout, ok: true },
         Err(e) => Answer { stdout: Some(e.to_json(&output::requested_version(stdin))), ok: false },

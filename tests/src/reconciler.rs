@@ -51,6 +51,8 @@ pub struct ReconcilerOptions {
     pub netns: Option<String>,
     /// `--flat-file`; by default one that does not exist.
     pub flat_file: Option<PathBuf>,
+    /// More environment (e.g. a clock set wrong: `hereabouts_ipam::clock::SKEW_FOR_TESTS`).
+    pub env: Vec<(String, String)>,
 }
 
 impl ReconcilerOptions {
@@ -71,6 +73,7 @@ impl ReconcilerOptions {
             extra_args: Vec::new(),
             netns: None,
             flat_file: None,
+            env: Vec::new(),
             // the Role allows the reconciler this one Lease; Leases are per namespace, so tests do not collide
             lease: deploy::LEASE_NAME.into(),
         }
@@ -119,6 +122,7 @@ impl Reconciler {
             .args(["--gauge-interval", &opts.gauge_interval])
             .args(["--listen", &listen])
             .args(&opts.extra_args)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

@@ -277,6 +277,7 @@ where
                 spread,
                 seed,
             };
+            let replaced = self.replaced_lately(&pool);
             match decide::plan(&pool, &ask) {
                 Plan::Exhausted if hinted => {
                     // the cache's copy may miss a release: full is said only of the pool as read
@@ -313,6 +314,10 @@ where
                 Plan::Claim(offset) if steer.only && Some(offset) != steer.prefer => {
                     return Err(self.policy.nothing_here(self.pool(), self.target.range));
                 }
+                Plan::Claim(_) if replaced.is_some() => {
+                    let at = replaced.map(|at| at.to_string()).unwrap_or_default();
+                    return Err(IpamError::Replaced { pool: self.pool().to_string(), at });
+                }
                 Plan::Claim(offset) => match self.claim(offset, self.as_read(&pool, offset), journal).await? {
                     Claimed::Done(ip) => return self.placed(&pool, offset, ip).await,
                     Claimed::HeldElsewhere => {
@@ -328,17 +333,55 @@ where
         }
     }
 
+    /// When `pool` was marked replaced, if less than [`crate::store::REPLACED_WINDOW`] ago: an ADD of its config may
+    /// be one begun before the network's range changed, which must not claim what the new pool's claims no longer
+    /// see.
+    fn replaced_lately(&self, pool: &IpPool) -> Option<k8s_openapi::jiff::Timestamp> {
+        let at = crate::store::replaced_at(pool)?;
+        let window = k8s_openapi::jiff::SignedDuration::try_from(crate::store::REPLACED_WINDOW).ok()?;
+        (clock::now().duration_since(at) < window).then_some(at)
+    }
+
     /// The offsets of this range that the pools `pool` replaces still hold ([`crate::store::OVERLAPS_ANNOTATION`]),
     /// or keep cooling (their reuse cooldown, as each pool records it, runs on across the re-layout), read now: not
     /// to be handed out, whoever holds them. A pool named there that is gone holds nothing.
     async fn held_by_overlaps(&self, pool: &IpPool) -> Result<BTreeSet<u128>, IpamError> {
         let mut held = BTreeSet::new();
         for name in crate::store::overlaps_of(pool).into_iter().chain(crate::store::keeps_off_of(pool)) {
+            let what = || format!("pool {name} (replaced by {})", self.pool());
             let read = self
                 .budget
                 .retry(StoreError::is_transient, || self.store.get_pool(&name))
                 .await
-                .map_err(|e| IpamError::from_retry(&format!("pool {name} (replaced by {})", self.pool()), e))?;
+                .map_err(|e| IpamError::from_retry(&what(), e))?;
+            // marked first, then read: an ADD of the old config whose claim lands after the mark fails its guard and
+            // claims nothing new there; one whose claim landed before it shows in the read after it
+            let read = match &read {
+                Some(old) if crate::store::replaced_at(old).is_none() => {
+                    let at = clock::now().to_string();
+                    let annotated = old.metadata.annotations.is_some();
+                    let mark = crate::store::guard::mark_replaced(annotated, &at);
+                    let (_, after) = self
+                        .budget
+                        .retry(StoreError::is_transient, || self.store.apply_pool_patch(&name, "mark replaced", &mark))
+                        .await
+                        .map_err(|e| IpamError::from_retry(&what(), e))?;
+                    match after {
+                        // applied: the pool as stored after the mark
+                        Some(marked) => {
+                            tracing::info!(pool = %name, by = %self.pool(), "marked replaced");
+                            Some(marked)
+                        }
+                        // another claim's mark was first (or the pool went): read it after that mark
+                        None => self
+                            .budget
+                            .retry(StoreError::is_transient, || self.store.get_pool(&name))
+                            .await
+                            .map_err(|e| IpamError::from_retry(&what(), e))?,
+                    }
+                }
+                _ => read,
+            };
             let Some((range, _)) = read.as_ref().and_then(super::pool_scope) else { continue };
             let now = crate::clock::now();
             let cooling = read.iter().flat_map(|p| crate::cooldown::cooling_offsets(p, now));
@@ -398,6 +441,7 @@ where
             released,
             sub_interface: self.policy.guard_record(pool, offset),
             in_use: self.policy.guard_in_use(pool),
+            replaced: Some(crate::store::MarkAsRead::of(pool)),
         }
     }
 
@@ -534,6 +578,11 @@ where
                     }
                 }
                 Ok(other) => tracing::debug!(pool = %self.pool(), offset, ?other, "release record changed meanwhile"),
+                // refused (an admission policy older than this release's): the address cools until real time
+                // passes the record, which an operator should hear of
+                Err(e) if matches!(e.failure, crate::store::Failure::Refused(_)) => {
+                    tracing::warn!(pool = %self.pool(), offset, error = %e, "release record ahead of the clock not rewritten")
+                }
                 Err(e) => tracing::debug!(pool = %self.pool(), offset, error = %e, "release record not rewritten"),
             }
         }
@@ -651,7 +700,14 @@ where
                 journal.forget_allocation(pool_name, offset);
                 return Err(IpamError::PoolTooLarge { pool: pool_name.to_string(), message: e.message.clone() });
             }
+            // refused (an admission policy, an authorizer not ready after a restart): this try was not applied,
+            // but an earlier one whose answer was lost may have been; read back to tell
             Err(IpamError::Store(e)) if matches!(e.failure, crate::store::Failure::Refused(_)) => {
+                let pool = self.read_pool().await?;
+                if decide::at_offset(&pool, offset, &self.who.me) == AtOffset::Mine {
+                    tracing::info!(pool = %pool_name, %ip, "assigned (an earlier attempt's answer was lost)");
+                    return Ok(Added::Done(ip));
+                }
                 journal.forget_allocation(pool_name, offset);
                 return Err(IpamError::Store(e));
             }

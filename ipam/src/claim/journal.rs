@@ -17,7 +17,7 @@ use crate::{clock, cooldown};
 
 /// Extra time a roll-back may take when the invocation's own budget has run out: leaving an address claimed by a
 /// failed ADD would block it until the reconciler notices.
-const ROLLBACK_GRACE: Duration = Duration::from_secs(5);
+pub const ROLLBACK_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub(crate) enum Written {

@@ -22,6 +22,7 @@ pub use choose::{IPAMCLAIMS_CLUSTER_ROLE, IPAMCLAIMS_VALUE, RANGES_CLUSTER_ROLE,
 pub(crate) use choose::{PodOnce, choose_ranges};
 pub(crate) use ipamclaim::{ClaimRead, resolve as resolve_ipamclaim};
 pub use ipamclaim::{NETWORKS_ANNOTATION, reference_in};
+pub use journal::ROLLBACK_GRACE;
 pub(crate) use journal::{Journal, Written, remove_entry};
 pub(crate) use preferred::preferred_ip;
 pub use preferred::{PREFERRED_IP_ANNOTATION, preferred_in};

@@ -214,6 +214,10 @@ fn judge_pod(allocation: &IpAllocation, facts: &Facts<'_>) -> Verdict {
     }
 }
 
+/// The least time a Node must have been missing before its warm entries are freed: six of its agent's Node reads
+/// (every 10 s), so that the agent has stopped taking from the reserve well before.
+pub const WARM_GRACE_FLOOR: Duration = Duration::from_secs(60);
+
 /// The node whose warm reserve `allocation` belongs to ([`crate::warm`]), if it is a warm entry.
 pub fn warm_node(allocation: &IpAllocation) -> Option<&str> {
     crate::warm::node_of(&allocation.podref)
@@ -226,9 +230,13 @@ pub fn warm_node(allocation: &IpAllocation) -> Option<&str> {
 /// on the path), so nothing else may give it back. A Node deleted by hand is registered again by its kubelet
 /// within seconds, its agent still running: one read in that gap must not free the reserve, so a Node missing for
 /// less than `grace` keeps it. A Node that cannot be read is not judged at all.
+///
+/// The reserve's safety needs the agent to see its Node gone (it reads it every 10 s, then stops taking) before
+/// the entries are freed, whatever `grace` the operator chose for pods (its minimum is 0): the wait is never below
+/// [`WARM_GRACE_FLOOR`].
 pub fn judge_warm(node: NodeView, missing_for: Duration, grace: Duration) -> Verdict {
     match node {
-        NodeView::Missing if missing_for >= grace => Verdict::Release(Reason::NodeGone),
+        NodeView::Missing if missing_for >= grace.max(WARM_GRACE_FLOOR) => Verdict::Release(Reason::NodeGone),
         NodeView::Present | NodeView::Missing => Verdict::Keep(Keep::Warm),
     }
 }

@@ -398,6 +398,23 @@ fn a_warm_entry_is_kept_while_its_node_exists_and_released_once_it_is_gone() {
     ] {
         assert_eq!(judge_warm(node, Duration::from_secs(missing_for), grace), verdict, "{node:?} {missing_for}");
     }
+    // S5 of the fourth review: a grace the operator lowered for pods (its minimum is 0) freed a missing Node's
+    // warm entries, pending takes of live pods among them, before its agent (reading the Node every 10 s) had
+    // stopped taking; the floor holds whatever the grace
+    for grace in [0, 5, 30] {
+        let grace = Duration::from_secs(grace);
+        for missing_for in [0, 10, 59] {
+            let verdict = judge_warm(NodeView::Missing, Duration::from_secs(missing_for), grace);
+            assert_eq!(verdict, Verdict::Keep(Keep::Warm), "grace {grace:?}, missing {missing_for} s");
+        }
+        let verdict = judge_warm(NodeView::Missing, WARM_GRACE_FLOOR, grace);
+        assert_eq!(verdict, Verdict::Release(Reason::NodeGone), "grace {grace:?}");
+    }
+    assert_eq!(
+        judge_warm(NodeView::Missing, Duration::from_secs(119), Duration::from_secs(120)),
+        Verdict::Keep(Keep::Warm),
+        "a longer grace is kept"
+    );
     assert_eq!(Reason::NodeGone.as_str(), "node_gone");
     for podref in ["ns/p", "hereabouts-warm:", "nopod", "", "ns/hereabouts-warm:n1"] {
         let entry = IpAllocation { podref: podref.into(), ..warm.clone() };

@@ -121,8 +121,31 @@ pub fn add_entry(offset: u128, entry: &IpAllocation, read: &AsRead) -> Patch {
     if let Some((other, id)) = &read.in_use {
         ops.push(test(&format!("{}/id", entry_path(*other)), json!(id)));
     }
+    // a test of null needs the parent: a pool read without annotations is tested for having none still
+    match &read.replaced {
+        None => {}
+        Some(super::MarkAsRead::NoAnnotations) => ops.push(test("/metadata/annotations", Value::Null)),
+        Some(super::MarkAsRead::Unmarked) => ops.push(test(&replaced_path(), Value::Null)),
+        Some(super::MarkAsRead::Marked(mark)) => ops.push(test(&replaced_path(), json!(mark))),
+    }
     ops.push(add(&path, value(entry)));
     guarded(Guard::AddEntry, ops)
+}
+
+fn replaced_path() -> String {
+    format!("/metadata/annotations/{}", super::REPLACED_ANNOTATION.replace('/', "~1"))
+}
+
+/// Marks a pool replaced at `at` ([`super::REPLACED_ANNOTATION`]) if it still has no mark: of two claims marking
+/// one pool, the first mark stays. `annotated`: whether the pool as read had annotations (a test of null needs the
+/// parent). Not under [`Guard`]'s mutation test: an unguarded mark only moves the window later.
+pub fn mark_replaced(annotated: bool, at: &str) -> Patch {
+    if annotated {
+        Patch(vec![test(&replaced_path(), Value::Null), add(&replaced_path(), json!(at))])
+    } else {
+        let annotations = json!({super::REPLACED_ANNOTATION: at});
+        Patch(vec![test("/metadata/annotations", Value::Null), add("/metadata/annotations", annotations)])
+    }
 }
 
 /// Replaces the entry at `offset` with `entry` if it still holds `expected`'s container, pod and interface.

@@ -39,7 +39,7 @@ pub enum Fault {
     LostResponse,
     /// 409 Conflict from the server's own retries: nothing applied.
     Conflict,
-    /// 422 from something other than the caller's test (a schema, an admission policy): nothing applied.
+    /// An admission policy refuses the write, as the shipped node policy answers (403 Forbidden): nothing applied.
     Refused,
     /// 429 Too Many Requests: nothing applied.
     TooMany,
@@ -464,7 +464,7 @@ impl MemoryStore {
             }
             Fault::Conflict => fail(Failure::Unavailable, "409 the object has been modified"),
             // a patch caller turns this into `Patched::Refused`, which it cannot tell from a failed test
-            Fault::Refused => fail(Failure::Refused(422), "422 denied by an admission policy"),
+            Fault::Refused => fail(Failure::Refused(403), "403 denied by an admission policy"),
             Fault::TooMany => fail(Failure::Unavailable, "429 too many requests"),
             Fault::ServerError | Fault::Timeout => {
                 if fault == Fault::Timeout {

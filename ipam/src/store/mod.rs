@@ -15,6 +15,7 @@ mod connect;
 pub mod guard;
 mod kube;
 pub mod memory;
+pub mod proxy;
 pub mod resolve;
 pub mod shared;
 
@@ -26,6 +27,7 @@ pub use crate::cooldown::ReleaseRecord;
 pub use connect::{ConnectError, DEFAULT_NAMESPACE, connect, namespace_of};
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use memory::MemoryStore;
+pub use proxy::{Proxies, ProxyError, RouteError};
 pub use resolve::{ResolveError, pin_server_address};
 pub use shared::{Shared, SharedStats, Turn};
 
@@ -84,6 +86,22 @@ pub const CONFIG_ANNOTATION: &str = "hereabouts.cni.cncf.io/config-name";
 /// The config that made `pool` ([`CONFIG_ANNOTATION`]), if recorded.
 pub fn config_of(pool: &IpPool) -> Option<&str> {
     pool.metadata.annotations.as_ref()?.get(CONFIG_ANNOTATION).map(String::as_str)
+}
+
+/// On a pool that another pool replaces (a range changed: it is named in that pool's [`OVERLAPS_ANNOTATION`] or
+/// [`KEEPS_OFF_ANNOTATION`]), when the first claim of the replacing pool marked it (RFC 3339): an ADD begun under
+/// the old config may not claim a new address in it for [`REPLACED_WINDOW`] after, since claims of the new pool no
+/// longer read this one; and an entry is added to it only while the mark is as its claim read it.
+pub const REPLACED_ANNOTATION: &str = "hereabouts.cni.cncf.io/replaced";
+
+/// How long after a pool was marked replaced ([`REPLACED_ANNOTATION`]) an ADD of the old config may be under way:
+/// the longest budget (`timeout_seconds`) with the node agent's turn and a roll-back, and room for a runtime's
+/// retry. Past it, a claim in the pool is taken for one of a config that names it again (the NAD changed back).
+pub const REPLACED_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// When `pool` was marked replaced, if it was ([`REPLACED_ANNOTATION`]).
+pub fn replaced_at(pool: &IpPool) -> Option<k8s_openapi::jiff::Timestamp> {
+    pool.metadata.annotations.as_ref()?.get(REPLACED_ANNOTATION)?.parse().ok()
 }
 
 /// The pools an [`OVERLAPS_ANNOTATION`] names.
@@ -174,6 +192,33 @@ pub struct AsRead {
     /// planned on a pool in use must not land in one emptied since; one that planned on an empty pool reads the
     /// slice's owner after writing instead.
     pub in_use: Option<(u128, String)>,
+    /// The pool's replacement mark as read ([`REPLACED_ANNOTATION`]): `None`, no test (a write that is not a new
+    /// claim of the pool's own config).
+    pub replaced: Option<MarkAsRead>,
+}
+
+/// What a pool as read showed of its [`REPLACED_ANNOTATION`]: the entry is added only while it still shows that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkAsRead {
+    /// The pool had no annotations at all.
+    NoAnnotations,
+    /// It had annotations, and no mark.
+    Unmarked,
+    /// It had this mark.
+    Marked(String),
+}
+
+impl MarkAsRead {
+    /// What `pool` shows.
+    pub fn of(pool: &IpPool) -> Self {
+        match &pool.metadata.annotations {
+            None => MarkAsRead::NoAnnotations,
+            Some(annotations) => match annotations.get(REPLACED_ANNOTATION) {
+                None => MarkAsRead::Unmarked,
+                Some(mark) => MarkAsRead::Marked(mark.clone()),
+            },
+        }
+    }
 }
 
 /// What a create did.

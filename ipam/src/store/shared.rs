@@ -385,8 +385,11 @@ impl<S: PoolStore> Shared<S> {
                     let _ = w.answer.send(Ok(Patched::Missing));
                 }
             }
-            // one guard failed (or the batch is too large for one object's request): each alone earns its answer
-            Ok((Patched::Refused(_), _)) | Err(StoreError { failure: super::Failure::TooLarge, .. }) => {
+            // one guard failed, an admission policy refused the batch (the node policy answers 403 to a write
+            // it refuses, and nothing of the batch was applied), or the batch is too large for one object's
+            // request: each alone earns its answer
+            Ok((Patched::Refused(_), _))
+            | Err(StoreError { failure: super::Failure::TooLarge | super::Failure::Refused(_), .. }) => {
                 self.forget_pool(pool);
                 self.state.split.fetch_add(1, Ordering::Relaxed);
                 for w in batch {
@@ -862,6 +865,23 @@ mod tests {
         let pool = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
         assert_eq!(pool.spec.allocations["3"].id, "other", "the other pod's entry stays");
         assert_eq!(pool.spec.allocations.len(), 6);
+        assert!(store.stats().split >= 1, "{:?}", store.stats());
+    }
+
+    /// S13 of the fourth review: the shipped node policy answers a write it refuses with 403, which the group
+    /// commit gave to every write of the batch; each is sent alone now, as after a failed guard.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_an_admission_policy_refuses_is_split_and_each_write_earns_its_answer() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        // the second request (the batch of those that waited behind the first) is refused as the policy refuses
+        let store = slow(&base, FaultPlan::quiet(5).at(Op::AddAllocation, 2, Fault::Refused));
+        let answers = add_at_once(&store, &[1, 2, 3, 4, 5]).await;
+        for answer in &answers {
+            assert!(matches!(answer, Ok(Patched::Applied)), "{answers:?}");
+        }
+        let pool = base.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("p")).unwrap();
+        assert_eq!(pool.spec.allocations.len(), 5);
         assert!(store.stats().split >= 1, "{:?}", store.stats());
     }
 

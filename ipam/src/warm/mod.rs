@@ -21,7 +21,7 @@ mod reserve;
 
 pub use fleet::whereabouts_reconciler;
 
-pub use reserve::{DEFAULT_DIR, FleetCheck, Reserves, WarmStore};
+pub use reserve::{DEFAULT_DIR, FLEET_EVERY, FleetCheck, Reserves, Wanted, WarmStore};
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -313,6 +313,36 @@ pub fn adopt(cfg: &IpamConfig, pools: &[IpPool], node: &str, taken: &dyn Fn(&str
         }
     }
     (whole, partial)
+}
+
+/// The slots of `node`'s warm entries in `pools` whose network (the netconf name an entry records) `unwanted` says
+/// no reserve is kept for, leaving out the containers `held` names (a reserve's or a pending take's): what is left
+/// of reserves no config asks for, to be given back ([`give_back`]), whole slots or parts alike.
+pub fn strays(pools: &[IpPool], node: &str, unwanted: &dyn Fn(&str) -> bool, held: &dyn Fn(&str) -> bool) -> Vec<Slot> {
+    let token = podref(node);
+    let mut found: BTreeMap<String, Vec<Held>> = BTreeMap::new();
+    for pool in pools {
+        let Some(name) = pool.metadata.name.as_deref() else { continue };
+        for (key, entry) in &pool.spec.allocations {
+            let network = entry.network.as_deref().unwrap_or_default();
+            if entry.podref != token || !unwanted(network) || held(&entry.id) {
+                continue;
+            }
+            let (Ok(offset), Some((range, _))) = (key.parse::<u128>(), crate::claim::pool_scope(pool)) else {
+                continue;
+            };
+            let Some(ip) = crate::claim::address_of(pool, offset) else { continue };
+            found.entry(entry.id.clone()).or_default().push(Held {
+                pool: name.to_string(),
+                offset,
+                ip,
+                prefix_len: range.cidr().prefix_len(),
+                gateway: None,
+                reservation: entry.reserved.then(|| reservation_of(pool, offset)).flatten(),
+            });
+        }
+    }
+    found.into_iter().map(|(container, held)| Slot { container, held }).collect()
 }
 
 /// Gives `slot` of `node` back: its entries, then its reservations, each only while still the node's.

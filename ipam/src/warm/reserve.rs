@@ -21,7 +21,7 @@ use crate::budget::Budget;
 use crate::config::{IpamConfig, Slices};
 use crate::request::{Assigned, Request};
 use crate::store::{PoolStore, ReservationStore, SliceStore};
-use crate::verbs::WarmSettled;
+use crate::verbs::{Settling, WarmSettled};
 use crate::warm;
 
 /// Where the journal lives on the host by default: on disk, so that it outlives the agent's container.
@@ -33,6 +33,10 @@ impl<S: PoolStore + ReservationStore + SliceStore + Clone + 'static> WarmStore f
 
 /// Whether the fleet lets a reserve be kept, asked of the first reserve's store: `Err` says why not.
 pub type FleetCheck<S> = Arc<dyn Fn(S) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// How often the fleet is checked again once a reserve was asked for: a Whereabouts reconciler installed later (a
+/// rollback, its manifest applied again) is seen within this, and no slot is taken from then on.
+pub const FLEET_EVERY: Duration = Duration::from_secs(60);
 
 /// How long one hand-over round may take before what is left waits for the next.
 const ROUND_BUDGET: Duration = Duration::from_secs(5);
@@ -61,6 +65,31 @@ struct Network<S> {
     /// Whether what the API server holds of this reserve was taken in (once per process: after that, every slot
     /// of it is in `slots` or in the journal).
     adopted: bool,
+    /// When an ADD first asked for it, and last ([`Reserves::retire_unwanted`] leaves one asked for since its NAD
+    /// list, or lately: a config that is no NAD's, written on the node for a runtime, keeps its reserve while used).
+    created: tokio::time::Instant,
+    asked: tokio::time::Instant,
+}
+
+/// How long a reserve no NAD asks for is kept while ADDs still ask for it ([`Reserves::retire_unwanted`]).
+const ASKED_LATELY: Duration = Duration::from_secs(600);
+
+/// What the cluster's configs ask of warm reserves ([`Reserves::retire_unwanted`]): the reserves kept, and the
+/// netconf names of their configs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    keys: HashSet<String>,
+    names: HashSet<String>,
+}
+
+impl Wanted {
+    /// Adds the reserve of `cfg` (through `kubeconfig`), if it keeps one (`warm_addresses` above 0).
+    pub fn add(&mut self, kubeconfig: &Path, cfg: &IpamConfig, mode: &Slices) {
+        if mode.warm > 0 {
+            self.keys.insert(reserve_key(kubeconfig, cfg, mode));
+            self.names.insert(cfg.name.clone());
+        }
+    }
 }
 
 struct Inner<S> {
@@ -79,9 +108,14 @@ struct Inner<S> {
     wake: Notify,
     /// When the last take was recorded (see [`QUIET`]).
     last_take: Mutex<Option<tokio::time::Instant>>,
-    /// What the fleet check found (checked once, with the first reserve's store).
-    fleet: tokio::sync::OnceCell<Result<(), String>>,
+    /// Whether the fleet was checked once (with the first reserve's store, which later checks use too); fills
+    /// wait for that first answer.
+    fleet_checked: tokio::sync::Mutex<bool>,
+    /// Why the last fleet check refuses a reserve, if it does ([`FLEET_EVERY`]).
+    fleet_refused: Mutex<Option<String>>,
     fleet_check: FleetCheck<S>,
+    /// The slot containers [`Reserves::retire_unwanted`] is giving back: no reserve takes them in meanwhile.
+    giving_back: Mutex<HashSet<String>>,
     /// Set when the agent stops (or, in the simulation, dies): its tasks end and write nothing more.
     stopped: AtomicBool,
     /// Set while the node's Node object is missing: the reconciler gives a gone Node's reserve back, so nothing
@@ -130,8 +164,10 @@ impl<S: WarmStore> Reserves<S> {
                 handing: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
                 last_take: Mutex::new(None),
-                fleet: tokio::sync::OnceCell::new(),
+                fleet_checked: tokio::sync::Mutex::new(false),
+                fleet_refused: Mutex::new(None),
                 fleet_check,
+                giving_back: Mutex::default(),
                 stopped: AtomicBool::new(false),
                 node_missing: AtomicBool::new(false),
             }),
@@ -151,7 +187,7 @@ impl<S: WarmStore> Reserves<S> {
         kubeconfig: &Path,
         store: S,
     ) -> Option<Vec<Assigned>> {
-        if self.stopped() || self.inner.refused.lock().expect("not poisoned").is_some() {
+        if self.stopped() || self.refused().is_some() {
             return None;
         }
         // a retry is still answered from the journal below; a new take waits for the Node
@@ -176,7 +212,10 @@ impl<S: WarmStore> Reserves<S> {
                 slots: VecDeque::new(),
                 filler: false,
                 adopted: false,
+                created: tokio::time::Instant::now(),
+                asked: tokio::time::Instant::now(),
             });
+            network.asked = tokio::time::Instant::now();
             let slot = network.slots.pop_front();
             if !network.filler {
                 network.filler = true;
@@ -210,9 +249,11 @@ impl<S: WarmStore> Reserves<S> {
         Some(assigned)
     }
 
-    /// Ends the pending take of attachment `req` of `network` before its DEL or CHECK: given back when nothing of
-    /// its hand-over was sent yet, else handed over now.
-    pub async fn settle(&self, network: &str, req: &Request) -> WarmSettled {
+    /// Ends the pending take of attachment `req` of `network` before its DEL or CHECK (`why`): before a DEL, given
+    /// back when nothing of its hand-over was sent yet, else handed over now; before a CHECK, handed over now or
+    /// left pending. A CHECK comes for a running container: a slot given back would be the next pod's while this
+    /// one still uses it.
+    pub async fn settle(&self, network: &str, req: &Request, why: Settling) -> WarmSettled {
         let id = warm::take_id(network, &req.container_id, &req.ifname);
         let pending = |inner: &Inner<S>| inner.journal.lock().expect("not poisoned").as_ref()?.get(&id).cloned();
         if pending(&self.inner).is_none() {
@@ -220,7 +261,7 @@ impl<S: WarmStore> Reserves<S> {
         }
         let _turn = self.inner.handing.lock().await;
         let Some(take) = pending(&self.inner) else { return WarmSettled::HandedOver };
-        if !self.inner.attempted.lock().expect("not poisoned").contains(&id) {
+        if why == Settling::Del && !self.inner.attempted.lock().expect("not poisoned").contains(&id) {
             let back = self.inner.journal.lock().expect("not poisoned").as_mut().map(|j| j.back(&id));
             return match back {
                 Some(Ok(_)) => {
@@ -263,14 +304,16 @@ impl<S: WarmStore> Reserves<S> {
     async fn fill_loop(self, key: String) {
         let Some((cfg, mode, store)) = self.network(&key) else { return };
         if let Err(why) = self.fleet(&store).await {
-            tracing::error!(reason = %why, network = %cfg.name, "warm reserve refused; ADDs claim their own");
-            *self.inner.refused.lock().expect("not poisoned") = Some(why);
+            tracing::debug!(reason = %why, network = %cfg.name, "warm reserve refused: not filled");
+            if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key) {
+                network.filler = false;
+            }
             return;
         }
         self.adopt(&key, &cfg, &store).await;
         let mut backoff = Duration::from_millis(200);
         loop {
-            if self.stopped() || self.node_missing() {
+            if self.stopped() || self.node_missing() || self.fleet_refuses() {
                 if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key) {
                     network.filler = false;
                 }
@@ -304,9 +347,11 @@ impl<S: WarmStore> Reserves<S> {
                 match outcome {
                     Ok(slot) => {
                         filled += 1;
-                        // claimed as the Node went: it stays the node's, read again when the Node is back
+                        // claimed as the Node went, or as the fleet check refused the reserve: it stays the node's,
+                        // read again from the API server when the reserve may be used again
                         if let Some(network) = self.inner.networks.lock().expect("not poisoned").get_mut(&key)
                             && !self.node_missing()
+                            && !self.fleet_refuses()
                         {
                             network.slots.push_back(slot);
                         }
@@ -361,8 +406,10 @@ impl<S: WarmStore> Reserves<S> {
             if self.node_missing() {
                 return;
             }
-            // what this process claimed meanwhile (none yet: fills wait for this) and what it holds
+            // what this process claimed meanwhile (none yet: fills wait for this), what it holds, and what it is
+            // giving back as no config's
             taken.extend(network.slots.iter().map(|s| s.container.clone()));
+            taken.extend(self.inner.giving_back.lock().expect("not poisoned").iter().cloned());
             let (whole, partial) = warm::adopt(cfg, &pools, &self.inner.node, &|c| taken.contains(c));
             network.slots.extend(whole.iter().cloned());
             network.adopted = true;
@@ -378,11 +425,61 @@ impl<S: WarmStore> Reserves<S> {
         }
     }
 
-    /// Refuses a reserve in a cluster that runs Whereabouts' reconciler: it would free the node's entries as
-    /// entries of no pod, and a pod told one of them could then share its address.
+    /// Whether the fleet lets a reserve be kept (not where Whereabouts' reconciler runs: it would free the node's
+    /// entries as entries of no pod, and a pod told one could then share its address): asked of `store` the first
+    /// time, and every [`FLEET_EVERY`] from then on.
     async fn fleet(&self, store: &S) -> Result<(), String> {
-        let check = (self.inner.fleet_check)(store.clone());
-        self.inner.fleet.get_or_init(|| check).await.clone()
+        let mut checked = self.inner.fleet_checked.lock().await;
+        if !*checked {
+            let verdict = (self.inner.fleet_check)(store.clone()).await;
+            self.fleet_found(verdict);
+            *checked = true;
+            tokio::spawn(self.clone().fleet_loop(store.clone()));
+        }
+        drop(checked);
+        self.inner.fleet_refused.lock().expect("not poisoned").clone().map_or(Ok(()), Err)
+    }
+
+    async fn fleet_loop(self, store: S) {
+        loop {
+            tokio::time::sleep(FLEET_EVERY).await;
+            if self.stopped() {
+                return;
+            }
+            let verdict = (self.inner.fleet_check)(store.clone()).await;
+            self.fleet_found(verdict);
+        }
+    }
+
+    /// What a fleet check found. Refused, no slot is taken and the reserves are dropped from memory: the
+    /// reconciler found frees their entries (they name no pod), so a reserve allowed again is read again from the
+    /// API server. Takes already made are still handed over.
+    fn fleet_found(&self, verdict: Result<(), String>) {
+        // set before the reserves are dropped (and never with the reserves' lock held): a fill that lands in
+        // between sees it and keeps its slot out of memory
+        let newly_refused = {
+            let mut refused = self.inner.fleet_refused.lock().expect("not poisoned");
+            match verdict {
+                Err(why) => {
+                    let newly = refused.is_none();
+                    *refused = Some(why.clone());
+                    newly.then_some(why)
+                }
+                Ok(()) => {
+                    if let Some(why) = refused.take() {
+                        tracing::info!(was = %why, "warm reserve allowed again");
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(why) = newly_refused {
+            tracing::error!(reason = %why, "warm reserve refused; ADDs claim their own");
+            for network in self.inner.networks.lock().expect("not poisoned").values_mut() {
+                network.slots.clear();
+                network.adopted = false;
+            }
+        }
     }
 
     /// Hands the journal's pending takes over, in rounds: after each take, and every second while some are left.
@@ -496,6 +593,79 @@ impl<S: WarmStore> Reserves<S> {
         paths
     }
 
+    /// Gives back what no config asks a reserve for any more, `wanted` being what the cluster's configs asked for
+    /// as listed at `listed_at`: each reserve in memory made before then, and no ADD asked of for
+    /// [`ASKED_LATELY`], whose config is not wanted (its
+    /// `warm_addresses` removed or 0, its NAD deleted, its key changed: a new slice size, gateway or overlap
+    /// setting), and, in every API server this process knows, this node's warm entries of a network no wanted
+    /// config and no reserve in memory names, unless a pending take holds them — the latter only with `search`
+    /// (a LIST of every pool: the caller asks for it when what is wanted changed, or at start). Each only while
+    /// still the node's. Returns how many slots it gave back.
+    pub async fn retire_unwanted(&self, wanted: &Wanted, listed_at: tokio::time::Instant, search: bool) -> usize {
+        if self.stopped() || self.node_missing() {
+            return 0;
+        }
+        let dropped: Vec<(S, Slot)> = {
+            let mut networks = self.inner.networks.lock().expect("not poisoned");
+            let unwanted: Vec<String> = networks
+                .iter()
+                .filter(|(key, n)| {
+                    !wanted.keys.contains(*key) && n.created < listed_at && n.asked.elapsed() >= ASKED_LATELY
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            let mut dropped = Vec::new();
+            for key in unwanted {
+                let Some(network) = networks.remove(&key) else { continue };
+                tracing::info!(network = %network.cfg.name, slots = network.slots.len(),
+                    "warm reserve no config asks for: given back");
+                dropped.extend(network.slots.into_iter().map(|slot| (network.store.clone(), slot)));
+            }
+            let mut giving = self.inner.giving_back.lock().expect("not poisoned");
+            giving.extend(dropped.iter().map(|(_, slot)| slot.container.clone()));
+            dropped
+        };
+        let mut given = 0;
+        for (store, slot) in &dropped {
+            given += self.give_back_stray(store, slot).await;
+        }
+        let stores: Vec<S> = match search || !dropped.is_empty() {
+            true => self.inner.stores.lock().expect("not poisoned").values().cloned().collect(),
+            false => Vec::new(),
+        };
+        for store in stores {
+            let Ok(pools) = store.list_pools().await else { continue };
+            let strays = {
+                // in take()'s order (the journal, then the reserves): no slot moves between them while this looks
+                let journal = self.inner.journal.lock().expect("not poisoned");
+                let networks = self.inner.networks.lock().expect("not poisoned");
+                let mut giving = self.inner.giving_back.lock().expect("not poisoned");
+                let mut held: HashSet<String> = giving.iter().cloned().collect();
+                held.extend(journal.iter().flat_map(|j| j.pending().map(|t| t.slot.container.clone())));
+                held.extend(networks.values().flat_map(|n| n.slots.iter().map(|s| s.container.clone())));
+                // a reserve in memory may be filling: its network's entries are never strays
+                let kept: HashSet<&str> = networks.values().map(|n| n.cfg.name.as_str()).collect();
+                let unwanted = |network: &str| !wanted.names.contains(network) && !kept.contains(network);
+                let strays = warm::strays(&pools, &self.inner.node, &unwanted, &|c| held.contains(c));
+                giving.extend(strays.iter().map(|slot| slot.container.clone()));
+                strays
+            };
+            for slot in &strays {
+                given += self.give_back_stray(&store, slot).await;
+            }
+        }
+        given
+    }
+
+    async fn give_back_stray(&self, store: &S, slot: &Slot) -> usize {
+        let errors = warm::give_back(store, slot, &self.inner.node, &Budget::new(ROUND_BUDGET)).await;
+        for e in &errors {
+            tracing::warn!(error = %e, slot = %slot.container, "warm slot no config asks for: not given back");
+        }
+        self.inner.giving_back.lock().expect("not poisoned").remove(&slot.container);
+        usize::from(errors.is_empty())
+    }
+
     /// What a read of the node's Node object found. Missing, the reserves are dropped from memory (their
     /// entries stay the node's until the reconciler, after its grace period, gives them back) and no slot is taken;
     /// back, they are read again from the API server on the next take. The agent reads its Node more often than
@@ -510,6 +680,10 @@ impl<S: WarmStore> Reserves<S> {
             network.slots.clear();
             network.adopted = false;
         }
+    }
+
+    fn fleet_refuses(&self) -> bool {
+        self.inner.fleet_refused.lock().expect("not poisoned").is_some()
     }
 
     fn node_missing(&self) -> bool {
@@ -536,9 +710,10 @@ impl<S: WarmStore> Reserves<S> {
         held
     }
 
-    /// Why no reserve is kept, if none is.
+    /// Why no reserve is kept, if none is: its journal cannot be used, or the last fleet check refuses it.
     pub fn refused(&self) -> Option<String> {
-        self.inner.refused.lock().expect("not poisoned").clone()
+        let journal = self.inner.refused.lock().expect("not poisoned").clone();
+        journal.or_else(|| self.inner.fleet_refused.lock().expect("not poisoned").clone())
     }
 
     /// How many takes wait for their hand-over.

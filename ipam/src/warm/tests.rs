@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::Mode;
 use crate::store::memory::{Fault, FaultPlan, MemoryStore, Op};
-use crate::verbs::WarmSettled;
+use crate::verbs::{Settling, WarmSettled};
 
 const NS: &str = "kube-system";
 
@@ -267,6 +267,176 @@ async fn a_take_survives_the_agents_death_and_a_del_before_any_write_gives_the_s
     second.stop();
 }
 
+/// S1 of the fourth review: a CHECK of a running container whose take was not handed over yet (the API server
+/// away, or inside the quiet pause) gave its slot back to the reserve, and the next pod's first ADD was handed the
+/// same address. A CHECK hands over or leaves the take pending, never gives it back.
+#[tokio::test(start_paused = true)]
+async fn a_check_never_gives_a_running_pods_take_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let (r, _, mode) = filled(dir.path(), &store, "p0").await;
+    // the API server away: every hand-over round fails before it sends anything
+    let away = store
+        .handle("away", (1..=10_000).fold(FaultPlan::quiet(5), |p, n| p.at(Op::GetReservation, n, Fault::TooMany)));
+    r.know("/k".as_ref(), away.clone());
+    let (cfg_a, _) = config("pa", true);
+    let a = r.take(&cfg_a, &mode, &request("ca"), true, "/k".as_ref(), away.clone()).unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(r.pending(), 1, "not handed over while away");
+    for _ in 0..3 {
+        assert_eq!(r.settle("net", &request("ca"), Settling::Check).await, WarmSettled::Pending);
+    }
+    assert_eq!(r.pending(), 1, "still pa's");
+    let (cfg_b, _) = config("pb", true);
+    let b = r.take(&cfg_b, &mode, &request("cb"), true, "/k".as_ref(), away.clone());
+    assert_ne!(b.as_ref(), Some(&a), "pb was handed pa's address");
+
+    // inside the quiet pause, with the API server answering: the CHECK hands the take over at once
+    r.know("/k".as_ref(), store.clone());
+    until("handed over", || r.pending() == 0).await;
+    until("refilled", || r.held().get("net").is_some_and(|n| *n > 0)).await;
+    let (cfg_c, _) = config("pc", true);
+    let c = r.take(&cfg_c, &mode, &request("cc"), true, "/k".as_ref(), store.clone()).unwrap();
+    assert_eq!(r.settle("net", &request("cc"), Settling::Check).await, WarmSettled::HandedOver);
+    assert_eq!(r.pending(), 0);
+    let (cfg_d, _) = config("pd", true);
+    if let Some(d) = r.take(&cfg_d, &mode, &request("cd"), true, "/k".as_ref(), store.clone()) {
+        assert_ne!(d, c, "pd was handed pc's address");
+    }
+    let pc = store
+        .pools()
+        .iter()
+        .flat_map(|p| p.spec.allocations.values().cloned().collect::<Vec<_>>())
+        .filter(|e| e.podref == "ns/pc")
+        .count();
+    assert_eq!(pc, 1, "pc's entry is in the API server");
+}
+
+/// S4 of the fourth review: the check for Whereabouts' reconciler ran once per agent, so one installed later (a
+/// rollback, its manifest applied again), which frees the node's warm entries, was never seen and the agent kept
+/// handing them out. It is checked every FLEET_EVERY: refused, nothing is taken and the reserve is dropped from
+/// memory; allowed again, it is read again from the API server.
+#[tokio::test(start_paused = true)]
+async fn a_whereabouts_reconciler_installed_later_stops_the_reserve_and_its_removal_restarts_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let whereabouts = Arc::new(AtomicBool::new(false));
+    let runs = whereabouts.clone();
+    let check: FleetCheck<MemoryStore> = Arc::new(move |_| {
+        let runs = runs.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if runs {
+                Err("Deployment kube-system/whereabouts-reconciler runs Whereabouts' reconciler".into())
+            } else {
+                Ok(())
+            }
+        })
+    });
+    let r = Reserves::open("node-a", dir.path(), check);
+    r.know(std::path::Path::new("/k"), store.clone());
+    let (cfg, mode) = config("p0", true);
+    assert_eq!(r.take(&cfg, &mode, &request("c0"), true, "/k".as_ref(), store.clone()), None, "empty at first");
+    until("filled", || r.held().get("net") == Some(&2)).await;
+    assert_eq!(r.refused(), None);
+
+    whereabouts.store(true, Ordering::SeqCst);
+    tokio::time::sleep(FLEET_EVERY + Duration::from_secs(1)).await;
+    assert!(r.refused().is_some_and(|why| why.contains("whereabouts-reconciler")), "{:?}", r.refused());
+    assert_eq!(r.held().get("net").copied().unwrap_or(0), 0, "the reserve is dropped from memory");
+    let (cfg1, _) = config("p1", true);
+    assert_eq!(r.take(&cfg1, &mode, &request("c1"), true, "/k".as_ref(), store.clone()), None, "nothing taken");
+
+    whereabouts.store(false, Ordering::SeqCst);
+    tokio::time::sleep(FLEET_EVERY + Duration::from_secs(1)).await;
+    assert_eq!(r.refused(), None);
+    let (cfg2, _) = config("p2", true);
+    assert_eq!(r.take(&cfg2, &mode, &request("c2"), true, "/k".as_ref(), store.clone()), None, "read again first");
+    until("adopted again", || r.held().get("net") == Some(&2)).await;
+    let warm_entries = |store: &MemoryStore| {
+        store
+            .pools()
+            .iter()
+            .flat_map(|p| p.spec.allocations.values().cloned().collect::<Vec<_>>())
+            .filter(|a| a.podref == "hereabouts-warm:node-a")
+            .count()
+    };
+    assert_eq!(warm_entries(&store), 2, "the node's two slots, read back, none claimed twice");
+    let (cfg3, _) = config("p3", true);
+    assert!(r.take(&cfg3, &mode, &request("c3"), true, "/k".as_ref(), store.clone()).is_some());
+}
+
+/// S3 of the fourth review: a reserve stayed the node's for good once no config asked for it (`warm_addresses`
+/// removed or 0, the NAD deleted, its key changed): nothing gave its slots back, and the reconciler keeps a node's
+/// warm entries while the Node exists. What no config wants is given back now, from memory and from the API
+/// server, but for pending takes (their pods run with those addresses) and reserves made after the NADs were read.
+#[tokio::test(start_paused = true)]
+async fn a_reserve_no_config_asks_for_is_given_back_but_its_pending_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new(NS);
+    let (r, _, mode) = filled(dir.path(), &store, "p0").await;
+    let warm_entries = |store: &MemoryStore| {
+        let pools = store.pools();
+        let mut ids: Vec<String> = pools
+            .iter()
+            .flat_map(|p| p.spec.allocations.values().cloned().collect::<Vec<_>>())
+            .filter(|a| a.podref == "hereabouts-warm:node-a")
+            .map(|a| a.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    // a pod takes a slot while the API server is away: its take stays pending
+    let away = store
+        .handle("away", (1..=10_000).fold(FaultPlan::quiet(5), |p, n| p.at(Op::GetReservation, n, Fault::TooMany)));
+    r.know("/k".as_ref(), away.clone());
+    let (cfg1, _) = config("p1", true);
+    r.take(&cfg1, &mode, &request("c1"), true, "/k".as_ref(), away).unwrap();
+    until("refilled", || r.held().get("net") == Some(&2)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(r.pending(), 1);
+    let before = warm_entries(&store);
+    assert_eq!(before.len(), 3, "the reserve's two slots and p1's pending take: {before:?}");
+
+    // the config still asks for it: nothing goes
+    let mut wanted = Wanted::default();
+    let (cfg, _) = config("p0", true);
+    wanted.add("/k".as_ref(), &cfg, &mode);
+    assert_eq!(r.retire_unwanted(&wanted, tokio::time::Instant::now(), true).await, 0);
+    assert_eq!(warm_entries(&store), before);
+    // read before the reserve was made: a reserve younger than the list stays
+    assert_eq!(
+        r.retire_unwanted(&Wanted::default(), tokio::time::Instant::now() - Duration::from_secs(3600), true).await,
+        0
+    );
+    assert_eq!(warm_entries(&store), before);
+
+    // no NAD asks for it, but ADDs did lately (a config written on the node, no NAD's): kept
+    assert_eq!(r.retire_unwanted(&Wanted::default(), tokio::time::Instant::now(), true).await, 0);
+    assert_eq!(warm_entries(&store), before);
+
+    // no config asks for it any more, and no ADD for ten minutes: the reserve's slots are given back, the pending
+    // take kept (its pod runs with that address)
+    tokio::time::sleep(Duration::from_secs(601)).await;
+    assert_eq!(r.pending(), 1, "still away");
+    let given = r.retire_unwanted(&Wanted::default(), tokio::time::Instant::now(), true).await;
+    assert_eq!(given, 2);
+    assert_eq!(r.held().get("net").copied().unwrap_or(0), 0);
+    let left = warm_entries(&store);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(r.pending(), 1);
+    r.know("/k".as_ref(), store.clone());
+    until("handed over", || r.pending() == 0).await;
+    assert!(warm_entries(&store).is_empty(), "p1's take is p1's now, nothing of the node's is left");
+
+    // what an earlier agent left in the API server, never in this one's memory, goes the same way
+    let (cfg2, mode2) = config("p2", true);
+    let earlier = fill(&store, &cfg2, &mode2, "node-a", "warm-earlier", &budget()).await.unwrap();
+    assert_eq!(warm_entries(&store), vec!["warm-earlier".to_string()]);
+    assert_eq!(r.retire_unwanted(&Wanted::default(), tokio::time::Instant::now(), true).await, 1);
+    assert_eq!(holders(&store, &earlier), (None, None));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
     let dir = tempfile::tempdir().unwrap();
@@ -275,11 +445,11 @@ async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
     let writes = store.writes();
     let got = r.take(&cfg, &mode, &request("c1"), true, "/k".as_ref(), store.clone()).unwrap();
     // no await in between: the hand-over round has not run
-    assert_eq!(r.settle("net", &request("c1")).await, WarmSettled::GivenBack);
+    assert_eq!(r.settle("net", &request("c1"), Settling::Del).await, WarmSettled::GivenBack);
     assert_eq!(store.writes(), writes, "nothing of the pod's was written");
     assert_eq!(r.held().get("net"), Some(&2), "the slot is back");
     assert_eq!(r.pending(), 0);
-    assert_eq!(r.settle("net", &request("c1")).await, WarmSettled::Nothing);
+    assert_eq!(r.settle("net", &request("c1"), Settling::Del).await, WarmSettled::Nothing);
     // the next pod gets it
     let (cfg2, _) = config("p2", true);
     let next = r.take(&cfg2, &mode, &request("c2"), true, "/k".as_ref(), store.clone()).unwrap();
@@ -295,7 +465,7 @@ async fn a_del_before_any_hand_over_write_gives_the_slot_back_untouched() {
     assert!(r.take(&cfg3, &mode, &request("c3"), true, "/k".as_ref(), away).is_some());
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(r.pending(), 1, "not handed over while away");
-    assert_eq!(r.settle("net", &request("c3")).await, WarmSettled::GivenBack);
+    assert_eq!(r.settle("net", &request("c3"), Settling::Del).await, WarmSettled::GivenBack);
     let p3 = |podref: &str| podref == "ns/p3";
     assert!(!store.pools().iter().any(|p| p.spec.allocations.values().any(|a| p3(&a.podref))), "no entry of p3");
     assert!(!store.reservations().iter().any(|r| p3(&r.spec.podref)), "no reservation of p3");

@@ -222,10 +222,45 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
     });
     let sets: kube::Api<k8s_openapi::api::apps::v1::DaemonSet> = kube::Api::namespaced(fx.admin.clone(), &fx.ns);
     sets.create(&Default::default(), &serde_json::from_value(daemonset).unwrap()).await.unwrap();
+    // the agent lists every namespace: another test's may be named beside this one
+    refused_for(&fx, "fleet", &format!("DaemonSet {}/whereabouts", fx.ns)).await;
+    sets.delete("whereabouts", &Default::default()).await.unwrap();
+}
+
+/// Whereabouts v0.9.4 runs its reconciler (`ip-reconciler`) in a Deployment, `whereabouts-reconciler`: found as
+/// well, and the reserve refused.
+#[tokio::test]
+async fn no_reserve_where_whereabouts_reconciler_runs_as_a_deployment() {
+    let fx = CniFixture::new("warm-fleet-dep").await;
+    let deployment: Value = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "whereabouts-reconciler", "namespace": fx.ns},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"name": "whereabouts-reconciler"}},
+            "template": {
+                "metadata": {"labels": {"name": "whereabouts-reconciler"}},
+                "spec": {"containers": [{
+                    "name": "whereabouts-reconciler", "image": "ghcr.io/k8snetworkplumbingwg/whereabouts:v0.9.4",
+                    "command": ["/ip-reconciler"], "args": ["-log-level", "debug"],
+                }]},
+            },
+        },
+    });
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(fx.admin.clone(), &fx.ns);
+    deployments.create(&Default::default(), &serde_json::from_value(deployment).unwrap()).await.unwrap();
+    refused_for(&fx, "fleet-dep", &format!("Deployment {}/whereabouts-reconciler", fx.ns)).await;
+    deployments.delete("whereabouts-reconciler", &Default::default()).await.unwrap();
+}
+
+/// An agent of a Node of its own, with a warm network: ADDs succeed, claim their own, and the agent says `says`
+/// of its refusal (log and gauge).
+async fn refused_for(fx: &CniFixture, name: &str, says: &str) {
     // a Node of its own: an agent uses a reserve only while its Node exists
     let node = format!("{}-node", fx.ns);
     hereabouts_tests::objects::mk_node(&node).create(&fx.admin).await;
-    let agent = warm_agent(&fx, "fleet", &node).await;
+    let agent = warm_agent(fx, name, &node).await;
     let config = fx.netconf(
         "1.1.0",
         "warmfleet",
@@ -241,19 +276,15 @@ async fn no_reserve_where_whereabouts_reconciler_runs() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.logs()));
-    assert!(
-        agent.logs().contains(&format!("DaemonSet {}/whereabouts runs Whereabouts' reconciler", fx.ns)),
-        "{}",
-        agent.logs()
-    );
-    assert_eq!(warm_of(&fx, &node).await, 0, "nothing claimed in advance");
+    let refusal = agent.logs().lines().find(|l| l.contains("warm reserve refused")).unwrap_or_default().to_string();
+    assert!(refusal.contains(says) && refusal.contains("Whereabouts' reconciler"), "{}", agent.logs());
+    assert_eq!(warm_of(fx, &node).await, 0, "nothing claimed in advance");
     wait::until(Duration::from_secs(10), "the refused gauge", || async {
         agent.get("/metrics").filter(|m| m.contains("hereabouts_agent_warm_refused 1")).map(drop)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.get("/metrics").unwrap_or_default()));
     assert!(!agent.logs().contains("ADD done from the warm reserve"));
-    sets.delete("whereabouts", &Default::default()).await.unwrap();
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(fx.admin.clone());
     nodes.delete(&node, &Default::default()).await.unwrap();
 }

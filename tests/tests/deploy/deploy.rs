@@ -248,8 +248,10 @@ fn each_identity_is_granted_exactly_its_list() {
         ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("nodeslicepools.whereabouts.cni.cncf.io")),
         ("apps", "statefulsets", &["get"], None),
         ("k8s.cni.cncf.io", "ipamclaims", &["get"], None),
-        // the node agent, before a warm reserve: does Whereabouts' reconciler run (a DaemonSet or a CronJob)?
+        // the node agent, before a warm reserve and every minute after: does Whereabouts' reconciler run (a
+        // DaemonSet, a Deployment or a CronJob)?
         ("apps", "daemonsets", &["list"], None),
+        ("apps", "deployments", &["list"], None),
         ("batch", "cronjobs", &["list"], None),
         // the node agent: claim its node's slice as a network's NAD appears
         ("k8s.cni.cncf.io", "network-attachment-definitions", &["list", "watch"], None),

@@ -645,14 +645,12 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
                 wait_refusal(&reconciler, text).await;
             }
             let released = || async { fx.warm_entries(&gone_node).await == 0 };
-            eventually(
-                Duration::from_secs(12),
-                "the gone node's warm entry released",
-                granted,
-                Some(&reconciler),
-                released,
-            )
-            .await;
+            // a gone Node's warm entries are freed a minute after it is first seen missing, at the soonest
+            let within = match granted {
+                true => hereabouts_ipam::reconcile::rules::WARM_GRACE_FLOOR + Duration::from_secs(15),
+                false => Duration::from_secs(12),
+            };
+            eventually(within, "the gone node's warm entry released", granted, Some(&reconciler), released).await;
         }
         Job::KeepWarmReserve(text) => keep_warm_reserve(fx, text, granted).await,
         Job::ClaimAhead(text) => claim_ahead(fx, text, granted).await,
@@ -957,6 +955,7 @@ reconciler_verbs! {
     rec_needs_get_on_nodes: Cluster, "nodes", "get" => Job::ReleaseGoneNodesWarm("cannot read the Node");
     rec_needs_get_on_ipamclaims: Cluster, "ipamclaims", "get" => Job::ReleaseClaimedOfGoneClaim("cannot read the IPAMClaim");
     agent_needs_list_on_daemonsets: Cluster, "daemonsets", "list" => Job::KeepWarmReserve("list DaemonSets");
+    agent_needs_list_on_deployments: Cluster, "deployments", "list" => Job::KeepWarmReserve("list Deployments");
     agent_needs_list_on_cronjobs: Cluster, "cronjobs", "list" => Job::KeepWarmReserve("list CronJobs");
     agent_needs_list_on_nads: Cluster, "network-attachment-definitions", "list" => Job::ClaimAhead("cannot list");
     agent_needs_watch_on_nads: Cluster, "network-attachment-definitions", "watch" => Job::ClaimAhead("cannot watch");

@@ -321,6 +321,80 @@ async fn a_node_writes_only_its_own_entries_and_reservations() {
     assert!(reservations(&admin, "entries").await.is_empty(), "both reservations released");
     let released = pools(&admin, range).await[0].spec.released.clone().unwrap_or_default();
     assert_eq!(released.keys().collect::<Vec<_>>(), ["1", "2"], "each release recorded its address");
+
+    // S7 of the fourth review: a record ahead of the clock (its releaser's clock ran fast) is moved to now by the
+    // next ADD of the pool, whichever node's; the shipped policy refused it (403), so the address cooled for the
+    // skew on top of the cooldown. Moved later, it is still refused.
+    let future = "2099-01-01T00:00:00Z";
+    let ahead = Patch::Merge(json!({"spec": {"released": {offset_a.to_string(): future}}}));
+    Api::<IpPool>::namespaced(admin.clone(), KS).patch(&pool, &PatchParams::default(), &ahead).await.unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    as_b.retime_release(&pool, offset_a, future, &now).await.unwrap_or_else(|e| panic!("B moves it to now: {e}"));
+    let released = pools(&admin, range).await[0].spec.released.clone().unwrap_or_default();
+    assert_eq!(released.get(&offset_a.to_string()).map(String::as_str), Some(now.as_str()));
+    let what = "B moves a record later";
+    refused(as_b.retime_release(&pool, offset_a, &now, "2100-01-01T00:00:00Z").await, "entries-b", what);
+}
+
+/// S6 of the fourth review, as docs/security.md ("Not promised") now says it: the policy does not stop a node from
+/// releasing another node's live pod in two writes — take the entry (and the reservation) over in its own name for
+/// the same pod and interface, as a pod recreated on this node does, then remove it as its own. A rewrite for
+/// another pod stays refused (the test above). If a change of the policy ever closes this, this test fails, and
+/// the doc is to be made stronger with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_can_release_another_nodes_pod_in_two_writes_as_the_security_doc_says() {
+    let (admin, _guard) = shipped().await;
+    let a = NodeHost::install(cluster(), KS, "twostep-a").await;
+    let b = NodeHost::install(cluster(), KS, "twostep-b").await;
+    let range = "198.18.203.0/24";
+    let on_a = a.netconf("twostep", json!({"range": range, "network_name": "twostep"}));
+    assert_eq!(run(&on_a, "ADD", "pod-a", "ca").await.ips(), [ip("198.18.203.1")]);
+    let (pool, offset, held) = entry_of(&admin, range, "pod-a").await;
+    let as_b = store(&b).await;
+
+    let mut taken = held.clone();
+    taken.node = Some("twostep-b".into());
+    as_b.replace_allocation(&pool, offset, &held, &taken).await.expect("B takes A's entry over for the same pod");
+    as_b.remove_allocation(&pool, offset, &taken, None).await.expect("and removes it, now its own");
+    assert!(entries(&admin, range).await.is_empty(), "pod-a's address is free while pod-a runs on A");
+
+    let reservation = reservations(&admin, "twostep").await.pop().expect("pod-a's reservation");
+    let claim =
+        Claim { spec: reservation.spec.clone(), node: "twostep-b".into(), at: k8s_openapi::jiff::Timestamp::now() };
+    as_b.take_over_reservation(&reservation, &claim).await.expect("B takes A's reservation over");
+    let relabelled = reservations(&admin, "twostep").await.pop().unwrap();
+    assert_eq!(label(&relabelled), Some("twostep-b"));
+    let name = relabelled.metadata.name.clone().unwrap();
+    as_b.delete_reservation(&name, &hereabouts_ipam::store::Version::of(&relabelled)).await.expect("and deletes it");
+    assert!(reservations(&admin, "twostep").await.is_empty());
+}
+
+/// A replacing pool's first claim marks the pool it replaces (`hereabouts.cni.cncf.io/replaced`, S2 of the fourth
+/// review), with the host's token: the policy lets a node add the mark, not change or remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_marks_a_replaced_pool_once() {
+    let (admin, _guard) = shipped().await;
+    let a = NodeHost::install(cluster(), KS, "mark-a").await;
+    let range = "198.18.204.0/30";
+    let on_a = a.netconf("mark", json!({"range": range, "network_name": "mark"}));
+    assert_eq!(run(&on_a, "ADD", "pod-a", "ca").await.ips(), [ip("198.18.204.1")]);
+    let pool = pools(&admin, range).await.pop().unwrap();
+    let name = pool.metadata.name.clone().unwrap();
+    let as_a = store(&a).await;
+    let annotated = pool.metadata.annotations.is_some();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mark = hereabouts_ipam::store::guard::mark_replaced(annotated, &now);
+    let (marked, _) = as_a.apply_pool_patch(&name, "mark replaced", &mark).await.expect("A marks the pool");
+    assert_eq!(marked, hereabouts_ipam::store::Patched::Applied);
+    let read = pools(&admin, range).await.pop().unwrap();
+    assert_eq!(hereabouts_ipam::store::replaced_at(&read).map(|t| t.to_string()), Some(now.clone()));
+    let pools_as_a = Api::<IpPool>::namespaced(a.client().await, KS);
+    let key = hereabouts_ipam::store::REPLACED_ANNOTATION;
+    let moved = Patch::Merge(json!({"metadata": {"annotations": {key: "2099-01-01T00:00:00Z"}}}));
+    denied(pools_as_a.patch(&name, &PatchParams::default(), &moved).await, "mark-a", "the mark moved");
+    let removed = Patch::Merge(json!({"metadata": {"annotations": {key: null}}}));
+    denied(pools_as_a.patch(&name, &PatchParams::default(), &removed).await, "mark-a", "the mark removed");
+    assert!(run(&on_a, "DEL", "pod-a", "ca").await.success);
 }
 
 /// The warm reserve's hand-over, as the agent writes it with the host's token: node A turns the entry and the

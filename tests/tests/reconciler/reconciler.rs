@@ -125,6 +125,34 @@ async fn cron_frees_orphans_of_a_dead_node_and_nothing_live() {
     assert!(reconciler.metric("hereabouts_reconcile_runs_total").await >= 2.0);
 }
 
+/// S8 of the fourth review: the leader judged a reservation's age by its own clock, so one running 15 min fast took
+/// an ADD's fresh reservation (its entry not written yet) for an orphan older than `--orphan-age` and deleted it;
+/// the entry then landed unreserved. Ages are judged on the API server's clock, as `kubectl hereabouts` judges them.
+#[tokio::test]
+async fn a_leader_whose_clock_runs_fast_judges_ages_by_the_api_servers() {
+    let fx = Fx::new("rec-skew", "198.18.53.0/24").await;
+    let here = format!("here-{}", fx.ns);
+    let live = fx.pod("live", &here).await;
+    fx.add(&live, &here, "c-live").await; // the range's pool
+    // an ADD under way: its reservation is made, its entry not yet
+    let claim = mk_reservation("198.18.53.9", &fx.podref("adding")).container("c-adding").ifname("net1").build();
+    Api::<OverlappingRangeIpReservation>::namespaced(fx.admin.clone(), &fx.ns)
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    let mut options = ReconcilerOptions::new(&here, &fx.ns);
+    options.orphan_age = "60s".into();
+    options.env = vec![(hereabouts_ipam::clock::SKEW_FOR_TESTS.into(), "900".into())];
+    let reconciler = Reconciler::start(fx.cluster, &options).await;
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 3.0).await;
+    assert!(
+        fx.reservations().await.contains(&fx.podref("adding")),
+        "the fresh reservation was deleted:\n{}",
+        reconciler.logs()
+    );
+    assert!(reconciler.logs().contains("this node's clock is off the API server's"), "{}", reconciler.logs());
+}
+
 /// The ticks a reconciler's log says it ran the cluster reconcile for.
 fn ticks(log: &str) -> Vec<String> {
     log.lines()
@@ -370,12 +398,19 @@ async fn a_warm_entry_is_kept_while_its_node_exists_and_released_with_it() {
     }
 
     let reconciler = Reconciler::start(fx.cluster, &ReconcilerOptions::new(&format!("node-{}", fx.ns), &fx.ns)).await;
-    wait::until(Duration::from_secs(15), "the gone node's warm entry and reservation to go", || async {
+    // not before the Node has been missing for a minute, whatever the grace for pods (S5 of the fourth review: a
+    // short grace freed the entries while the node's agent could still take them)
+    let t0 = std::time::Instant::now();
+    reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await;
+    let podref = warm::podref(&gone);
+    assert!(fx.holders(pool).await.contains(&podref), "released after {:?}:\n{}", t0.elapsed(), reconciler.logs());
+    wait::until(Duration::from_secs(100), "the gone node's warm entry and reservation to go", || async {
         let podref = warm::podref(&gone);
         (!fx.holders(pool).await.contains(&podref) && !fx.reservations().await.contains(&podref)).then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", reconciler.logs()));
+    assert!(t0.elapsed() >= hereabouts_ipam::reconcile::rules::WARM_GRACE_FLOOR, "{:?}", t0.elapsed());
     // two more cluster reconciles and node passes: the existing node's reserve stays
     reconciler.wait_for_more("hereabouts_reconcile_runs_total", 2.0).await;
     reconciler.wait_for_more("hereabouts_node_resyncs_total", 2.0).await;
