@@ -517,7 +517,7 @@ impl Host for AgentProcess {
     type Table = KernelTable;
 
     async fn connect(&self, _kubeconfig: &std::path::Path) -> Result<Shared<MemoryStore>, ConnectError> {
-        Ok(self.store.clone())
+        Ok(self.store.for_invocation())
     }
 
     fn table(&self) -> Result<KernelTable, TableError> {

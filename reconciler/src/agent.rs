@@ -171,7 +171,7 @@ impl Host for AgentHost {
         if let (Some((modified, len)), Some(known)) = (stamp, &known)
             && (known.modified, known.len) == (modified, len)
         {
-            return Ok(known.store.clone());
+            return Ok(known.store.for_invocation());
         }
         let (client, namespace) = connect(kubeconfig).await?;
         let inner = KubeStore::new(client, &namespace);
@@ -185,7 +185,7 @@ impl Host for AgentHost {
             self.clients.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), known);
             self.follow_in_background(kubeconfig);
         }
-        Ok(store)
+        Ok(store.for_invocation())
     }
 
     fn table(&self) -> Result<KernelTable, TableError> {
@@ -201,6 +201,10 @@ impl Host for AgentHost {
 
     fn marks_dir(&self) -> Option<PathBuf> {
         Some(PathBuf::from(hereabouts_ipam::marks::DEFAULT_DIR))
+    }
+
+    fn borrow_marks_dir(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(hereabouts_ipam::marks::BORROW_DIR))
     }
 
     async fn take_warm(

@@ -49,6 +49,9 @@ pub enum Fault {
     Timeout,
     /// The process dies at this call (applied or not, at random): this handle never answers again.
     Die,
+    /// Applied when the request arrives; its answer comes 5 s later (a slow link). Not among [`Fault::ALL`]: a
+    /// test places it where a stale answer on the wire is the point.
+    LateAnswer,
 }
 
 impl Fault {
@@ -474,6 +477,11 @@ impl MemoryStore {
                     let _ = apply(&mut self.state.lock().unwrap());
                 }
                 fail(Failure::Ambiguous, "500, or no answer before the timeout")
+            }
+            Fault::LateAnswer => {
+                let result = apply(&mut self.state.lock().unwrap());
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                result
             }
             Fault::Die => {
                 if coin {

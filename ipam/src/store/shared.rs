@@ -16,9 +16,13 @@
 //!   slice another claim just took.
 //! - **Shared reads.** A read of an object shares the read of it on the wire when that was sent after every answer
 //!   this process had received when the reader asked — after the reader's own writes were answered, after any
-//!   refusal or failure it is reading back from — so it is as fresh for the reader as a read of its own (GETs are
-//!   linearizable). Otherwise it waits, and shares the next one with the others that wait. The claims of one batch,
-//!   which read their slice's owner as the batch is answered, so send one read between them.
+//!   refusal or failure it is reading back from — and, for an invocation's view ([`Shared::for_invocation`]),
+//!   after the invocation began, so it is as fresh for the reader as a read of its own (GETs are linearizable).
+//!   The second rule covers what this process never heard of: a try of the same ADD that the binary made alone
+//!   (the agent declined it, or did not answer in time) completed before the runtime sent the retry, so a read
+//!   sent before the retry began may not show it, and the retry would miss its own entry. Otherwise the reader
+//!   waits, and shares the next one with the others that wait. The claims of one batch, which read their slice's
+//!   owner as the batch is answered, so send one read between them.
 //! - **Offsets in flight.** Concurrent claims of one pool plan around each other's offsets instead of racing for
 //!   the lowest free one, and concurrent ADDs that find the node's slices full claim one slice between them
 //!   ([`SliceStore::slice_turn`]), or a pool missing create it once ([`PoolStore::create_turn`]).
@@ -54,6 +58,8 @@ const LINGER_AT_MOST: std::time::Duration = std::time::Duration::from_millis(80)
 pub struct Shared<S> {
     inner: S,
     state: Arc<State>,
+    /// When the invocation using this view began: it joins only reads sent since ([`Shared::for_invocation`]).
+    began: Option<tokio::time::Instant>,
 }
 
 impl<S> std::fmt::Debug for Shared<S> {
@@ -108,9 +114,15 @@ struct Queue {
 struct Reads {
     sending: tokio::sync::Mutex<()>,
     waiting: Mutex<Vec<Reader>>,
-    /// The read on the wire: how many answers this process had received when it was sent, and the readers that
-    /// joined it since.
-    on_wire: Mutex<Option<(u64, Vec<Reader>)>>,
+    /// The read on the wire, and the readers that joined it since.
+    on_wire: Mutex<Option<(SentWhen, Vec<Reader>)>>,
+}
+
+/// When a read on the wire was sent: how many answers this process had received then, and the instant.
+#[derive(Clone, Copy)]
+struct SentWhen {
+    answers: u64,
+    at: tokio::time::Instant,
 }
 
 type Reader = oneshot::Sender<Result<Read, StoreError>>;
@@ -171,12 +183,21 @@ fn copy(e: &StoreError) -> StoreError {
 impl<S> Shared<S> {
     /// A new shared view over `inner`, nothing known yet.
     pub fn new(inner: S) -> Self {
-        Self { inner, state: Arc::default() }
+        Self { inner, state: Arc::default(), began: None }
     }
 
     /// The same shared view over another handle of the store (the agent's client made again).
     pub fn with_inner<T>(&self, inner: T) -> Shared<T> {
-        Shared { inner, state: self.state.clone() }
+        Shared { inner, state: self.state.clone(), began: self.began }
+    }
+
+    /// This view for an invocation that begins now: it shares everything, and joins only reads sent from now on
+    /// (a try of the same ADD the binary made alone, unseen by this process, completed before now).
+    pub fn for_invocation(&self) -> Self
+    where
+        S: Clone,
+    {
+        Shared { began: Some(tokio::time::Instant::now()), ..self.clone() }
     }
 
     /// The store underneath.
@@ -261,7 +282,7 @@ impl<S> Shared<S> {
         let joined = {
             let mut on_wire = reads.on_wire.lock().expect("not poisoned");
             match on_wire.as_mut() {
-                Some((sent_after, joined)) if *sent_after >= known => {
+                Some((sent, joined)) if sent.answers >= known && self.began.is_none_or(|began| sent.at >= began) => {
                     joined.push(answer);
                     true
                 }
@@ -277,8 +298,8 @@ impl<S> Shared<S> {
                 return result;
             }
             let mut readers = std::mem::take(&mut *reads.waiting.lock().expect("not poisoned"));
-            let sent_after = self.state.answers.load(Ordering::SeqCst);
-            *reads.on_wire.lock().expect("not poisoned") = Some((sent_after, Vec::new()));
+            let sent = SentWhen { answers: self.state.answers.load(Ordering::SeqCst), at: tokio::time::Instant::now() };
+            *reads.on_wire.lock().expect("not poisoned") = Some((sent, Vec::new()));
             let on_wire = OnWire(&reads);
             let result = read().await;
             readers.append(&mut on_wire.joined());
@@ -969,6 +990,39 @@ mod tests {
         assert_eq!(written.unwrap(), Patched::Applied);
         let after = after.expect("the next read").expect("the pool");
         assert_eq!(after.spec.allocations.len(), 1, "the read after the write shows it");
+    }
+
+    /// S10 of the fourth review: a read of the pool is on the wire (its answer, read at 0 s, comes at 5 s) when the
+    /// binary, alone, writes the pod's entry (1 s: the agent declined that try); the runtime's retry begins through
+    /// the agent at 2 s. It must not share the read sent before it began, which this process cannot know to be
+    /// stale: it would miss its own entry and take a second address. A view that began before the read was sent
+    /// still shares it.
+    #[tokio::test(start_paused = true)]
+    async fn an_invocation_shares_no_read_sent_before_it_began() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let store = Shared::new(base.handle("agent", FaultPlan::quiet(3).at(Op::GetPool, 1, Fault::LateAnswer)));
+        let at = |millis: u64| tokio::time::sleep(Duration::from_millis(millis));
+        let earlier = store.for_invocation();
+        let on_wire = async { earlier.get_pool("p").await };
+        let sharing = async {
+            at(2000).await;
+            earlier.get_pool("p").await
+        };
+        let binary = async {
+            at(1000).await;
+            base.add_allocation("p", 9, &entry("c9"), &AsRead::default()).await
+        };
+        let retry = async {
+            at(2000).await;
+            store.for_invocation().get_pool("p").await
+        };
+        let (on_wire, sharing, written, retry) = tokio::join!(on_wire, sharing, binary, retry);
+        assert_eq!(written.unwrap(), Patched::Applied);
+        let entries = |read: Result<Option<IpPool>, StoreError>| read.unwrap().unwrap().spec.allocations.len();
+        assert_eq!(entries(on_wire), 0, "the read sent at 0 s was answered as the pool was then");
+        assert_eq!(entries(sharing), 0, "a view begun before the read was sent shared it");
+        assert_eq!(entries(retry), 1, "the retry read the pool again, and found the binary's entry");
     }
 
     /// Readers that ask together, before anything is answered, share one read; a reader whose read's sender is
