@@ -39,6 +39,10 @@ impl Host for MarkedHost {
     fn marks_dir(&self) -> Option<PathBuf> {
         Some(self.1.clone())
     }
+
+    fn borrow_marks_dir(&self) -> Option<PathBuf> {
+        Some(self.1.with_extension("borrowed"))
+    }
 }
 
 impl Host for TestHost {
@@ -262,6 +266,44 @@ async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_bor
     // its DEL leaves the mark: a new sandbox of the pod, or its DEL arriving late, still finds it
     del(&retry, &ReleaseConfig::from(cfg.clone()), &request(&format!("c{}", n - 1), "node-a")).await.unwrap();
     assert!(!crate::marks::first_add(marks.path(), &cfg.name, &cfg.pod.to_string(), "net1"));
+}
+
+/// S12 of the fourth review: a pod borrowed an address in another node's slice; the node reboots (the tmpfs
+/// marks are gone, the disk is not) and the pod's sandbox is made again there, without a DEL of the old one. Its
+/// ADD is the first since boot, which skipped the search of every pool and took a second address while the old
+/// entry stayed the pod's. The borrow mark, on disk, makes it look: it keeps its address.
+#[tokio::test]
+async fn a_pod_that_borrowed_before_a_reboot_keeps_its_address_after_it() {
+    let disk = tempfile::tempdir().unwrap();
+    let tmpfs = disk.path().join("attachments");
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone()).marked(&tmpfs);
+    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
+    for node in ["node-a", "node-b", "node-c", "node-d"] {
+        add(&host, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
+    }
+    let owner_of = |ip: std::net::IpAddr| {
+        let slices = store.node_slices()[0].status.clone().unwrap().allocations;
+        slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
+    };
+    let mut n = 4;
+    let (cfg, borrowed) = loop {
+        let cfg = config(ipam.clone(), &format!("p{n}"));
+        let ip = add(&host, &cfg, &request(&format!("c{n}"), "node-a")).await.unwrap()[0].ip;
+        n += 1;
+        if owner_of(ip) != "node-a" {
+            break (cfg, ip);
+        }
+        assert!(n < 8, "a /30 holds at most four");
+    };
+    let borrow_dir = tmpfs.with_extension("borrowed");
+    assert!(crate::marks::BorrowMark::new(&borrow_dir, &cfg.name, &cfg.pod.to_string(), "net1").may_have_borrowed());
+    // the reboot: the tmpfs is empty; the pod's new sandbox is made on the same node
+    std::fs::remove_dir_all(&tmpfs).unwrap();
+    let again = add(&host, &cfg, &request("after-reboot", "node-a")).await.unwrap()[0].ip;
+    assert_eq!(again, borrowed, "the pod keeps the address it borrowed before the reboot");
+    let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();
+    assert_eq!(entries, n, "one entry per attachment: {:?}", held(&store));
 }
 
 #[tokio::test]
