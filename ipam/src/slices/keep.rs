@@ -6,13 +6,20 @@
 //! namespace, or a NAD deleted while others of the network remain, lets the garbage collector delete the
 //! NodeSlicePool under live entries). Which Nodes exist is the caller's to say.
 //!
+//! While no slice of a NodeSlicePool is free, the slice of a live node whose pools have stayed empty and unchanged
+//! for [`IDLE`] is freed too, one per pass: claims ahead give a slice to every node that runs the agent, and with
+//! overlap off (no borrowing) busy nodes would otherwise be refused (code 100) while idle ones hold slices they never
+//! use. Freed the same way as a gone node's slice, so the node's next ADD claims again, safely.
+//!
 //! A gone node's slice pool is deleted (only if it is still the empty object that was read) before its slice is
 //! freed: a borrower that read the pool earlier then fails its guarded patch, and an ADD of that node that
 //! re-creates the pool reads the slice again after writing its entry ([`super::add`]), so no entry can land where
 //! the slice's next owner would not see it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::growth;
 use super::plan::{self, Slice};
@@ -45,18 +52,32 @@ pub struct Kept {
     pub deferred: usize,
 }
 
-/// The keeper's state: when each gone node's slice was first seen empty.
+/// How long a live node's slice pools must stay empty and unchanged before the slice is freed while no slice of
+/// its NodeSlicePool is free.
+pub const IDLE: Duration = Duration::from_secs(30 * 60);
+
+/// A slice: its NodeSlicePool, its range, its node.
+type SliceKey = (String, String, String);
+
+/// A slice's empty pools, each with the version it was read at.
+type EmptyPools = Vec<(String, Version)>;
+
+/// The keeper's state: when each gone node's slice was first seen empty, and each live node's slice empty as it is.
 #[derive(Debug)]
 pub struct Keeper<S> {
     pub store: S,
     /// How long a gone node's slice pool must stay empty before the slice is freed.
     pub grace: Duration,
-    empty_since: HashMap<(String, String, String), Instant>,
+    /// How long a live node's slice pools must stay empty and unchanged before the slice is freed, while none is
+    /// free ([`IDLE`]).
+    pub idle: Duration,
+    empty_since: HashMap<SliceKey, Instant>,
+    idle_since: HashMap<SliceKey, (Instant, Vec<Version>)>,
 }
 
 impl<S: PoolStore + SliceStore> Keeper<S> {
     pub fn new(store: S, grace: Duration) -> Self {
-        Self { store, grace, empty_since: HashMap::new() }
+        Self { store, grace, idle: IDLE, empty_since: HashMap::new(), idle_since: HashMap::new() }
     }
 
     /// One pass over every NodeSlicePool of the namespace. `live`: the Nodes that exist; `assign`: those of them
@@ -72,6 +93,7 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
             self.join(listing, &mut kept).await;
         }
         self.empty_since.retain(|key, _| seen.contains(key));
+        self.idle_since.retain(|key, _| seen.contains(key));
         Ok(kept)
     }
 
@@ -121,6 +143,12 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
                 freeable.insert(slice.index, empty);
             }
         }
+        if freeable.is_empty()
+            && !slices.iter().any(|s| s.node.is_empty())
+            && let Some((index, empty)) = self.idlest(&name, &slices, live, assign, seen).await
+        {
+            freeable.insert(index, empty);
+        }
         let gone = |s: &Slice| freeable.contains_key(&s.index);
         let used = if slices.iter().any(|s| s.node.is_empty()) { self.in_use(&name, &slices).await } else { None };
         // a free slice whose pools are all one node's goes back to that node (a NodeSlicePool lost and re-created
@@ -163,6 +191,34 @@ impl<S: PoolStore + SliceStore> Keeper<S> {
                 }
             }
         }
+    }
+
+    /// The live node's slice whose pools have stayed empty and unchanged the longest, if for [`Keeper::idle`] at
+    /// least, with its pools as read; nodes the leader gives a slice to ([`Keeper::pass`]'s `assign`) keep theirs.
+    async fn idlest(
+        &mut self,
+        name: &str,
+        slices: &[Slice],
+        live: &BTreeSet<String>,
+        assign: &BTreeSet<String>,
+        seen: &mut BTreeSet<SliceKey>,
+    ) -> Option<(usize, EmptyPools)> {
+        let mut idlest: Option<(Instant, usize, EmptyPools)> = None;
+        for slice in slices.iter().filter(|s| live.contains(&s.node) && !assign.contains(&s.node)) {
+            let Some(empty) = self.empty_pools(name, slice).await else { continue };
+            let key = (name.to_string(), slice.cidr.to_string(), slice.node.clone());
+            seen.insert(key.clone());
+            let versions: Vec<Version> = empty.iter().map(|(_, v)| v.clone()).collect();
+            let since = self.idle_since.entry(key).or_insert_with(|| (Instant::now(), versions.clone()));
+            if since.1 != versions {
+                *since = (Instant::now(), versions);
+            }
+            let since = since.0;
+            if since.elapsed() >= self.idle && idlest.as_ref().is_none_or(|(at, ..)| since < *at) {
+                idlest = Some((since, slice.index, empty));
+            }
+        }
+        idlest.map(|(_, index, empty)| (index, empty))
     }
 
     /// Joins free cut slices back into larger ones, pair by pair, each on a fresh list ([`growth::joinable`]); up to
@@ -422,6 +478,58 @@ mod tests {
         let net3 = store.node_slices().into_iter().find(|n| n.metadata.name.as_deref() == Some("net3")).unwrap();
         let ranges: Vec<String> = net3.status.unwrap().allocations.into_iter().map(|a| a.slice_range).collect();
         assert!(ranges.contains(&"198.18.0.16/28".to_string()), "{ranges:?}");
+    }
+
+    /// S11 of the fourth review: claims ahead gave every node a slice; while none is free, the live node's slice
+    /// whose pool stayed empty and unchanged longest is freed, one a pass, for a busy node to claim. A slice whose
+    /// pool changed meanwhile starts its wait again; a node the leader gives slices to keeps its own; with a slice
+    /// free, nothing more is freed (and idleness is timed again once none is).
+    #[tokio::test(start_paused = true)]
+    async fn while_no_slice_is_free_a_live_nodes_slice_idle_for_long_is_freed_one_a_pass() {
+        let store = MemoryStore::new("ns");
+        store.put_node_slices(listing(&["busy", "idle-1", "idle-2", "assigned"]));
+        let entry = IpAllocation { id: "c".into(), podref: "ns/p".into(), ..IpAllocation::default() };
+        let pool = |cidr: &str, allocations: BTreeMap<String, IpAllocation>| IpPoolSpec {
+            range: cidr.into(),
+            allocations,
+            ..Default::default()
+        };
+        store.put_pool(IpPool::new("net-busy-198.18.0.0-26", pool("198.18.0.0/26", [("1".into(), entry)].into())));
+        store.put_pool(IpPool::new("net-idle-1-198.18.0.64-26", pool("198.18.0.64/26", BTreeMap::new())));
+        store.put_pool(IpPool::new("net-idle-2-198.18.0.128-26", pool("198.18.0.128/26", BTreeMap::new())));
+        store.put_pool(IpPool::new("net-assigned-198.18.0.192-26", pool("198.18.0.192/26", BTreeMap::new())));
+        let live = set(&["busy", "idle-1", "idle-2", "assigned"]);
+        let mut keeper = Keeper::new(store.clone(), Duration::ZERO);
+        assert_eq!(keeper.idle, IDLE);
+        let pass = async |keeper: &mut Keeper<MemoryStore>| keeper.pass(&live, &set(&["assigned"])).await.unwrap();
+        assert_eq!(pass(&mut keeper).await, Kept::default(), "nothing idle for long yet");
+        tokio::time::advance(IDLE / 2).await;
+        // idle-1's pool took an entry and gave it back: used lately
+        let used = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some("net-idle-1-198.18.0.64-26"));
+        store.put_pool(used.unwrap());
+        assert_eq!(pass(&mut keeper).await, Kept::default());
+        tokio::time::advance(IDLE / 2).await;
+        let kept = pass(&mut keeper).await;
+        assert_eq!(kept.freed, 1, "{kept:?}");
+        assert_eq!(owners(&store), ["busy", "idle-1", "", "assigned"], "idle-2's, empty longest, is freed");
+        assert!(
+            store.pools().iter().all(|p| p.metadata.name.as_deref() != Some("net-idle-2-198.18.0.128-26")),
+            "its empty pool was deleted first"
+        );
+        tokio::time::advance(IDLE).await;
+        assert_eq!(pass(&mut keeper).await, Kept::default(), "a slice is free: nothing more is freed");
+        let free = NodeSliceAllocation { node_name: String::new(), slice_range: "198.18.0.128/26".into() };
+        assert_eq!(
+            store.move_slice("net", 2, &free, "busy").await.unwrap(),
+            Patched::Applied,
+            "the busy node claims it"
+        );
+        // idleness is timed only while no slice is free: the wait starts again
+        assert_eq!(pass(&mut keeper).await, Kept::default());
+        tokio::time::advance(IDLE).await;
+        let kept = pass(&mut keeper).await;
+        assert_eq!(kept.freed, 1, "{kept:?}");
+        assert_eq!(owners(&store), ["busy", "", "busy", "assigned"], "then idle-1's; the assigned node keeps its own");
     }
 
     #[tokio::test]
