@@ -816,6 +816,43 @@ async fn a_preferred_address_is_taken_when_free_and_otherwise_the_usual_choice_i
     assert_no_address_twice(&store);
 }
 
+/// A pod's DEL under the grown config reads the new pool (no copy yet), the old one (its entry), the new one again
+/// (still no copy), and sends its removal, which arrives late: meanwhile the leader copies the entry into the new
+/// pool and removes it from the old one. The DEL's removal finds it gone; without a last read of the new pool the
+/// copy outlived the pod (seen as a rare failure of the churn test below).
+#[tokio::test(start_paused = true)]
+async fn a_del_whose_entry_the_leader_moves_under_it_releases_the_copy() {
+    use crate::reconcile::relayout::move_replaced;
+    use crate::store::PoolStore;
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let old = serde_json::json!({"range": "198.18.83.0/29"});
+    let grown = serde_json::json!({"range": "198.18.83.0/28"});
+    let ip = add(&host, &config(old.clone(), "old-0"), &request("co0", "n")).await.unwrap()[0].ip;
+    add(&host, &config(grown.clone(), "new-0"), &request("cn0", "n")).await.unwrap();
+    let mut pool = store.pools().into_iter().find(|p| p.spec.range == "198.18.83.0/28").unwrap();
+    let now = crate::clock::now();
+    pool.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        now - k8s_openapi::jiff::SignedDuration::from_mins(10),
+    ));
+    store.put_pool(pool);
+
+    let late = TestHost(store.handle("del", FaultPlan::quiet(1).at(Op::RemoveAllocation, 1, Fault::LateRequest)));
+    let cfg = ReleaseConfig::from(config(grown.clone(), "old-0"));
+    let deleting = async { del(&late, &cfg, &request("co0", "n")).await };
+    let moving = async {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let leader = store.handle("leader", FaultPlan::quiet(2));
+        move_replaced(&leader, &leader.list_pools().await.unwrap(), now, crate::SETTLE_TIME).await
+    };
+    let (deleted, moved) = tokio::join!(deleting, moving);
+    deleted.unwrap();
+    assert_eq!(moved.moved, 1, "the leader moved {ip} while the DEL was under way: {moved:?}");
+    let left: Vec<_> = held(&store).into_iter().filter(|(pod, _)| pod == "ns/old-0").collect();
+    assert!(left.is_empty(), "the deleted pod holds nothing: {left:?}");
+}
+
 /// Online re-layout under churn: pods hold addresses of a /29 when the network grows to a /28; while the leader
 /// moves their entries into the /28's pool, new pods are added, two old pods are deleted (DEL with the new config),
 /// and every request of every process may lose its answer, fail with a 500 or a conflict. With reservations and

@@ -89,6 +89,33 @@ async fn release_entry(
     Ok(())
 }
 
+/// Releases the entries of `pool` (as read, named `name`, of range `range`) that `wanted` selects, each failure
+/// into `errors`: whether there were any, and how many were released.
+#[allow(clippy::too_many_arguments)]
+async fn release_in(
+    store: &(impl PoolStore + ReservationStore),
+    scope: &Scope<'_>,
+    range: &IpRange,
+    name: &str,
+    pool: &IpPool,
+    wanted: &impl Fn(&IpAllocation) -> bool,
+    budget: &Budget,
+    errors: &mut Vec<IpamError>,
+) -> (bool, usize) {
+    let (mut found, mut released) = (false, 0);
+    for (offset, held) in entries(pool, wanted) {
+        found = true;
+        match release_entry(store, scope, range, name, pool, offset, held, budget).await {
+            Ok(()) => released += 1,
+            Err(e) => {
+                tracing::error!(pool = %name, offset, error = %e, "release failed");
+                errors.push(e);
+            }
+        }
+    }
+    (found, released)
+}
+
 /// Which pools of a range to search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Search {
@@ -174,16 +201,25 @@ async fn release_where<S: PoolStore + ReservationStore>(
                     Err(e) => errors.push(e),
                 }
             }
-            for (name, sub, pool) in &read {
-                for (offset, held) in entries(pool, &wanted) {
-                    found_own |= *own;
-                    match release_entry(store, scope, sub, name, pool, offset, held, budget).await {
-                        Ok(()) => released += 1,
-                        Err(e) => {
-                            tracing::error!(pool = %name, offset, error = %e, "release failed");
-                            errors.push(e);
-                        }
+            let last = read.len() - 1;
+            let mut in_replaced = false;
+            for (at, (name, sub, pool)) in read.iter().enumerate() {
+                let (found, done) = release_in(store, scope, sub, name, pool, &wanted, budget, &mut errors).await;
+                found_own |= *own && found;
+                in_replaced |= found && at < last;
+                released += done;
+            }
+            // An entry released in a replaced pool may have been moved meanwhile: the leader copied it into this
+            // pool after the read above and removed it there before this removal came (which then found it gone).
+            // The copy precedes that removal, so a read of this pool now shows it.
+            if in_replaced {
+                let (name, sub, _) = &read[last];
+                match read_pool(store, name, budget).await {
+                    Ok(Some(again)) => {
+                        released += release_in(store, scope, sub, name, &again, &wanted, budget, &mut errors).await.1
                     }
+                    Ok(None) => {}
+                    Err(e) => errors.push(e),
                 }
             }
         }

@@ -8,7 +8,8 @@
 //!
 //! Every step can be cut short and taken again: a copy whose answer was lost is found in the new pool as the same
 //! attachment's, and the old entry is then removed; a copy whose old entry went meanwhile (the pod's DEL, which
-//! looks in both pools) is taken back, so no entry outlives its pod. An offset of the new pool held by another
+//! looks in both pools) is taken back, and a DEL that released an entry in the replaced pool reads the new pool
+//! once more (the move may have come between its reads and its removal), so no entry outlives its pod. An offset of the new pool held by another
 //! attachment is never written (ADDs of the new pool keep off what the old pools hold, so it is reported, not
 //! expected). An entry whose address the new range does not hold (a range shrunk below a live address) stays where
 //! it is until its pod goes, and is reported.

@@ -52,6 +52,9 @@ pub enum Fault {
     /// Applied when the request arrives; its answer comes 5 s later (a slow link). Not among [`Fault::ALL`]: a
     /// test places it where a stale answer on the wire is the point.
     LateAnswer,
+    /// The request reaches the server 5 s late (a slow link), then is applied and answered. Not among
+    /// [`Fault::ALL`]: a test places it where others' writes must come between the read and the write.
+    LateRequest,
 }
 
 impl Fault {
@@ -477,6 +480,10 @@ impl MemoryStore {
                     let _ = apply(&mut self.state.lock().unwrap());
                 }
                 fail(Failure::Ambiguous, "500, or no answer before the timeout")
+            }
+            Fault::LateRequest => {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                apply(&mut self.state.lock().unwrap())
             }
             Fault::LateAnswer => {
                 let result = apply(&mut self.state.lock().unwrap());
