@@ -335,7 +335,7 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
                 &reservation.spec,
                 claimed_at(reservation),
                 index.holders(&name),
-                !pools.is_empty(),
+                index.knows(&name),
                 crate::clock::now(),
                 self.orphan_age,
             )
@@ -344,7 +344,10 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
             ReservationVerdict::Release => {}
             ReservationVerdict::Keep(KeepReservation::Fresh) => return ReservationOutcome::Fresh,
             // conflicts are reported from the entries' side
-            ReservationVerdict::Keep(_) | ReservationVerdict::Conflict(_) => return ReservationOutcome::Kept,
+            kept @ (ReservationVerdict::Keep(_) | ReservationVerdict::Conflict(_)) => {
+                tracing::debug!(reservation = %name, verdict = ?kept, "reservation kept");
+                return ReservationOutcome::Kept;
+            }
         }
         let fresh = match self.reread(&name, &pools).await {
             Ok(Some(fresh)) => fresh,
@@ -388,10 +391,9 @@ impl<S: PoolStore + ReservationStore + SliceStore, C: Cluster, T: Tally> Release
                 fresh.push(pool);
             }
         }
-        if !fresh.is_empty() {
-            understand(&mut fresh, &self.store.list_node_slices().await?);
-        }
-        Ok(Some((reservation, Index::new(&fresh))))
+        let listings = self.store.list_node_slices().await?;
+        understand(&mut fresh, &listings);
+        Ok(Some((reservation, Index::new(&fresh).with_node_slices(&listings))))
     }
 
     async fn tell(&self, held: &IpAllocation, warning: bool, reason: &'static str, note: String) {

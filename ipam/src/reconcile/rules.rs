@@ -279,6 +279,8 @@ pub struct Holder {
 pub struct Index {
     holders: HashMap<String, Vec<Holder>>,
     scopes: Vec<(String, String, IpRange)>,
+    /// The (network, range) pairs NodeSlicePools cut into slices ([`Index::with_node_slices`]).
+    sliced: Vec<(String, IpRange)>,
 }
 
 impl Index {
@@ -312,6 +314,28 @@ impl Index {
             reservation_address(name, network, range).map(|ip| names::reservation_name(network, ip))
         });
         canonical.and_then(|c| self.holders.get(&c)).map_or(&[], Vec::as_slice)
+    }
+
+    /// `self`, knowing the ranges `listings` cut into slices too: a reservation in a slice that has no pool (freed,
+    /// its empty pool deleted) is then one of ours, which no entry accounts for. A NodeSlicePool is named after its
+    /// network, or after its config when the network has no name: its range counts for both.
+    pub fn with_node_slices(mut self, listings: &[crate::crd::NodeSlicePool]) -> Self {
+        for listing in listings {
+            let Ok(range) = IpRange::parse_as(&listing.spec.range, None, None, &[], crate::range::Hosts::All) else {
+                continue;
+            };
+            let name = listing.metadata.name.clone().unwrap_or_default();
+            self.sliced.push((name, range.clone()));
+            self.sliced.push((String::new(), range));
+        }
+        self
+    }
+
+    /// Whether the reservation `name` is of a network and range known here: a pool's ([`Index::pools_for`]), or a
+    /// NodeSlicePool's ([`Index::with_node_slices`]).
+    pub fn knows(&self, name: &str) -> bool {
+        !self.pools_for(name).is_empty()
+            || self.sliced.iter().any(|(network, range)| reservation_address(name, network, range).is_some())
     }
 
     /// The pools whose entries would account for the reservation `name`: those of its network whose range holds

@@ -475,3 +475,28 @@ proptest! {
         prop_assert!(matches!(judge(&warm, &facts), Verdict::Keep(_)));
     }
 }
+
+/// A reservation whose entry went (released, or rolled back) while its own delete failed, in a slice later freed
+/// with its empty pool deleted: no pool's range holds it any more, but its NodeSlicePool's does, so it is known,
+/// and released as an orphan once old. Before, it was "unknown" and kept for good (the simulation found two such
+/// leaks, with the leader's node-slice controller freeing slices on its grace as time passes).
+#[test]
+fn a_reservation_in_a_freed_slice_without_a_pool_is_known_by_its_node_slice_pool() {
+    let spec = crate::crd::NodeSlicePoolSpec { range: "198.18.0.0/28".into(), slice_size: "/30".into() };
+    let free = crate::crd::NodeSliceAllocation { node_name: String::new(), slice_range: "198.18.0.12/30".into() };
+    let named = crate::store::node_slices_object("net-d", &spec, std::slice::from_ref(&free));
+    let other = mk_pool("node-0-198.18.0.0-30", "198.18.0.0/30", &[]);
+    let without = Index::new([&other]);
+    assert!(!without.knows("198.18.0.13"), "no pool's range holds it");
+    let index = Index::new([&other]).with_node_slices(std::slice::from_ref(&named));
+    for name in ["198.18.0.13", "net-d-198.18.0.13"] {
+        assert!(index.knows(name), "{name}: a NodeSlicePool's range holds it (its network unnamed, or named)");
+        assert!(index.pools_for(name).is_empty(), "{name}: no pool to read");
+    }
+    assert!(!index.knows("198.18.1.1"), "outside every range");
+    assert!(!index.knows("other-198.18.0.13"), "another network's");
+    let now = Timestamp::now();
+    let verdict =
+        judge_reservation(&mk_spec("ns/a"), Some(ago(now, 600)), &[], index.knows("198.18.0.13"), now, ORPHAN_AGE);
+    assert_eq!(verdict, ReservationVerdict::Release);
+}

@@ -38,7 +38,8 @@ where
     let reservations = releaser.store.list_reservations(None).await?;
     let mut pools = releaser.store.list_pools().await?;
     // after the pools: a slice pool Whereabouts made is read with the NodeSlicePool that lists its slice
-    understand(&mut pools, &releaser.store.list_node_slices().await?);
+    let listings = releaser.store.list_node_slices().await?;
+    understand(&mut pools, &listings);
     let listed: HashMap<&str, _> =
         reservations.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)).collect();
     let mut views = Views::new();
@@ -68,7 +69,7 @@ where
             Considered::Kept(_) | Considered::Changed | Considered::Failed => summary.kept += 1,
         }
     }
-    let index = Index::new(&pools);
+    let index = Index::new(&pools).with_node_slices(&listings);
     let doubly = index.doubly_held();
     for (name, pods) in &doubly {
         releaser.conflict(name, &pods.iter().copied().collect::<Vec<_>>()).await;
