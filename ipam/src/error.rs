@@ -160,17 +160,6 @@ pub enum IpamError {
         /// When it was marked replaced (RFC 3339).
         at: String,
     },
-    /// The borrow mark ([`crate::marks::BorrowMark`]) could not be written: the ADD does not borrow, since after a
-    /// reboot its entry in another node's slice would not be looked for.
-    #[error("cannot record on the node that {attachment} borrows an address ({path}): {reason}")]
-    BorrowUnmarked {
-        /// The attachment: network, pod, interface.
-        attachment: String,
-        /// The mark's path.
-        path: String,
-        /// What the file system said.
-        reason: String,
-    },
     /// The ranges a pod chose cannot be used (ranges chosen per pod): an unknown name, a range that does not serve
     /// the node, a malformed annotation.
     #[error(transparent)]
@@ -237,7 +226,6 @@ impl IpamError {
             IpamError::CoolingDown { .. } | IpamError::Replaced { .. } => Code::TryAgainLater,
             IpamError::ClaimMissing { .. } | IpamError::ClaimConflict { .. } => Code::TryAgainLater,
             IpamError::ClaimUnusable { .. } => Code::InvalidConfig,
-            IpamError::BorrowUnmarked { .. } => Code::Io,
             IpamError::Many(all) => {
                 all.iter().map(IpamError::code).find(|c| *c != Code::TryAgainLater).unwrap_or(Code::TryAgainLater)
             }

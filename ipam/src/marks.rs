@@ -1,83 +1,98 @@
 //! Attachment marks: an empty file per attachment — network, pod, interface — on the node, made before the
-//! attachment's first ADD here writes anything, and kept until the node reboots. An ADD that makes the mark is the
-//! first of that pod's interface on this node since boot, so no earlier sandbox or try of it can have written
+//! attachment's first ADD here writes anything. An ADD that makes the mark, and finds none from the node's earlier
+//! boots, is the first of that pod's interface on this node, so no earlier sandbox or try of it can have written
 //! anything: it need not look for such an entry across the cluster (in slice mode, a LIST of the pools for an entry
-//! outside the node's listed slices), and in the node agent it may plan on the agent's copies. An ADD that finds
-//! the mark, or cannot tell, looks and reads. A mark removed by hand before a reboot could let an ADD miss its own
-//! entry and take a second address (a leak the reconciler cannot see while the pod lives); never an address twice:
-//! every write stays guarded.
+//! outside the node's listed slices), in the node agent it may plan on the agent's copies, and with a warm reserve it
+//! may take from it. An ADD that finds a mark, or cannot tell, looks and reads. A mark removed by hand could let an
+//! ADD miss its own entry and take a second address (a leak the reconciler cannot see while the pod lives); never
+//! an address twice: every write stays guarded.
 //!
 //! Keyed by the pod, not the sandbox: entries are matched to an attachment by pod and interface, so a new sandbox
 //! of the pod (or a new pod of the same name, after one that vanished without DEL) must find what the earlier one
 //! holds. Not removed by DEL: a DEL of an earlier sandbox can come after the next sandbox's ADD, whose retry must
-//! still look. The files are empty, on a tmpfs (`/run`), one per pod name and interface the node ran since boot.
+//! still look.
 //!
-//! A reboot empties the tmpfs, but a pod outlives it: its sandbox is made again on the same node. What it held in
-//! the node's own slices is read there anyway; an entry it borrowed in another node's slice is found only by a
-//! search of every pool, which a first ADD skips. So an attachment about to borrow first leaves a borrow mark
-//! ([`BorrowMark`]) on the host's disk, synced before the entry is written, and an ADD that finds one is never a
-//! first ADD. Borrowing happens only when no slice is free, so these are few; they are kept, like the marks, since
-//! a DEL of an earlier sandbox can come after a later one borrowed again.
+//! On the host's disk, one directory per boot (`/proc/sys/kernel/random/boot_id`): a pod outlives a reboot, and its
+//! sandbox is made again on the same node without a DEL of the old one, so the marks of the boots before count too
+//! (an entry it borrowed in another node's slice, or left in its own pool of a slice a rebuilt NodeSlicePool lists
+//! free, is found only by the search a first ADD skips). Every pod that lives across a reboot has its sandbox made
+//! again, and so its mark, in the boot after; the directories of the [`KEPT_BOOTS`] latest boots are kept, older ones
+//! removed by the first ADD of a boot. The files are empty, one per pod name and interface the node ran in those
+//! boots. They are not synced: a power loss may lose the latest, and a pod whose mark was lost so takes a second
+//! address after the reboot (a leak while it lives, as above).
 
 use std::path::{Path, PathBuf};
 
-/// Where the marks live on a node.
-pub const DEFAULT_DIR: &str = "/run/hereabouts/attachments";
+/// Where the attachment marks live on a node.
+pub const DEFAULT_DIR: &str = "/var/lib/hereabouts/attachments";
 
-/// The mark's path for the attachment `pod`/`ifname` (`pod` as `namespace/name`) of network `network`.
-pub fn path(dir: &Path, network: &str, pod: &str, ifname: &str) -> PathBuf {
-    crate::lock::key_path(dir, network, pod, ifname)
+/// How many boots' marks are kept, this one included: a pod whose sandbox could not be made again for a whole boot
+/// is still found after the next.
+pub const KEPT_BOOTS: usize = 4;
+
+/// This boot's id, if the kernel tells it.
+pub fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then(|| id.to_string())
 }
 
-/// Makes the mark; `true` only when this call made it (the attachment's first ADD on this node since boot). Any
-/// failure other than "it exists" counts as "cannot tell": `false`.
-pub fn first_add(dir: &Path, network: &str, pod: &str, ifname: &str) -> bool {
-    if std::fs::create_dir_all(dir).is_err() {
-        return false;
+/// The mark's path for the attachment `pod`/`ifname` (`pod` as `namespace/name`) of network `network`, in the
+/// directory of one boot.
+pub fn path(boot_dir: &Path, network: &str, pod: &str, ifname: &str) -> PathBuf {
+    crate::lock::key_path(boot_dir, network, pod, ifname)
+}
+
+/// Makes the mark in boot `boot`'s directory under `dir`; `true` only when this call made it and no earlier boot
+/// kept in `dir` has it (the attachment's first ADD on this node). Any failure other than "it exists" counts as
+/// "cannot tell": `false`.
+pub fn first_add(dir: &Path, boot: &str, network: &str, pod: &str, ifname: &str) -> bool {
+    let this_boot = dir.join(boot);
+    match std::fs::create_dir(&this_boot) {
+        // the boot's first ADD here: the boots past those kept go
+        Ok(()) => prune(dir, boot),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::create_dir_all(&this_boot).is_err() {
+                return false;
+            }
+        }
+        Err(_) => return false,
     }
-    std::fs::OpenOptions::new().write(true).create_new(true).open(path(dir, network, pod, ifname)).is_ok()
+    let made =
+        std::fs::OpenOptions::new().write(true).create_new(true).open(path(&this_boot, network, pod, ifname)).is_ok();
+    made && earlier_boots(dir, boot).is_some_and(|boots| {
+        !boots.iter().any(|earlier| {
+            // cannot tell: as if the mark were there
+            !matches!(std::fs::symlink_metadata(path(earlier, network, pod, ifname)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        })
+    })
 }
 
-/// Where the borrow marks live on a node: the host's disk, so that they outlive a reboot.
-pub const BORROW_DIR: &str = "/var/lib/hereabouts/borrowed";
-
-/// The borrow mark of one attachment: made before it writes an entry in another node's slice.
-#[derive(Debug, Clone)]
-pub struct BorrowMark {
-    dir: PathBuf,
-    path: PathBuf,
-    attachment: String,
-}
-
-impl BorrowMark {
-    /// The mark of the attachment `pod`/`ifname` (`pod` as `namespace/name`) of network `network`, in `dir`.
-    pub fn new(dir: &Path, network: &str, pod: &str, ifname: &str) -> Self {
-        BorrowMark {
-            dir: dir.to_path_buf(),
-            path: path(dir, network, pod, ifname),
-            attachment: format!("network {network}, pod {pod}, interface {ifname}"),
+/// The directories of the boots other than `boot` under `dir`; `None` when they cannot be listed.
+fn earlier_boots(dir: &Path, boot: &str) -> Option<Vec<PathBuf>> {
+    let mut boots = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        if entry.file_name() != boot {
+            boots.push(entry.path());
         }
     }
+    Some(boots)
+}
 
-    /// Whether the attachment may have borrowed on this node, in this boot or an earlier one: the mark is there,
-    /// or it cannot be told that it is not.
-    pub fn may_have_borrowed(&self) -> bool {
-        !matches!(std::fs::symlink_metadata(&self.path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-    }
-
-    /// Makes the mark and syncs it, with its directory, to disk.
-    pub fn make(&self) -> Result<(), crate::error::IpamError> {
-        let made = (|| {
-            std::fs::create_dir_all(&self.dir)?;
-            let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&self.path)?;
-            file.sync_all()?;
-            std::fs::File::open(&self.dir)?.sync_all()
-        })();
-        made.map_err(|e| crate::error::IpamError::BorrowUnmarked {
-            attachment: self.attachment.clone(),
-            path: self.path.display().to_string(),
-            reason: e.to_string(),
-        })
+/// Removes the boot directories under `dir` past the [`KEPT_BOOTS`] latest (by when each was last written), never
+/// `boot`'s. Best effort: one left stays until a later boot's first ADD.
+fn prune(dir: &Path, boot: &str) {
+    let Some(boots) = earlier_boots(dir, boot) else { return };
+    let mut dated: Vec<(std::time::SystemTime, PathBuf)> =
+        boots.into_iter().filter_map(|b| Some((std::fs::metadata(&b).and_then(|m| m.modified()).ok()?, b))).collect();
+    dated.sort_by_key(|b| std::cmp::Reverse(b.0));
+    for (_, old) in dated.into_iter().skip(KEPT_BOOTS - 1) {
+        if let Err(e) = std::fs::remove_dir_all(&old) {
+            tracing::debug!(dir = %old.display(), error = %e, "an old boot's attachment marks not removed");
+        }
     }
 }
 
@@ -89,29 +104,33 @@ mod tests {
     fn the_first_add_makes_the_mark_and_every_later_add_of_the_pods_interface_finds_it() {
         let dir = tempfile::tempdir().unwrap();
         let marks = dir.path().join("attachments");
-        assert!(first_add(&marks, "net", "ns/web-0", "net1"), "first");
-        assert!(!first_add(&marks, "net", "ns/web-0", "net1"), "a retry, or a new sandbox of the pod");
-        assert!(first_add(&marks, "net", "ns/web-0", "net2"), "another interface is another attachment");
-        assert!(first_add(&marks, "other", "ns/web-0", "net1"), "another network too");
-        assert!(first_add(&marks, "net", "ns/web-1", "net1"), "another pod too");
+        assert!(first_add(&marks, "b1", "net", "ns/web-0", "net1"), "first");
+        assert!(!first_add(&marks, "b1", "net", "ns/web-0", "net1"), "a retry, or a new sandbox of the pod");
+        assert!(first_add(&marks, "b1", "net", "ns/web-0", "net2"), "another interface is another attachment");
+        assert!(first_add(&marks, "b1", "other", "ns/web-0", "net1"), "another network too");
+        assert!(first_add(&marks, "b1", "net", "ns/web-1", "net1"), "another pod too");
     }
 
+    /// A pod that ran in an earlier boot is not a first ADD after the reboot (its sandbox made again), and makes its
+    /// mark in the new boot, so that it is still found after the next; the oldest boots' marks go.
     #[test]
-    fn a_borrow_mark_is_there_once_made_and_a_mark_that_cannot_be_read_counts_as_there() {
+    fn a_mark_of_an_earlier_boot_counts_and_only_the_latest_boots_are_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let mark = BorrowMark::new(&dir.path().join("borrowed"), "net", "ns/web-0", "net1");
-        assert!(!mark.may_have_borrowed());
-        mark.make().unwrap();
-        mark.make().expect("made again, as a later sandbox borrows again");
-        assert!(mark.may_have_borrowed());
-        assert!(!BorrowMark::new(&dir.path().join("borrowed"), "net", "ns/web-1", "net1").may_have_borrowed());
-        let file = dir.path().join("a-file");
-        std::fs::write(&file, "").unwrap();
-        let under_a_file = BorrowMark::new(&file, "net", "ns/web-0", "net1");
-        assert!(under_a_file.may_have_borrowed(), "cannot tell: counted as borrowed, so the ADD looks");
-        let err = under_a_file.make().unwrap_err();
-        assert_eq!(err.code(), crate::codes::Code::Io, "{err}");
-        assert!(err.to_string().contains("pod ns/web-0"), "{err}");
+        let marks = dir.path().join("attachments");
+        assert!(first_add(&marks, "b1", "net", "ns/web-0", "net1"));
+        assert!(!first_add(&marks, "b2", "net", "ns/web-0", "net1"), "it ran before the reboot");
+        assert!(first_add(&marks, "b2", "net", "ns/web-1", "net1"), "a pod new in this boot");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let boots = ["b3", "b4", "b5", "b6"];
+        for (i, boot) in boots.iter().enumerate() {
+            assert!(first_add(&marks, boot, "net", &format!("ns/new-{i}"), "net1"));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut left: Vec<String> =
+            std::fs::read_dir(&marks).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, boots, "the {KEPT_BOOTS} latest boots");
+        assert!(first_add(&marks, "b7", "net", "ns/web-0", "net1"), "a pod gone for four boots is new again");
     }
 
     #[test]
@@ -119,6 +138,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a-file");
         std::fs::write(&file, "").unwrap();
-        assert!(!first_add(&file.join("attachments"), "net", "c1", "net1"));
+        assert!(!first_add(&file.join("attachments"), "b1", "net", "c1", "net1"));
+        assert!(!first_add(&file, "b1", "net", "c1", "net1"));
+    }
+
+    #[test]
+    fn this_machine_tells_its_boot() {
+        let id = boot_id().expect("/proc/sys/kernel/random/boot_id on Linux");
+        assert_eq!(id.len(), 36, "{id}");
     }
 }

@@ -43,10 +43,9 @@ pub trait Host {
         None
     }
 
-    /// Where the borrow marks go, on a disk that outlives a reboot ([`crate::marks::BorrowMark`]); `None`: none
-    /// are made or read.
-    fn borrow_marks_dir(&self) -> Option<PathBuf> {
-        None
+    /// The node's boot, which the attachment marks are kept by; `None`: every ADD looks.
+    fn boot_id(&self) -> Option<String> {
+        crate::marks::boot_id()
     }
 
     /// The node's routing daemon, as the node's flat file describes it (the routing-table datastore).
@@ -154,10 +153,6 @@ impl Host for LiveHost {
         Some(PathBuf::from(crate::marks::DEFAULT_DIR))
     }
 
-    fn borrow_marks_dir(&self) -> Option<PathBuf> {
-        Some(PathBuf::from(crate::marks::BORROW_DIR))
-    }
-
     fn warm_journal(&self, _node: &str) -> Option<PathBuf> {
         Some(PathBuf::from(crate::warm::DEFAULT_DIR))
     }
@@ -251,13 +246,12 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
             announced(host, &store, &cfg, &mode.kube, &OnePool, req, &budget, assigned?).await?
         }
         Mode::Slices(mode) => {
-            let podref = cfg.pod.to_string();
-            let (network, ifname) = (&cfg.name, &req.ifname);
-            let borrow =
-                host.borrow_marks_dir().map(|dir| crate::marks::BorrowMark::new(&dir, network, &podref, ifname));
-            // an attachment that borrowed before a reboot left no mark on the tmpfs: its borrow mark says to look
-            let first = host.marks_dir().is_some_and(|dir| crate::marks::first_add(&dir, network, &podref, ifname))
-                && !borrow.as_ref().is_some_and(crate::marks::BorrowMark::may_have_borrowed);
+            let first = match (host.marks_dir(), host.boot_id()) {
+                (Some(dir), Some(boot)) => {
+                    crate::marks::first_add(&dir, &boot, &cfg.name, &cfg.pod.to_string(), &req.ifname)
+                }
+                _ => false,
+            };
             // an address of its own asked for, or ranges chosen per pod or node: not what a reserve holds
             if mode.warm > 0
                 && cfg.requested.is_empty()
@@ -275,7 +269,7 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
                 None => (cfg.clone(), mode.clone()),
             };
             let _lock = host_lock(host, &store, slices::locked(&cfg), &req.node, &budget).await;
-            let assigned = slices::add(&store, &cfg, &mode, req, &budget, first, borrow.as_ref()).await;
+            let assigned = slices::add(&store, &cfg, &mode, req, &budget, first).await;
             announced(host, &store, &cfg, &mode.kube, &Sliced, req, &budget, assigned?).await?
         }
         Mode::Provider(mode) => {

@@ -11,14 +11,22 @@ use crate::store::{Claim, MemoryStore, ReservationStore};
 struct TestHost(MemoryStore);
 
 impl TestHost {
-    /// The same machine with attachment marks ([`crate::marks`]) in `dir`.
+    /// The same machine with attachment marks ([`crate::marks`]) in `dir`, in its first boot.
     fn marked(self, dir: &Path) -> MarkedHost {
-        MarkedHost(self, dir.to_path_buf())
+        MarkedHost(self, dir.to_path_buf(), "boot-1".into())
     }
 }
 
-/// A [`TestHost`] that keeps attachment marks in a directory.
-struct MarkedHost(TestHost, PathBuf);
+/// A [`TestHost`] that keeps attachment marks in a directory, and the boot it is in.
+struct MarkedHost(TestHost, PathBuf, String);
+
+impl MarkedHost {
+    /// The same machine after a reboot.
+    fn rebooted(self) -> MarkedHost {
+        let boot = format!("{}-again", self.2);
+        MarkedHost(self.0, self.1, boot)
+    }
+}
 
 impl Host for MarkedHost {
     type Store = MemoryStore;
@@ -40,8 +48,8 @@ impl Host for MarkedHost {
         Some(self.1.clone())
     }
 
-    fn borrow_marks_dir(&self) -> Option<PathBuf> {
-        Some(self.1.with_extension("borrowed"))
+    fn boot_id(&self) -> Option<String> {
+        Some(self.2.clone())
     }
 }
 
@@ -265,19 +273,19 @@ async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_bor
     assert_eq!(entries, n, "one entry per attachment");
     // its DEL leaves the mark: a new sandbox of the pod, or its DEL arriving late, still finds it
     del(&retry, &ReleaseConfig::from(cfg.clone()), &request(&format!("c{}", n - 1), "node-a")).await.unwrap();
-    assert!(!crate::marks::first_add(marks.path(), &cfg.name, &cfg.pod.to_string(), "net1"));
+    assert!(!crate::marks::first_add(marks.path(), "boot-1", &cfg.name, &cfg.pod.to_string(), "net1"));
 }
 
-/// S12 of the fourth review: a pod borrowed an address in another node's slice; the node reboots (the tmpfs
-/// marks are gone, the disk is not) and the pod's sandbox is made again there, without a DEL of the old one. Its
-/// ADD is the first since boot, which skipped the search of every pool and took a second address while the old
-/// entry stayed the pod's. The borrow mark, on disk, makes it look: it keeps its address.
+/// S12 of the fourth review: a pod borrowed an address in another node's slice; the node reboots and the pod's
+/// sandbox is made again there, without a DEL of the old one. With the marks on a tmpfs its ADD was the first since
+/// boot, which skipped the search of every pool and took a second address while the old entry stayed the pod's.
+/// The marks of the boot before, kept on disk, make it look: it keeps its address.
 #[tokio::test]
 async fn a_pod_that_borrowed_before_a_reboot_keeps_its_address_after_it() {
     let disk = tempfile::tempdir().unwrap();
-    let tmpfs = disk.path().join("attachments");
+    let marks = disk.path().join("attachments");
     let store = MemoryStore::new(NS);
-    let host = TestHost(store.clone()).marked(&tmpfs);
+    let host = TestHost(store.clone()).marked(&marks);
     let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
     for node in ["node-a", "node-b", "node-c", "node-d"] {
         add(&host, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
@@ -296,10 +304,8 @@ async fn a_pod_that_borrowed_before_a_reboot_keeps_its_address_after_it() {
         }
         assert!(n < 8, "a /30 holds at most four");
     };
-    let borrow_dir = tmpfs.with_extension("borrowed");
-    assert!(crate::marks::BorrowMark::new(&borrow_dir, &cfg.name, &cfg.pod.to_string(), "net1").may_have_borrowed());
-    // the reboot: the tmpfs is empty; the pod's new sandbox is made on the same node
-    std::fs::remove_dir_all(&tmpfs).unwrap();
+    // the reboot; the pod's new sandbox is made on the same node
+    let host = host.rebooted();
     let again = add(&host, &cfg, &request("after-reboot", "node-a")).await.unwrap()[0].ip;
     assert_eq!(again, borrowed, "the pod keeps the address it borrowed before the reboot");
     let entries: usize = store.pools().iter().map(|p| p.spec.allocations.len()).sum();

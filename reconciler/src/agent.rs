@@ -203,10 +203,6 @@ impl Host for AgentHost {
         Some(PathBuf::from(hereabouts_ipam::marks::DEFAULT_DIR))
     }
 
-    fn borrow_marks_dir(&self) -> Option<PathBuf> {
-        Some(PathBuf::from(hereabouts_ipam::marks::BORROW_DIR))
-    }
-
     async fn take_warm(
         &self,
         cfg: &hereabouts_ipam::config::IpamConfig,

@@ -40,8 +40,6 @@ pub(super) struct SlicedAdd<'a, S> {
     pub given: &'a [IpAddr],
     /// The attachment's first ADD on this node: it has borrowed nothing yet.
     pub first_add: bool,
-    /// Made before an entry is written in another node's slice ([`crate::marks::BorrowMark`]).
-    pub borrow: Option<&'a crate::marks::BorrowMark>,
     /// `max_slices_per_node`.
     pub max_slices: Option<u64>,
     /// The sizes a claim cuts a free slice to: `node_slice_size`, and `min_node_slice_size` (adaptive slices).
@@ -132,9 +130,6 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
                             None => {
                                 tracing::info!(slice = %slice.cidr, owner = %slice.node, "no slice free: borrowing")
                             }
-                        }
-                        if let Some(mark) = self.borrow {
-                            mark.make()?;
                         }
                     }
                     let mut target = Target::new(pool.clone(), &sub);

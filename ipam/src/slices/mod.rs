@@ -39,11 +39,10 @@ pub(crate) async fn add<S: PoolStore + ReservationStore + SliceStore + CoreStore
     req: &Request,
     budget: &Budget,
     first_add: bool,
-    borrow: Option<&crate::marks::BorrowMark>,
 ) -> Result<Vec<Assigned>, IpamError> {
     let podref = cfg.pod.to_string();
     let who = Claimant::new(cfg, &mode.kube, req, &podref);
-    let one = InSlices { store, who: &who, mode, budget, first_add, borrow, capped: AtomicU64::new(0) };
+    let one = InSlices { store, who: &who, mode, budget, first_add, capped: AtomicU64::new(0) };
     let added = each_range(store, cfg, budget, &one).await;
     let note = match (&added, one.capped.load(Ordering::Relaxed)) {
         (Err(e @ IpamError::SliceCap { .. }), _) => Some(e.to_string()),
@@ -82,7 +81,7 @@ pub(crate) async fn add_for_node<S: PoolStore + ReservationStore + SliceStore>(
     podref: &str,
 ) -> Result<(Vec<Assigned>, Journal), IpamError> {
     let who = Claimant::new(cfg, &mode.kube, req, podref);
-    let one = InSlices { store, who: &who, mode, budget, first_add: true, borrow: None, capped: AtomicU64::new(0) };
+    let one = InSlices { store, who: &who, mode, budget, first_add: true, capped: AtomicU64::new(0) };
     crate::pools::each_range_journaled(store, cfg, budget, &one).await
 }
 
@@ -112,7 +111,6 @@ pub(crate) async fn hold<S: PoolStore + ReservationStore + SliceStore>(
             requested: None,
             given: &[],
             first_add: false,
-            borrow: None,
             max_slices,
             growth,
             capped: &capped,
@@ -130,8 +128,6 @@ struct InSlices<'a, S> {
     budget: &'a Budget,
     /// The attachment's first ADD on this node ([`crate::marks`]): no earlier try's entry to look for.
     first_add: bool,
-    /// Made before the attachment borrows, where the host keeps such marks.
-    borrow: Option<&'a crate::marks::BorrowMark>,
     /// `max_slices_per_node`, once it made a claim borrow though slices were free (0: it did not).
     capped: AtomicU64,
 }
@@ -147,22 +143,10 @@ impl<S: PoolStore + ReservationStore + SliceStore> OneRange for InSlices<'_, S> 
         let requested = self.who.cfg.requested_for(index);
         let (store, who, budget, size) = (self.store, self.who, self.budget, &self.mode.size);
         let (first_add, max_slices, growth) = (self.first_add, self.mode.max_slices, self.mode.growth());
-        let (capped, borrow) = (&self.capped, self.borrow);
-        let one = add::SlicedAdd {
-            store,
-            who,
-            range,
-            budget,
-            size,
-            requested,
-            given,
-            first_add,
-            borrow,
-            max_slices,
-            growth,
-            capped,
-        };
-        one.run(journal).await
+        let capped = &self.capped;
+        add::SlicedAdd { store, who, range, budget, size, requested, given, first_add, max_slices, growth, capped }
+            .run(journal)
+            .await
     }
 }
 

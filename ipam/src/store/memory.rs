@@ -302,6 +302,11 @@ impl MemoryStore {
         }
     }
 
+    /// Kills this handle's process (a node rebooted under it): it never answers again.
+    pub fn kill(&self) {
+        self.actor.dead.store(true, Ordering::SeqCst);
+    }
+
     /// Takes the API server away from every process (`true`: each call is refused before it is sent), or brings
     /// it back.
     pub fn set_away(&self, away: bool) {
