@@ -40,7 +40,7 @@ use hereabouts_ipam::store::guard::{Guard, mutants};
 use hereabouts_ipam::store::memory::{Fault, FaultPlan, MemoryStore, Rng};
 use hereabouts_ipam::store::{ConnectError, PoolStore, Shared};
 use hereabouts_ipam::verbs::{self, Host, Settling, WarmSettled};
-use hereabouts_ipam::warm::Reserves;
+use hereabouts_ipam::warm::{Reserves, Wanted};
 use hereabouts_ipam::{Attachment, Code, Request};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
@@ -79,6 +79,12 @@ const NETWORKS: [&str; 10] = [
 const RELAYOUT_NETWORK: usize = 9;
 const RELAYOUT_GROWN: &str = r#"{"cniVersion":"1.0.0","name":"net-j","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.6.0/28","enable_overlapping_ranges":false,"kubernetes":{"kubeconfig":"/k"}}}"#;
 const RELAYOUT_AT: Duration = Duration::from_secs(10);
+
+/// net-h as its NAD reads once it drops `warm_addresses` ([`the_warm_reserve_dropped_under_faults_is_given_back`]).
+const WARM_DROPPED: &str = r#"{"cniVersion":"1.0.0","name":"net-h","type":"macvlan","ipam":{"type":"hereabouts","range":"198.18.5.0/28","node_slice_size":"/30","kubernetes":{"kubeconfig":"/k"}}}"#;
+
+/// How often each agent compares its reserves with what the NADs ask for (the agent does every 5 minutes).
+const RETIRE_EVERY: Duration = Duration::from_secs(60);
 
 /// The networks the general cases draw from: all but the warm one, which has cases of its own
 /// ([`the_warm_reserve_under_faults_keeps_every_promise`]), so that the cases found before it came keep their draws.
@@ -320,6 +326,9 @@ struct World {
     marks: tempfile::TempDir,
     /// Each node's reboots so far (its boot): its pods' sandboxes are made again after each.
     reboots: [tokio::sync::watch::Sender<u32>; 3],
+    /// When net-h's NAD drops `warm_addresses`, in a case where it does: its ADDs from then on keep no reserve,
+    /// and the agents give back what they hold.
+    warm_dropped_at: Option<Duration>,
     /// Whether a pod of the agent has some of its early tries done by the binary while the agent lives. The
     /// hand-written cases keep the dispatch (and the random draws) they were found with.
     early_fallbacks: bool,
@@ -416,7 +425,8 @@ impl World {
     }
 
     /// Every node's agent hands over what its journal holds, with no faults: the last agent of a node may have
-    /// died with takes pending. Returns what could not be handed over.
+    /// died with takes pending; in a case whose NAD dropped its reserve, it then gives back what no config wants.
+    /// Returns what could not be handed over.
     async fn settle_warm(&self) -> Vec<String> {
         let Some(journals) = &self.journals else { return Vec::new() };
         let mut left = Vec::new();
@@ -435,6 +445,9 @@ impl World {
             if last.pending() > 0 {
                 left.push(format!("node-{node}: {} warm takes never handed over", last.pending()));
             }
+            if self.warm_dropped() {
+                last.retire_unwanted(&self.wanted(), tokio::time::Instant::now(), true).await;
+            }
             last.stop();
         }
         left
@@ -450,8 +463,30 @@ impl World {
         let (ns, name) = podref.split_once('/').unwrap();
         let args = format!("K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_UID={uid}");
         let grown = network == RELAYOUT_NETWORK && self.began.elapsed() >= RELAYOUT_AT;
-        let stdin = if grown { RELAYOUT_GROWN } else { NETWORKS[network] };
+        let cold = network == WARM_NETWORK && self.warm_dropped();
+        let stdin = if grown {
+            RELAYOUT_GROWN
+        } else if cold {
+            WARM_DROPPED
+        } else {
+            NETWORKS[network]
+        };
         config::load_with_paths(&Input { stdin: stdin.as_bytes(), cni_args: &args }, &[]).unwrap()
+    }
+
+    /// Whether net-h's NAD has dropped `warm_addresses` by now.
+    fn warm_dropped(&self) -> bool {
+        self.warm_dropped_at.is_some_and(|at| self.began.elapsed() >= at)
+    }
+
+    /// The reserves net-h's NAD asks for now: what each agent's loop compares its reserves with.
+    fn wanted(&self) -> Wanted {
+        let mut wanted = Wanted::default();
+        let cfg = self.cfg(WARM_NETWORK, "sim/wanted", "wanted-uid");
+        if let config::Mode::Slices(mode) = &cfg.mode {
+            wanted.add(std::path::Path::new("/k"), &cfg, mode);
+        }
+        wanted
     }
 
     fn releaser(&self, store: MemoryStore) -> Releaser<MemoryStore, SimCluster> {
@@ -1021,6 +1056,26 @@ async fn slice_keeper(world: Arc<World>, seed: u64, stop: tokio::sync::watch::Re
 }
 
 /// The API server stops once, at a random time in the first half minute, for two to twenty seconds.
+/// Each agent's loop that gives back the reserves no config asks for any more: every [`RETIRE_EVERY`], with what
+/// net-h's NAD asks for then, searching the pools for strays when that changed (and at first), until told to stop.
+async fn retire_unwanted(world: Arc<World>, stop: tokio::sync::watch::Receiver<bool>) {
+    let mut searched_for = None;
+    while !*stop.borrow() {
+        tokio::time::sleep(RETIRE_EVERY).await;
+        let dropped = world.warm_dropped();
+        let search = searched_for != Some(dropped);
+        searched_for = Some(dropped);
+        let wanted = world.wanted();
+        for node in 0..3 {
+            let reserves = world.warm.lock().unwrap().get(&node).cloned();
+            // an agent that died meanwhile never answers: its loop dies with it
+            if let Some(reserves) = reserves {
+                as_process(reserves.retire_unwanted(&wanted, tokio::time::Instant::now(), search)).await;
+            }
+        }
+    }
+}
+
 async fn outage(world: Arc<World>, seed: u64) {
     let mut rng = Rng::new(seed ^ 0x6177_6179);
     tokio::time::sleep(Duration::from_millis(rng.below(30_000))).await;
@@ -1099,6 +1154,11 @@ fn check_settled(world: &World) -> Result<(), String> {
             && warm_reservations.get(&name) != Some(&(r.spec.podref.clone(), r.spec.containerid.clone()))
         {
             problems.push(format!("warm reservation {name} of {} without its entry", r.spec.podref));
+        }
+    }
+    if world.warm_dropped() {
+        for (name, held) in &warm_reservations {
+            problems.push(format!("warm entry {name} of {} left though no config wants a reserve", held.0));
         }
     }
     for (name, held) in &warm_reservations {
@@ -1253,10 +1313,11 @@ fn run_case_counted(
     counted: bool,
     early_fallbacks: bool,
 ) -> Result<(), String> {
-    run_case_with(seed, rate, scripts, counted, early_fallbacks, None)
+    run_case_with(seed, rate, scripts, counted, early_fallbacks, None, None)
 }
 
-/// [`run_case_counted`], and node `reboot.0` reboots at `reboot.1` ms when given.
+/// [`run_case_counted`], and node `reboot.0` reboots at `reboot.1` ms when given, and net-h's NAD drops
+/// `warm_addresses` at `warm_drop` ms when given.
 fn run_case_with(
     seed: u64,
     rate: f64,
@@ -1264,6 +1325,7 @@ fn run_case_with(
     counted: bool,
     early_fallbacks: bool,
     reboot: Option<(usize, u64)>,
+    warm_drop: Option<u64>,
 ) -> Result<(), String> {
     hereabouts_ipam::clock::follow_tokio_time();
     if std::env::var_os("HEREABOUTS_SIM_DEBUG").is_some() {
@@ -1288,6 +1350,7 @@ fn run_case_with(
             agents: Mutex::default(),
             marks: tempfile::tempdir().unwrap(),
             reboots: std::array::from_fn(|_| tokio::sync::watch::Sender::new(0)),
+            warm_dropped_at: warm_drop.map(Duration::from_millis),
             early_fallbacks,
             adaptive: scripts.iter().any(|s| s.network == ADAPTIVE_NETWORK),
             relayout: scripts.iter().any(|s| s.network == RELAYOUT_NETWORK),
@@ -1312,6 +1375,8 @@ fn run_case_with(
                 world.reboot(node);
             });
         }
+        let (retire_stop, retire_stopped) = tokio::sync::watch::channel(false);
+        let retiring = warm_drop.map(|_| tokio::spawn(retire_unwanted(world.clone(), retire_stopped)));
         let mut pods = tokio::task::JoinSet::new();
         for (i, script) in scripts.into_iter().enumerate() {
             pods.spawn(pod_life(world.clone(), format!("sim/pod-{i}"), script, 0));
@@ -1329,6 +1394,12 @@ fn run_case_with(
         }
         // late teardowns of failed sandboxes end within their own budgets
         tokio::time::sleep(KILL_AFTER * 4).await;
+        if let Some(retiring) = retiring {
+            // long enough for the agents' loops to give back reserves no ADD asked of since the NAD changed
+            tokio::time::sleep(hereabouts_ipam::warm::ASKED_LATELY).await;
+            retire_stop.send(true).map_err(|e| e.to_string())?;
+            retiring.await.map_err(|e| e.to_string())?;
+        }
         let never = world.settle_warm().await;
         world.truth.lock().unwrap().violations.extend(never);
         let lost = lost_claims(&world);
@@ -1495,7 +1566,26 @@ proptest! {
         node in 0usize..3,
         at_ms in 5_000u64..40_000,
     ) {
-        if let Err(problems) = run_case_with(seed, rate, scripts, true, true, Some((node, at_ms))) {
+        if let Err(problems) = run_case_with(seed, rate, scripts, true, true, Some((node, at_ms)), None) {
+            prop_assert!(false, "{}", problems);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 4, ..ProptestConfig::default() })]
+
+    /// The warm cases, and net-h's NAD drops `warm_addresses` while they run: its ADDs from then on keep no
+    /// reserve; each agent's loop gives back what it holds (after no ADD asked for it in 10 minutes), its last
+    /// agent what the pools still hold of the node's, and no warm entry of net-h is left.
+    #[test]
+    fn the_warm_reserve_dropped_under_faults_is_given_back(
+        seed: u64,
+        rate in prop_oneof![Just(0.0), 0.01f64..0.1, 0.1f64..0.3],
+        scripts in proptest::collection::vec(arb_warm_script(), 1..14),
+        drop_ms in 5_000u64..40_000,
+    ) {
+        if let Err(problems) = run_case_with(seed, rate, scripts, true, true, None, Some(drop_ms)) {
             prop_assert!(false, "{}", problems);
         }
     }

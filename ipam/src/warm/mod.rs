@@ -21,7 +21,7 @@ mod reserve;
 
 pub use fleet::whereabouts_reconciler;
 
-pub use reserve::{DEFAULT_DIR, FLEET_EVERY, FleetCheck, Reserves, Wanted, WarmStore};
+pub use reserve::{ASKED_LATELY, DEFAULT_DIR, FLEET_EVERY, FleetCheck, Reserves, Wanted, WarmStore};
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;

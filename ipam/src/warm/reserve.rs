@@ -72,7 +72,7 @@ struct Network<S> {
 }
 
 /// How long a reserve no NAD asks for is kept while ADDs still ask for it ([`Reserves::retire_unwanted`]).
-const ASKED_LATELY: Duration = Duration::from_secs(600);
+pub const ASKED_LATELY: Duration = Duration::from_secs(600);
 
 /// What the cluster's configs ask of warm reserves ([`Reserves::retire_unwanted`]): the reserves kept, and the
 /// netconf names of their configs.
