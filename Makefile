@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export GOTOOLCHAIN := local
 
-.PHONY: test testenv build crds manifest lint deny bench demo fuzz image
+.PHONY: test testenv build crds manifest lint deny bench demo fuzz mutants image
 
 ## every test: builds the Go tools (once per version) and the binaries, then runs the whole workspace's tests
 test: testenv build
@@ -55,3 +55,8 @@ bench: testenv
 fuzz:
 	HEREABOUTS_SIM_CASES=$${SIM_CASES:-100000} cargo test --release -p hereabouts-ipam --test simulation -- --nocapture
 	HEREABOUTS_FUZZ_CASES=$${FUZZ_CASES:-1000000} cargo test --release -p hereabouts-cni --test parse_fuzz -- --nocapture
+
+## mutation testing of the safety core (cargo-mutants, once per version into .testenv/): every file, or
+## MUTANTS_FILES="ipam/src/store/guard.rs"; hours on 2 cores, so not in CI (docs/development.md)
+mutants:
+	hack/mutants.sh $(MUTANTS_FILES)
