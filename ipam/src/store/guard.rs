@@ -469,6 +469,36 @@ mod tests {
         IpAllocation { id: id.into(), podref: podref.into(), ifname: "net1".into(), ..IpAllocation::default() }
     }
 
+    /// A take-over by a pod of no IPAMClaim, of a reservation that named one, drops the name (kept, the address
+    /// would read as the claim's and outlive the pod that holds it now); one by a claim's pod records its claim; the
+    /// version read is tested. (cargo-mutants' first run left the first arm untested.)
+    #[test]
+    fn a_take_over_records_the_new_holders_claim_or_none() {
+        use crate::crd::{OverlappingRangeIpReservation, OverlappingRangeIpReservationSpec};
+        let spec = |container: &str, podref: &str, claim: Option<&str>| OverlappingRangeIpReservationSpec {
+            containerid: container.into(),
+            podref: podref.into(),
+            ifname: "net1".into(),
+            ipamclaim: claim.map(str::to_string),
+        };
+        let claim = |spec| Claim { spec, node: "node-a".into(), at: k8s_openapi::jiff::Timestamp::now() };
+        let mut current = OverlappingRangeIpReservation::new("198.18.0.1", spec("old", "ns/vm-0", Some("ns/vm")));
+        current.metadata.resource_version = Some("7".into());
+        let taken = |current: &OverlappingRangeIpReservation, by: &Claim| {
+            let mut doc = serde_json::to_value(current).unwrap();
+            apply(&mut doc, &take_over(current, by))
+                .map(|()| serde_json::from_value::<OverlappingRangeIpReservation>(doc).unwrap())
+        };
+        let after = taken(&current, &claim(spec("new", "ns/b", None))).unwrap();
+        assert_eq!((after.spec.podref.as_str(), after.spec.ipamclaim.as_deref()), ("ns/b", None), "{after:?}");
+        let after = taken(&current, &claim(spec("new", "ns/vm-1", Some("ns/vm")))).unwrap();
+        assert_eq!(after.spec.ipamclaim.as_deref(), Some("ns/vm"), "{after:?}");
+        let mut moved_on = serde_json::to_value(&current).unwrap();
+        moved_on["metadata"]["resourceVersion"] = json!("8");
+        let refused = apply(&mut moved_on, &take_over(&current, &claim(spec("new", "ns/b", None))));
+        assert!(refused.is_err(), "a take-over planned on version 7 is refused at 8");
+    }
+
     #[test]
     fn a_free_offset_is_added_once() {
         let mut doc = pool();
