@@ -173,31 +173,38 @@ fn reassign(store: &MemoryStore, owner: impl Fn(&ipnet::IpNet, &str) -> String) 
     store.put_node_slices(slices);
 }
 
+/// The node whose slice holds `ip`, as the NodeSlicePool lists it.
+fn owner_of(store: &MemoryStore, ip: std::net::IpAddr) -> String {
+    let slices = store.node_slices()[0].status.clone().unwrap().allocations;
+    slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
+}
+
+/// On a /28 in /30 slices: four nodes claim a slice each, then node-a's ADDs fill its own until one borrows.
+/// Returns that attachment's config, its borrowed address, and how many attachments there are.
+async fn until_node_a_borrows(host: &impl Host, store: &MemoryStore) -> (IpamConfig, std::net::IpAddr, usize) {
+    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
+    for node in ["node-a", "node-b", "node-c", "node-d"] {
+        add(host, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
+    }
+    let mut attachments = 4;
+    loop {
+        let cfg = config(ipam.clone(), &format!("p{attachments}"));
+        let ip = add(host, &cfg, &request(&format!("c{attachments}"), "node-a")).await.unwrap()[0].ip;
+        attachments += 1;
+        if owner_of(store, ip) != "node-a" {
+            return (cfg, ip, attachments);
+        }
+        assert!(attachments < 8, "a /30 holds at most four");
+    }
+}
+
 #[tokio::test]
 async fn a_retried_add_finds_its_borrowed_entry_after_a_slice_is_freed() {
     let store = MemoryStore::new(NS);
     let host = TestHost(store.clone());
-    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
-    let owner_of = |ip: std::net::IpAddr| {
-        let slices = store.node_slices()[0].status.clone().unwrap().allocations;
-        slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
-    };
-    // four nodes claim a slice each; node-a's ADDs then fill its own and borrow
-    for node in ["node-a", "node-b", "node-c", "node-d"] {
-        add(&host, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
-    }
-    let mut attachments = 4;
-    let (cfg, borrowed) = loop {
-        let cfg = config(ipam.clone(), &format!("p{attachments}"));
-        let ip = add(&host, &cfg, &request(&format!("c{attachments}"), "node-a")).await.unwrap()[0].ip;
-        attachments += 1;
-        if owner_of(ip) != "node-a" {
-            break (cfg, ip);
-        }
-        assert!(attachments < 8, "a /30 holds at most four");
-    };
+    let (cfg, borrowed, attachments) = until_node_a_borrows(&host, &store).await;
     // a node other than the lender left: its slice is free again; then the runtime retries the same ADD
-    let lender = owner_of(borrowed);
+    let lender = owner_of(&store, borrowed);
     reassign(&store, |_, node| if node == "node-a" || node == lender { node.to_string() } else { String::new() });
     let retried = request(&format!("c{}", attachments - 1), "node-a");
     let again = add(&host, &cfg, &retried).await.unwrap()[0].ip;
@@ -245,26 +252,9 @@ async fn a_first_add_lists_no_reservations_and_a_retried_one_still_finds_its_bor
     // every LIST of reservations refused: a first ADD that looked for a borrowed entry would fail
     let plan = (1..=64).fold(FaultPlan::quiet(1), |p, n| p.at(Op::ListReservations, n, Fault::Refused));
     let first = TestHost(store.handle("first-adds", plan)).marked(marks.path());
-    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
-    for node in ["node-a", "node-b", "node-c", "node-d"] {
-        add(&first, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
-    }
-    let owner_of = |ip: std::net::IpAddr| {
-        let slices = store.node_slices()[0].status.clone().unwrap().allocations;
-        slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
-    };
-    let mut n = 4;
-    let (cfg, borrowed) = loop {
-        let cfg = config(ipam.clone(), &format!("p{n}"));
-        let ip = add(&first, &cfg, &request(&format!("c{n}"), "node-a")).await.unwrap()[0].ip;
-        n += 1;
-        if owner_of(ip) != "node-a" {
-            break (cfg, ip);
-        }
-        assert!(n < 8, "a /30 holds at most four");
-    };
+    let (cfg, borrowed, n) = until_node_a_borrows(&first, &store).await;
     // a slice frees; the runtime retries the same ADD: its mark is there, so it looks, and finds its entry
-    let lender = owner_of(borrowed);
+    let lender = owner_of(&store, borrowed);
     reassign(&store, |_, node| if node == "node-a" || node == lender { node.to_string() } else { String::new() });
     let retry = TestHost(store.clone()).marked(marks.path());
     let again = add(&retry, &cfg, &request(&format!("c{}", n - 1), "node-a")).await.unwrap()[0].ip;
@@ -286,24 +276,7 @@ async fn a_pod_that_borrowed_before_a_reboot_keeps_its_address_after_it() {
     let marks = disk.path().join("attachments");
     let store = MemoryStore::new(NS);
     let host = TestHost(store.clone()).marked(&marks);
-    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
-    for node in ["node-a", "node-b", "node-c", "node-d"] {
-        add(&host, &config(ipam.clone(), node), &request(node, node)).await.unwrap();
-    }
-    let owner_of = |ip: std::net::IpAddr| {
-        let slices = store.node_slices()[0].status.clone().unwrap().allocations;
-        slices.into_iter().find(|s| s.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip)).unwrap().node_name
-    };
-    let mut n = 4;
-    let (cfg, borrowed) = loop {
-        let cfg = config(ipam.clone(), &format!("p{n}"));
-        let ip = add(&host, &cfg, &request(&format!("c{n}"), "node-a")).await.unwrap()[0].ip;
-        n += 1;
-        if owner_of(ip) != "node-a" {
-            break (cfg, ip);
-        }
-        assert!(n < 8, "a /30 holds at most four");
-    };
+    let (cfg, borrowed, n) = until_node_a_borrows(&host, &store).await;
     // the reboot; the pod's new sandbox is made on the same node
     let host = host.rebooted();
     let again = add(&host, &cfg, &request("after-reboot", "node-a")).await.unwrap()[0].ip;
