@@ -89,18 +89,42 @@ pub trait Host {
         let taken = self.warm_journal(&req.node).and_then(|dir| {
             crate::warm::read_take(&dir, &crate::warm::take_id(network, &req.container_id, &req.ifname))
         });
-        async move {
-            let Some(take) = taken else { return WarmSettled::Nothing };
-            let Ok(store) = self.connect(&take.kubeconfig).await else { return WarmSettled::Pending };
-            let budget = Budget::new(crate::config::DEFAULT_TIMEOUT);
-            match crate::warm::hand_over(&store, std::slice::from_ref(&take), &budget).await.pop() {
-                Some(Err(crate::warm::HandOverError::Later(_) | crate::warm::HandOverError::Unsent(_))) | None => {
-                    WarmSettled::Pending
-                }
-                Some(_) => WarmSettled::HandedOver,
+        hand_over_alone(self, taken.into_iter().collect())
+    }
+
+    /// Before an ADD of the attachment `req` of `cfg` that no warm take answered looks for its entry in the API
+    /// server: hands over what the node's journal holds pending of the attachment in any sandbox (see
+    /// [`crate::warm::Reserves::settle_attachment`]). [`WarmSettled::Pending`]: the ADD must not claim an address.
+    fn settle_attachment_warm(
+        &self,
+        cfg: &IpamConfig,
+        _mode: &crate::config::Slices,
+        req: &Request,
+    ) -> impl Future<Output = WarmSettled> {
+        let takes = self
+            .warm_journal(&req.node)
+            .map(|dir| crate::warm::read_attachment_takes(&dir, &cfg.name, &cfg.pod.to_string(), &req.ifname));
+        hand_over_alone(self, takes.unwrap_or_default())
+    }
+}
+
+/// The binary's hand-over of `takes` its agent, away, left pending: every write of a hand-over may be sent twice,
+/// and the journal is left to the agent.
+async fn hand_over_alone(host: &(impl Host + ?Sized), takes: Vec<crate::warm::Take>) -> WarmSettled {
+    if takes.is_empty() {
+        return WarmSettled::Nothing;
+    }
+    let budget = Budget::new(crate::config::DEFAULT_TIMEOUT);
+    for take in takes {
+        let Ok(store) = host.connect(&take.kubeconfig).await else { return WarmSettled::Pending };
+        match crate::warm::hand_over(&store, std::slice::from_ref(&take), &budget).await.pop() {
+            Some(Err(crate::warm::HandOverError::Later(_) | crate::warm::HandOverError::Unsent(_))) | None => {
+                return WarmSettled::Pending;
             }
+            Some(_) => {}
         }
     }
+    WarmSettled::HandedOver
 }
 
 /// Why a pending warm take is settled: what may be done with it.
@@ -260,6 +284,16 @@ pub async fn add(host: &impl Host, cfg: &IpamConfig, req: &Request) -> Result<Ve
             {
                 tracing::info!(container_id = %req.container_id, ips = ?assigned.iter().map(|a| a.ip).collect::<Vec<_>>(), "ADD done from the warm reserve");
                 return Ok(assigned);
+            }
+            if !first && host.settle_attachment_warm(cfg, mode, req).await == WarmSettled::Pending {
+                return Err(VerbError::new(
+                    Code::TryAgainLater,
+                    format!(
+                        "{} {}: a warm address an earlier sandbox of this attachment took is not handed over to the \
+                         pod yet (the agent's log says why); no second address is claimed",
+                        cfg.pod, req.ifname
+                    ),
+                ));
             }
             let store = connect(host, &mode.kube, Verb::Add).await?;
             let pod = claim::PodOnce::default();
@@ -570,3 +604,7 @@ async fn announced<H: Host>(
 #[cfg(test)]
 #[path = "verbs_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "verbs_warm_tests.rs"]
+mod warm_tests;

@@ -215,6 +215,19 @@ impl Host for AgentHost {
         warm.take(cfg, mode, req, first, kubeconfig, store)
     }
 
+    async fn settle_attachment_warm(
+        &self,
+        cfg: &hereabouts_ipam::config::IpamConfig,
+        mode: &hereabouts_ipam::config::Slices,
+        req: &hereabouts_ipam::request::Request,
+    ) -> hereabouts_ipam::verbs::WarmSettled {
+        let (Some(warm), Some(kubeconfig)) = (self.warm.as_ref(), mode.kube.kubeconfig.as_ref()) else {
+            return hereabouts_ipam::verbs::WarmSettled::Nothing;
+        };
+        let store = self.connect(kubeconfig).await.ok();
+        warm.settle_attachment(&cfg.name, &cfg.pod.to_string(), &req.ifname, kubeconfig, store).await
+    }
+
     async fn settle_warm(
         &self,
         network: &str,

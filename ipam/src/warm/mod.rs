@@ -127,6 +127,12 @@ impl Take {
         take_id(&self.network, &self.container, &self.ifname)
     }
 
+    /// Whether it gave attachment `ifname` of pod `podref` on network `network` its address, in any sandbox: an
+    /// ADD of the attachment that this take does not answer must not claim another while it is pending.
+    pub fn is_attachment(&self, network: &str, podref: &str, ifname: &str) -> bool {
+        self.network == network && self.podref == podref && self.ifname == ifname
+    }
+
     /// The entry the pod holds at `held` once handed over.
     fn entry(&self, held: &Held) -> IpAllocation {
         IpAllocation {
@@ -161,6 +167,19 @@ impl Take {
 /// The journal's key of an attachment of network `network`.
 pub fn take_id(network: &str, container: &str, ifname: &str) -> String {
     format!("{network}\n{container}\n{ifname}")
+}
+
+/// The pending takes of the journal in `dir` that gave attachment `ifname` of pod `podref` on network `network`
+/// its address, in whichever sandbox, read without writing (none when the journal cannot be read, as
+/// [`read_take`]).
+pub fn read_attachment_takes(dir: &std::path::Path, network: &str, podref: &str, ifname: &str) -> Vec<Take> {
+    match journal::read_pending(dir) {
+        Ok(pending) => pending.into_values().filter(|t| t.is_attachment(network, podref, ifname)).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the agent's warm journal cannot be read");
+            Vec::new()
+        }
+    }
 }
 
 /// The take `id` ([`take_id`]) the journal in `dir` holds pending, read without writing; `None` also when the

@@ -275,6 +275,39 @@ impl<S: WarmStore> Reserves<S> {
         if done == 1 { WarmSettled::HandedOver } else { WarmSettled::Pending }
     }
 
+    /// Hands over now what the journal holds pending of attachment `ifname` of pod `podref` on network `network`,
+    /// in any sandbox, before an ADD of it that no take answered looks for its entry in the API server, where the
+    /// entry is still the node's until then: a sandbox made again after a reboot, or a retry after the network's
+    /// config dropped its reserve, would claim a second address. `store` is the config's API server (`None`: it
+    /// cannot be reached).
+    pub async fn settle_attachment(
+        &self,
+        network: &str,
+        podref: &str,
+        ifname: &str,
+        kubeconfig: &Path,
+        store: Option<S>,
+    ) -> WarmSettled {
+        let pending = |inner: &Inner<S>| -> Vec<Take> {
+            let journal = inner.journal.lock().expect("not poisoned");
+            journal
+                .iter()
+                .flat_map(|j| j.pending())
+                .filter(|t| t.is_attachment(network, podref, ifname))
+                .cloned()
+                .collect()
+        };
+        if pending(&self.inner).is_empty() {
+            return WarmSettled::Nothing;
+        }
+        let Some(store) = store else { return WarmSettled::Pending };
+        self.inner.stores.lock().expect("not poisoned").insert(kubeconfig.to_path_buf(), store);
+        let _turn = self.inner.handing.lock().await;
+        let takes = pending(&self.inner);
+        let total = takes.len();
+        if total == 0 || self.round(takes).await == total { WarmSettled::HandedOver } else { WarmSettled::Pending }
+    }
+
     /// A slot given back by a DEL that came before its hand-over: to its reserve, or to the API server when
     /// that reserve is no longer kept.
     fn put_back(&self, take: Take) {
