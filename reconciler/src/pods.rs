@@ -1,5 +1,6 @@
 //! The node loop: watches this node's Pods only (field selector `spec.nodeName`) and gives back what a pod held
-//! once it is deleted or finished. A release that fails, or that meets an entry too fresh to judge, goes into a
+//! once it is deleted or finished; in the cluster scope (the controller Deployment), every node's Pods, and only
+//! while its instance leads. A release that fails, or that meets an entry too fresh to judge, goes into a
 //! retry queue with backoff instead of waiting for the cron. After every (re)list, and periodically, it resyncs:
 //! entries recorded on this node whose pod is no longer there, and this node's reservations that no entry
 //! accounts for, are judged too.
@@ -25,6 +26,7 @@ use hereabouts_ipam::reconcile::rules::{Index, Keep, KnownPod, suspicious};
 use hereabouts_ipam::reconcile::{Cluster, Considered, Releaser, ReservationOutcome, Views, entries, is_finished};
 
 use crate::http::Health;
+use crate::leader::Leadership;
 
 /// The longest a failed release waits before it is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -83,9 +85,13 @@ pub struct NodeLoop<S, C> {
     pub releaser: Arc<Releaser<S, C, Arc<Health>>>,
     pub pools: Cache<IpPool>,
     pub reservations: Cache<OverlappingRangeIpReservation>,
-    pub node: String,
+    /// The node whose pods it watches; `None`: every node's.
+    pub node: Option<String>,
     /// How often the node's entries and reservations are looked at even without an event.
     pub resync_every: Duration,
+    /// When given, it releases nothing while this instance does not hold the Lease (it keeps watching, and its
+    /// first resync as the leader catches up with what went meanwhile).
+    pub leadership: Option<Leadership>,
 }
 
 impl<S, C> std::fmt::Debug for NodeLoop<S, C> {
@@ -97,7 +103,10 @@ impl<S, C> std::fmt::Debug for NodeLoop<S, C> {
 impl<S: Store, C: Cluster> NodeLoop<S, C> {
     /// Runs until `shutdown`.
     pub async fn run(self, pods: Api<Pod>, shutdown: CancellationToken) {
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
+        let config = match &self.node {
+            Some(node) => watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+            None => watcher::Config::default(),
+        };
         let mut events = watcher::watcher(pods, config).default_backoff().boxed();
         let mut on_node: HashMap<String, KnownPod> = HashMap::new();
         let mut listing: HashMap<String, KnownPod> = HashMap::new();
@@ -122,6 +131,11 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
                     if synced && resync_at.is_some_and(|at| at <= Instant::now()) {
                         resync_at = Some(self.resync(&on_node).await);
                     }
+                    continue;
+                }
+                // a follower looks again as soon as it leads
+                () = self.leads_again(), if synced && !self.acts() => {
+                    resync_at = Some(self.resync(&on_node).await);
                     continue;
                 }
                 event = events.next() => event,
@@ -170,9 +184,28 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
         }
     }
 
+    /// Whether it may release now: always, but in the cluster scope only while this instance leads.
+    fn acts(&self) -> bool {
+        self.leadership.as_ref().is_none_or(Leadership::is_leader)
+    }
+
+    /// Returns once this instance leads (never without an election).
+    async fn leads_again(&self) {
+        loop {
+            if self.leadership.as_ref().is_some_and(Leadership::is_leader) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Gives back every entry naming the pod of `retry`, told that the pod with its UID is gone or finished;
-    /// what fails or is too fresh to judge is scheduled again.
+    /// what fails or is too fresh to judge is scheduled again. A follower releases nothing: the leader's loop
+    /// sees the same events, and its resyncs what it missed.
     async fn release_pod(&self, retry: Retry, retries: &mut Retries) {
+        if !self.acts() {
+            return;
+        }
         let Some(pools) = self.understood(|p| p.spec.allocations.values().any(|a| a.podref == retry.podref)).await
         else {
             retries.schedule(Retry { attempt: retry.attempt + 1, ..retry.clone() }, backoff(retry.attempt + 1));
@@ -219,13 +252,21 @@ impl<S: Store, C: Cluster> NodeLoop<S, C> {
     /// Judges every entry recorded on this node whose pod is not, or no longer, a live pod of this node, and
     /// this node's reservations. Returns when to look again.
     async fn resync(&self, on_node: &HashMap<String, KnownPod>) -> Instant {
+        if !self.acts() {
+            return Instant::now() + self.resync_every;
+        }
         self.releaser.tally.metrics.node_resyncs.inc();
         let Some(pools) = self.understood(|_| true).await else {
             return Instant::now() + self.releaser.grace.max(Duration::from_secs(1));
         };
         let mut views = Views::new();
         let mut soon = false;
-        for (pool, offset, held) in entries(&pools, |a| suspicious(a, &self.node, on_node)) {
+        let looked_at = |a: &hereabouts_ipam::crd::IpAllocation| match &self.node {
+            Some(node) => suspicious(a, node, on_node),
+            // every node's: each entry judged as its own node's loop would, against every live pod
+            None => a.node.as_deref().is_some_and(|node| suspicious(a, node, on_node)),
+        };
+        for (pool, offset, held) in entries(&pools, looked_at) {
             let outcome = self.releaser.consider(pool, offset, held, None, &mut views).await;
             soon |= matches!(outcome, Considered::Kept(Keep::Fresh) | Considered::Failed);
         }

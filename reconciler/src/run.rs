@@ -31,9 +31,15 @@ use hereabouts_ipam::reconcile::{KubeCluster, Releaser, parse_duration};
 /// `run` flags.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The node this instance serves (the DaemonSet passes spec.nodeName).
+    /// What this instance does: `node` (the default) gives back what its node's pods held, takes part in the
+    /// leader election for the cluster-wide work and, with `--agent-socket`, serves the node agent — one instance
+    /// per node, as a DaemonSet; `cluster` does only the cluster-wide work, leader-elected, for every node's pods —
+    /// the chart's controller Deployment, whose credentials then need not be on every node.
+    #[arg(long, value_enum, default_value = "node")]
+    scope: Scope,
+    /// The node this instance serves (the DaemonSet passes spec.nodeName); `--scope node` only.
     #[arg(long, env = "NODE_NAME")]
-    node_name: String,
+    node_name: Option<String>,
     /// The namespace of the pools and reservations (the DaemonSet's own).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     namespace: String,
@@ -116,6 +122,15 @@ pub struct Args {
     /// Where the agent keeps its warm reserve's journal (`warm_addresses`), on the host's disk.
     #[arg(long, default_value = crate::warm::DEFAULT_DIR)]
     agent_warm_dir: PathBuf,
+}
+
+/// What an instance of `run` does ([`Args::scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// One node's pods, the agent when asked, and a part in the leader election.
+    Node,
+    /// The cluster-wide work only, for every node's pods, leader-elected.
+    Cluster,
 }
 
 /// The provider client of `--iaas-provider-config`, and one call's budget (its `http_request_timeout`).
@@ -208,10 +223,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let schedule = source.read()?;
     let grace = grace_from(&args)?;
     let provider = args.iaas_provider_config.as_deref().map(provider_from).transpose()?;
-    let route_claims = crate::route_checker::settings(&args.flat_file, args.routetable_checker)?;
-    let identity = args.identity.clone().unwrap_or_else(|| args.node_name.clone());
-    tracing::info!(node = %args.node_name, namespace = %args.namespace, schedule = %schedule.expression,
-        grace = ?grace, %identity, "starting");
+    let (node, identity) = scope_of(&args)?;
+    // the kernel's routes are a node's: the claim checker runs where its node's routes are
+    let route_claims = match node {
+        Some(_) => crate::route_checker::settings(&args.flat_file, args.routetable_checker)?,
+        None => None,
+    };
+    tracing::info!(scope = ?args.scope, node = node.as_deref().unwrap_or("every node"), namespace = %args.namespace,
+        schedule = %schedule.expression, grace = ?grace, %identity, "starting");
 
     let client = client(&args).await?;
     follow_server_clock(&client).await;
@@ -233,37 +252,40 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (pool_cache, pool_writer) = reflector::store::<IpPool>();
     let pool_api = Api::<IpPool>::namespaced(client.clone(), &args.namespace);
     // Only this node's entries are kept (and those that name no node: Whereabouts writes none), so a node's
-    // memory follows its own pods, not every pool of the cluster; the leader's sweep lists pools afresh.
-    let node = args.node_name.clone();
+    // memory follows its own pods, not every pool of the cluster; the leader's sweep lists pools afresh. The
+    // cluster scope keeps every entry: it gives back every node's.
+    let kept = node.clone();
     // Small list pages: a page of whole pools is decoded at once before thinning, and that peak stays resident.
     let config = watcher::Config::default().page_size(POOL_PAGE);
-    let thinned = watcher::watcher(pool_api, config).modify(move |pool| thin(pool, &node));
+    let thinned = watcher::watcher(pool_api, config).modify(move |pool| thin(pool, kept.as_deref()));
     let pool_stream = reflector::reflector(pool_writer, thinned).default_backoff().for_each(|event| async move {
         if let Err(e) = event {
             tracing::warn!(error = %e, "pool watch failed; retrying");
         }
     });
-    // Only this node's reservations (the label the CNI sets): the node loop releases its node's orphans.
+    // Only this node's reservations (the label the CNI sets): the node loop releases its node's orphans; the
+    // cluster scope's loop every node's.
     let (reservation_cache, reservation_writer) = reflector::store::<OverlappingRangeIpReservation>();
     let reservation_api = Api::<OverlappingRangeIpReservation>::namespaced(client.clone(), &args.namespace);
-    let on_node = match node_label_value(&args.node_name) {
-        Some(node) => format!("{NODE_LABEL}={node}"),
-        None => {
-            tracing::warn!(node = %args.node_name, "the node name is not a label value: this node's orphaned \
-                reservations are left to the cluster reconcile");
-            format!("{NODE_LABEL}=-")
-        }
+    let reservations_watched = match node.as_deref() {
+        None => watcher::Config::default(),
+        Some(name) => match node_label_value(name) {
+            Some(label) => watcher::Config::default().labels(&format!("{NODE_LABEL}={label}")),
+            None => {
+                tracing::warn!(node = %name, "the node name is not a label value: this node's orphaned \
+                    reservations are left to the cluster reconcile");
+                watcher::Config::default().labels(&format!("{NODE_LABEL}=-"))
+            }
+        },
     };
-    let reservation_stream = reflector::reflector(
-        reservation_writer,
-        watcher::watcher(reservation_api, watcher::Config::default().labels(&on_node)),
-    )
-    .default_backoff()
-    .for_each(|event| async move {
-        if let Err(e) = event {
-            tracing::warn!(error = %e, "reservation watch failed; retrying");
-        }
-    });
+    let reservation_stream =
+        reflector::reflector(reservation_writer, watcher::watcher(reservation_api, reservations_watched))
+            .default_backoff()
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "reservation watch failed; retrying");
+                }
+            });
 
     let leadership = leader::Leadership::default();
     let (schedule_tx, schedule_rx) = watch::channel(schedule);
@@ -281,8 +303,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         releaser: releaser.clone(),
         pools: pool_cache,
         reservations: reservation_cache,
-        node: args.node_name.clone(),
+        node: node.clone(),
         resync_every: args.node_resync,
+        leadership: node.is_none().then(|| leadership.clone()),
     };
     tasks.spawn(node_loop.run(Api::all(client.clone()), shutdown.clone()));
     let leases = Api::<Lease>::namespaced(client.clone(), &args.namespace);
@@ -290,7 +313,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tasks.spawn(leader::run(
         leases,
         args.lease_name.clone(),
-        identity,
+        identity.clone(),
         leadership.clone(),
         lease_failures,
         shutdown.clone(),
@@ -310,8 +333,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tasks.spawn(sub_interfaces::run(keeper, nodes, leadership.clone(), args.slice_interval, shutdown.clone()));
     }
     if let Some(routes) = route_claims {
-        let instance = args.identity.clone().unwrap_or_else(|| args.node_name.clone());
-        let reporter = Reporter { controller: "hereabouts-reconciler".into(), instance: Some(instance) };
+        let reporter = Reporter { controller: "hereabouts-reconciler".into(), instance: Some(identity.clone()) };
         let checker = crate::route_checker::Checker {
             table: hereabouts_ipam::routetable::KernelTable::connect()?,
             routes,
@@ -333,10 +355,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leadership.clone(),
         shutdown.clone(),
     ));
-    if let Some(socket) = &args.agent_socket {
+    if let (Some(socket), Some(node)) = (&args.agent_socket, &node) {
         let agent = crate::agent::Args {
             socket: socket.clone(),
-            node_name: args.node_name.clone(),
+            node_name: node.clone(),
             concurrency: args.agent_concurrency,
             warm_dir: args.agent_warm_dir.clone(),
             follow: vec![crate::agent::DEFAULT_FOLLOW.into()],
@@ -368,10 +390,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Pools per page of the pool cache's list.
 const POOL_PAGE: u32 = 4;
 
-/// Drops the entries of `pool` that an ADD on another node wrote.
-fn thin(pool: &mut IpPool, node: &str) {
-    pool.spec.allocations.retain(|_, a| a.node.as_deref().is_none_or(|n| n == node));
+/// Drops the entries of `pool` that an ADD on another node than `node` wrote (`None`: keeps every entry).
+fn thin(pool: &mut IpPool, node: Option<&str>) {
+    if let Some(node) = node {
+        pool.spec.allocations.retain(|_, a| a.node.as_deref().is_none_or(|n| n == node));
+    }
     pool.metadata.managed_fields = None;
+}
+
+/// The node `args` serve (`None`: every node, the cluster scope) and the instance's identity in the Lease; what
+/// the scope needs and lacks is a start-up error.
+fn scope_of(args: &Args) -> anyhow::Result<(Option<String>, String)> {
+    match args.scope {
+        Scope::Node => {
+            let node = args.node_name.clone().context("--scope node needs --node-name (NODE_NAME)")?;
+            let identity = args.identity.clone().unwrap_or_else(|| node.clone());
+            Ok((Some(node), identity))
+        }
+        Scope::Cluster => {
+            if args.agent_socket.is_some() {
+                anyhow::bail!("--agent-socket serves one node's invocations: it needs --scope node");
+            }
+            let identity = args.identity.clone().context(
+                "--scope cluster needs --identity (POD_NAME): its replicas tell each other apart in the Lease by it",
+            )?;
+            Ok((None, identity))
+        }
+    }
 }
 
 async fn server_task(server: impl Future<Output = std::io::Result<()>>) {
@@ -403,7 +448,7 @@ mod tests {
             .collect();
         let mut pool =
             IpPool::new("p", IpPoolSpec { range: "198.18.0.0/24".into(), allocations, ..Default::default() });
-        thin(&mut pool, "a");
+        thin(&mut pool, Some("a"));
         assert_eq!(pool.spec.allocations.keys().collect::<Vec<_>>(), ["1", "3"]);
     }
 

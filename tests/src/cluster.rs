@@ -1,4 +1,4 @@
-//! [`TestCluster`]: a real etcd and kube-apiserver on loopback, with TLS, static tokens for three identities and
+//! [`TestCluster`]: a real etcd and kube-apiserver on loopback, with TLS, static tokens for five identities and
 //! RBAC, and the CRDs from `crds/` installed.
 //!
 //! A test binary holds the tests of several topics' modules, run on parallel threads. They share one control
@@ -43,11 +43,15 @@ pub enum Identity {
     Cni,
     /// A user with no rights at all.
     Nobody,
+    /// The DaemonSet pod's identity on every node (install-cni, the node agent's reads), ServiceAccount
+    /// `hereabouts-node` in `kube-system`, with only the rights a test (or `deploy/`) binds to it.
+    Node,
 }
 
 impl Identity {
     /// Every identity, in a fixed order.
-    pub const ALL: [Identity; 4] = [Identity::Admin, Identity::Restricted, Identity::Cni, Identity::Nobody];
+    pub const ALL: [Identity; 5] =
+        [Identity::Admin, Identity::Restricted, Identity::Cni, Identity::Nobody, Identity::Node];
 
     /// The user name the API server sees.
     pub fn user(self) -> &'static str {
@@ -58,13 +62,16 @@ impl Identity {
             Identity::Restricted => "system:serviceaccount:kube-system:hereabouts",
             Identity::Cni => "system:serviceaccount:kube-system:hereabouts-cni",
             Identity::Nobody => "hereabouts-test-nobody",
+            Identity::Node => "system:serviceaccount:kube-system:hereabouts-node",
         }
     }
 
     fn groups(self) -> &'static str {
         match self {
             Identity::Admin => "system:masters",
-            Identity::Restricted | Identity::Cni => "system:serviceaccounts,system:serviceaccounts:kube-system",
+            Identity::Restricted | Identity::Cni | Identity::Node => {
+                "system:serviceaccounts,system:serviceaccounts:kube-system"
+            }
             Identity::Nobody => "",
         }
     }
@@ -75,6 +82,7 @@ impl Identity {
             Identity::Restricted => "restricted",
             Identity::Cni => "cni",
             Identity::Nobody => "nobody",
+            Identity::Node => "node",
         }
     }
 }
@@ -86,7 +94,7 @@ pub struct TestCluster {
     dir: PathBuf,
     server: String,
     ca_pem: String,
-    tokens: [String; 4],
+    tokens: [String; 5],
     apiserver: Apiserver,
     /// Time from starting etcd to the API server answering `/readyz`.
     pub ready_after: Duration,
@@ -349,7 +357,13 @@ async fn start(service_accounts: bool) -> anyhow::Result<TestCluster> {
     ] {
         std::fs::write(dir.join(file), pem)?;
     }
-    let tokens = [random_token("admin")?, random_token("restricted")?, random_token("cni")?, random_token("nobody")?];
+    let tokens = [
+        random_token("admin")?,
+        random_token("restricted")?,
+        random_token("cni")?,
+        random_token("nobody")?,
+        random_token("node")?,
+    ];
     let csv: String = Identity::ALL
         .iter()
         .map(|id| format!("{},{},{},\"{}\"\n", tokens[*id as usize], id.user(), id.user(), id.groups()))

@@ -45,8 +45,14 @@ pub const MANIFEST: &str = "deploy/daemonset.yaml";
 /// The namespace every namespaced object of the manifest lives in (the pool namespace).
 pub const NAMESPACE: &str = "kube-system";
 
-/// The DaemonSet pod's ServiceAccount, and the name of its Role, ClusterRole, bindings and of the DaemonSet.
+/// The controller's ServiceAccount, and the name of its Role, ClusterRole and bindings, and of the DaemonSet.
 pub const NAME: &str = "hereabouts";
+
+/// The DaemonSet pod's ServiceAccount (install-cni, the node agent's reads), Role, ClusterRole and bindings.
+pub const NODE_ACCOUNT: &str = "hereabouts-node";
+
+/// The controller Deployment.
+pub const CONTROLLER_NAME: &str = "hereabouts-controller";
 
 /// The CNI plugin's ServiceAccount, Role and RoleBinding.
 pub const CNI_NAME: &str = "hereabouts-cni";
@@ -168,6 +174,9 @@ pub fn cluster_role_binding() -> ClusterRoleBinding {
     typed(NAME)
 }
 
+/// The ClusterRoles the tests apply and take verbs away from: the controller's and the DaemonSet pod's.
+pub const CLUSTER_ROLES: [&str; 2] = [NAME, NODE_ACCOUNT];
+
 /// Role `name` (`hereabouts` or `hereabouts-cni`), exactly as written.
 pub fn role(name: &str) -> Role {
     typed(name)
@@ -193,11 +202,17 @@ pub fn daemon_set() -> DaemonSet {
     typed(NAME)
 }
 
+/// Deployment `hereabouts-controller`.
+pub fn controller() -> k8s_openapi::api::apps::v1::Deployment {
+    typed(CONTROLLER_NAME)
+}
+
 /// The ServiceAccount (and Role) name of one of the manifest's identities: [`Identity::Restricted`] is the
-/// DaemonSet pod's, [`Identity::Cni`] the CNI plugin's; panics for the others.
+/// controller's, [`Identity::Node`] the DaemonSet pod's, [`Identity::Cni`] the CNI plugin's; panics for the others.
 pub fn account_of(id: Identity) -> &'static str {
     match id {
         Identity::Restricted => NAME,
+        Identity::Node => NODE_ACCOUNT,
         Identity::Cni => CNI_NAME,
         other => panic!("{other:?} is not an identity of {MANIFEST}"),
     }
@@ -313,9 +328,10 @@ pub fn without(rules: &[PolicyRule], resource: &str, verb: &str) -> Vec<PolicyRu
     out
 }
 
-/// The manifest's ClusterRole with `verb` taken out of the rule naming `resource` (see [`without`]).
-pub fn cluster_role_without(resource: &str, verb: &str) -> ClusterRole {
-    let mut role = cluster_role();
+/// The manifest's ClusterRole `name` (of [`CLUSTER_ROLES`]) with `verb` taken out of the rule naming `resource`
+/// (see [`without`]).
+pub fn cluster_role_without(name: &str, resource: &str, verb: &str) -> ClusterRole {
+    let mut role: ClusterRole = typed(name);
     role.rules = Some(without(&role.rules.unwrap_or_default(), resource, verb));
     role
 }
@@ -324,28 +340,42 @@ pub fn cluster_role_without(resource: &str, verb: &str) -> ClusterRole {
 /// applied as written (a test that took a verb away may have left its variant). Hold it while relying on them.
 pub async fn cluster_rbac(admin: &Client) -> RwLockReadGuard<'static, ()> {
     let guard = CLUSTER_RBAC.read().await;
-    apply_cluster_role(admin, cluster_role()).await;
+    apply_cluster_roles(admin).await;
     guard
 }
 
-/// Takes the exclusive guard of the cluster-wide RBAC and applies the manifest's ClusterRole with `verb` taken
-/// out of the rule naming `resource`. The next [`cluster_rbac`] puts the full role back.
-pub async fn cluster_rbac_without(admin: &Client, resource: &str, verb: &str) -> RwLockWriteGuard<'static, ()> {
+/// Both ClusterRoles of [`CLUSTER_ROLES`] and their bindings, as written.
+async fn apply_cluster_roles(admin: &Client) {
+    for name in CLUSTER_ROLES {
+        apply_cluster_role(admin, typed(name)).await;
+    }
+}
+
+/// Takes the exclusive guard of the cluster-wide RBAC and applies the manifest's ClusterRole `name` with `verb`
+/// taken out of the rule naming `resource` (the other as written). The next [`cluster_rbac`] puts it back.
+pub async fn cluster_rbac_without(
+    admin: &Client,
+    name: &str,
+    resource: &str,
+    verb: &str,
+) -> RwLockWriteGuard<'static, ()> {
     let guard = CLUSTER_RBAC.write().await;
-    apply_cluster_role(admin, cluster_role_without(resource, verb)).await;
+    apply_cluster_roles(admin).await;
+    apply_cluster_role(admin, cluster_role_without(name, resource, verb)).await;
     guard
 }
 
-/// Creates or replaces `role` (named like the manifest's) and the manifest's ClusterRoleBinding, then waits until
-/// the DaemonSet pod's identity holds, of the manifest role's rights, exactly those `role` grants.
+/// Creates or replaces `role` (named like one of the manifest's) and the manifest's ClusterRoleBinding of that
+/// name, then waits until the identity it binds holds, of the manifest role's rights, exactly those `role` grants.
 async fn apply_cluster_role(admin: &Client, role: ClusterRole) {
+    let name = role.metadata.name.clone().expect("a named ClusterRole");
     let granted = rights(&role.rules.clone().unwrap_or_default());
     create_or_replace(&Api::<ClusterRole>::all(admin.clone()), role).await.expect("apply the ClusterRole");
-    create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), cluster_role_binding())
+    create_or_replace(&Api::<ClusterRoleBinding>::all(admin.clone()), typed::<ClusterRoleBinding>(&name))
         .await
         .expect("apply the ClusterRoleBinding");
-    let all = rights(&cluster_role().rules.unwrap_or_default());
-    wait_rights(admin, &sa_user(NAMESPACE, NAME), None, &all, &granted).await;
+    let all = rights(&typed::<ClusterRole>(&name).rules.unwrap_or_default());
+    wait_rights(admin, &sa_user(NAMESPACE, &name), None, &all, &granted).await;
 }
 
 /// Creates or replaces Role `name` in `ns` with `rules`, and the manifest's RoleBinding `name` there, its
@@ -374,9 +404,9 @@ pub async fn apply_role(admin: &Client, ns: &str, name: &str, rules: Vec<PolicyR
     }
 }
 
-/// Both Roles of the manifest, as written, into `ns`, binding the ServiceAccounts of `subjects_ns`.
+/// The three Roles of the manifest, as written, into `ns`, binding the ServiceAccounts of `subjects_ns`.
 pub async fn apply_roles(admin: &Client, ns: &str, subjects_ns: &str) {
-    for name in [NAME, CNI_NAME] {
+    for name in [NAME, NODE_ACCOUNT, CNI_NAME] {
         apply_role(admin, ns, name, rules_of(&role(name)), subjects_ns).await;
     }
 }
@@ -393,8 +423,8 @@ pub async fn create_lease(admin: &Client, ns: &str) {
     }
 }
 
-/// Everything both identities need to work in the test namespace `ns`, exactly as the manifest grants it in
-/// kube-system: the ClusterRole (cluster-wide, hence the guard), both Roles bound to the static identities, and the
+/// Everything the identities need to work in the test namespace `ns`, exactly as the manifest grants it in
+/// kube-system: the ClusterRoles (cluster-wide, hence the guard), the Roles bound to the static identities, and the
 /// Lease. The CNI runs as [`Identity::Cni`], the reconciler as [`Identity::Restricted`] with `--lease-name`
 /// [`LEASE_NAME`].
 pub async fn apply_rbac_in(admin: &Client, ns: &str) -> RwLockReadGuard<'static, ()> {
@@ -409,7 +439,7 @@ pub async fn apply_rbac_in(admin: &Client, ns: &str) -> RwLockReadGuard<'static,
 /// Role's subjects). The Lease still has to exist in the pool namespace ([`create_lease`]).
 pub async fn apply_rbac(admin: Client) {
     drop(cluster_rbac(&admin).await);
-    for name in [NAME, CNI_NAME] {
+    for name in [NAME, NODE_ACCOUNT, CNI_NAME] {
         let rules = rules_of(&role(name));
         let widened = format!("hereabouts-test-{name}");
         let role = ClusterRole { metadata: meta(&widened, ""), rules: Some(rules.clone()), ..Default::default() };
@@ -552,9 +582,9 @@ pub async fn rules_review(client: &Client, namespace: &str) -> anyhow::Result<BT
     Ok(rights(&rules))
 }
 
-/// Creates the manifest's two ServiceAccounts in `ns`: real ones, whose tokens the TokenRequest API issues.
+/// Creates the manifest's three ServiceAccounts in `ns`: real ones, whose tokens the TokenRequest API issues.
 pub async fn create_service_accounts(admin: &Client, ns: &str) {
-    for name in [NAME, CNI_NAME] {
+    for name in [NAME, NODE_ACCOUNT, CNI_NAME] {
         let sa = ServiceAccount { metadata: meta(name, ns), ..Default::default() };
         Api::<ServiceAccount>::namespaced(admin.clone(), ns)
             .create(&PostParams::default(), &sa)
@@ -605,7 +635,7 @@ pub fn claims(token: &str) -> Value {
 /// default leaves out) and applies the manifest's ClusterRole as written.
 pub async fn cluster_rbac_exclusive(admin: &Client) -> RwLockWriteGuard<'static, ()> {
     let guard = CLUSTER_RBAC.write().await;
-    apply_cluster_role(admin, cluster_role()).await;
+    apply_cluster_roles(admin).await;
     guard
 }
 

@@ -33,7 +33,7 @@ pub struct NodeHost {
 impl NodeHost {
     /// Creates Node `node` (unless it exists) and the DaemonSet pod `hereabouts-<node>` of `namespace` on it, and
     /// runs install-cni once as that pod, for that node; panics with its log when it fails. `namespace` must hold
-    /// the chart's ServiceAccounts and Role `hereabouts` (the right to mint the CNI's tokens).
+    /// the chart's ServiceAccounts and Role `hereabouts-node` (the right to mint the CNI's tokens).
     pub async fn install(cluster: &TestCluster, namespace: &str, node: &str) -> Self {
         let admin = cluster.admin().await;
         let nodes = Api::<Node>::all(admin.clone());
@@ -41,11 +41,11 @@ impl NodeHost {
             mk_node(node).create(&admin).await;
         }
         let pod = mk_pod(namespace, &format!("hereabouts-{node}"))
-            .service_account(deploy::NAME)
+            .service_account(deploy::NODE_ACCOUNT)
             .node(node)
             .create(&admin)
             .await;
-        let pod_token = deploy::token_for(&admin, namespace, deploy::NAME, Some(&pod)).await;
+        let pod_token = deploy::token_for(&admin, namespace, deploy::NODE_ACCOUNT, Some(&pod)).await;
         let host = Self {
             node: node.to_string(),
             namespace: namespace.to_string(),
@@ -131,7 +131,7 @@ impl NodeHost {
 
     /// A client that authenticates with the DaemonSet pod's token (what install-cni mints with).
     pub async fn pod_client(&self) -> Client {
-        crate::cluster::client_for(&self.server, &self.ca, Identity::Restricted, &self.pod_token)
+        crate::cluster::client_for(&self.server, &self.ca, Identity::Node, &self.pod_token)
             .await
             .expect("a client with the pod's token")
     }

@@ -27,7 +27,10 @@ pub struct Reconciler {
 /// How to start one.
 #[derive(Debug, Clone)]
 pub struct ReconcilerOptions {
+    /// `--node-name`, unless `cluster`.
     pub node: String,
+    /// `--scope cluster` (the controller Deployment's): every node's pods, no `--node-name`.
+    pub cluster: bool,
     pub namespace: String,
     pub identity: String,
     pub cron: String,
@@ -60,6 +63,7 @@ impl ReconcilerOptions {
     pub fn new(node: &str, namespace: &str) -> Self {
         Self {
             node: node.into(),
+            cluster: false,
             namespace: namespace.into(),
             identity: format!("reconciler-{node}"),
             cron: "*/2 * * * * *".into(),
@@ -107,9 +111,14 @@ impl Reconciler {
             None => Command::new(workspace_bin("hereabouts-reconciler")),
         };
         let flat_file = opts.flat_file.clone().unwrap_or_else(|| config_dir.join("absent.conf"));
+        let scope = match opts.cluster {
+            true => ["--scope", "cluster"],
+            false => ["--node-name", opts.node.as_str()],
+        };
         let child = command
             .arg("run")
-            .args(["--node-name", &opts.node, "--namespace", &opts.namespace, "--identity", &opts.identity])
+            .args(scope)
+            .args(["--namespace", &opts.namespace, "--identity", &opts.identity])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--config-dir")

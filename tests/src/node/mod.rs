@@ -1,5 +1,5 @@
 //! One real Kubernetes node for the tests: containerd with CRI and runc, the kubelet, and the kube-scheduler and
-//! kube-controller-manager a DaemonSet needs, against the real-node control plane of the test binary
+//! kube-controller-manager a DaemonSet and a Deployment need, against the real-node control plane of the test binary
 //! ([`TestCluster::get_for_node`], apart from the one its other tests share). Multus is the runtime's only CNI
 //! config (the thin plugin, delegating the pod's default network to a `bridge` without a host address); the node's
 //! CNI directories, like everything else it writes, live under a directory of its own, so the host's `/opt/cni/bin`
@@ -250,8 +250,9 @@ impl Node {
         let mut cm = Command::new(testenv::tool("kube-controller-manager"));
         cm.arg(format!("--kubeconfig={}", admin.display()))
             .arg(
-                "--controllers=daemonset-controller,garbage-collector-controller,node-lifecycle-controller,\
-                 serviceaccount-controller,root-ca-certificate-publisher-controller",
+                "--controllers=daemonset-controller,deployment-controller,replicaset-controller,\
+                 garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,\
+                 root-ca-certificate-publisher-controller",
             )
             .arg(format!("--root-ca-file={}", ca.display()))
             .args(["--leader-elect=false", "--secure-port=0", "--bind-address=127.0.0.1", "-v=1"]);

@@ -1,4 +1,5 @@
-//! What the real-node tests and the demo do on a [`Node`]: install the chart with helm, wait for the DaemonSet,
+//! What the real-node tests and the demo do on a [`Node`]: install the chart with helm, wait for the DaemonSet and
+//! the controller,
 //! create NetworkAttachmentDefinitions and pods, and read what Multus and the pools say about them. Failures
 //! panic with what the node logged.
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 use super::{self as node, Node};
 use crate::{Identity, TestCluster, netns, objects, testenv, wait};
 use hereabouts_ipam::crd::{IpPool, OverlappingRangeIpReservation};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Event, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -54,7 +55,8 @@ pub async fn fresh_node_with(multus: node::Multus) -> (&'static TestCluster, Nod
 
 /// `helm install` of the chart onto the node, with the values a node of the tests needs: the image of this build,
 /// the node's private CNI directories, the API server on loopback (there is no kube-proxy) and so the host's
-/// network (a pod's network namespace cannot reach the host's 127.0.0.1), a free metrics port.
+/// network (a pod's network namespace cannot reach the host's 127.0.0.1), a free metrics port, and one controller
+/// replica (a second would wait unscheduled: in the host's network two cannot share a node's metrics port).
 pub fn helm_install(cluster: &TestCluster, node: &Node, extra: &[&str]) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = url_parts(cluster.server());
@@ -68,6 +70,7 @@ pub fn helm_install(cluster: &TestCluster, node: &Node, extra: &[&str]) {
         format!("metrics.port={port}"),
         "hostNetwork=true".to_string(),
         "gracePeriodSeconds=2".to_string(),
+        "controller.replicas=1".to_string(),
     ];
     values.extend(extra.iter().map(|v| v.to_string()));
     let kubeconfig = cluster.kubeconfig(Identity::Admin, SYSTEM);
@@ -91,8 +94,59 @@ pub fn url_parts(server: &str) -> (String, String) {
     (host.to_string(), port.to_string())
 }
 
-/// Waits until the DaemonSet runs `image` on the node, Ready, with the rollout finished.
+/// Waits until the DaemonSet runs `image` on the node and the controller's replica runs it too, Ready, with both
+/// rollouts finished.
 pub async fn daemonset_ready(cluster: &TestCluster, node: &Node, image: &str) {
+    node_pods_ready(cluster, node, image).await;
+    controller_ready(cluster, node, image).await;
+}
+
+/// Waits until the controller Deployment's one replica runs `image`, Ready, with its rollout finished.
+pub async fn controller_ready(cluster: &TestCluster, node: &Node, image: &str) {
+    let api = Api::<Deployment>::namespaced(cluster.admin().await, SYSTEM);
+    let pods = Api::<Pod>::namespaced(cluster.admin().await, SYSTEM);
+    let done = wait::until(Duration::from_secs(180), "the controller to be Ready", || async {
+        let deployment = api.get("hereabouts-controller").await.ok()?;
+        let status = deployment.status?;
+        let current = deployment.metadata.generation == status.observed_generation;
+        let ready =
+            status.updated_replicas == Some(1) && status.ready_replicas == Some(1) && status.replicas == Some(1);
+        let on_image = all_on_image(&pods, CONTROLLER_PODS, image).await?;
+        (current && ready && on_image).then_some(())
+    })
+    .await;
+    if let Err(e) = done {
+        not_ready(&pods, node, e).await;
+    }
+}
+
+/// Whether every pod `selector` lists (but those being deleted) runs `image` in its first container; `None` when
+/// they cannot be listed.
+async fn all_on_image(pods: &Api<Pod>, selector: &str, image: &str) -> Option<bool> {
+    let listed = pods.list(&ListParams::default().labels(selector)).await.ok()?.items;
+    let on_image = |p: &Pod| p.spec.as_ref().is_some_and(|s| s.containers[0].image.as_deref() == Some(image));
+    Some(listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).all(on_image))
+}
+
+/// Panics with `e`, the status of every pod of the system namespace and the node's logs.
+async fn not_ready(pods: &Api<Pod>, node: &Node, e: impl std::fmt::Display) {
+    let listed = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let statuses: Vec<_> = listed.iter().map(|p| (&p.metadata.name, &p.status)).collect();
+    panic!("{e:#}\npods: {statuses:#?}\n{}", node.logs());
+}
+
+/// The label selector of the controller's pods.
+pub const CONTROLLER_PODS: &str = "app.kubernetes.io/name=hereabouts-controller";
+
+/// Scales the controller to `replicas` (0: the cluster-wide work stops; the node's pods go on).
+pub async fn scale_controller(cluster: &TestCluster, replicas: i32) {
+    let api = Api::<Deployment>::namespaced(cluster.admin().await, SYSTEM);
+    let patch = json!({"spec": {"replicas": replicas}});
+    api.patch("hereabouts-controller", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+/// Waits until the DaemonSet runs `image` on the node, Ready, with the rollout finished.
+async fn node_pods_ready(cluster: &TestCluster, node: &Node, image: &str) {
     let api = Api::<DaemonSet>::namespaced(cluster.admin().await, SYSTEM);
     let pods = Api::<Pod>::namespaced(cluster.admin().await, SYSTEM);
     let done = wait::until(Duration::from_secs(180), "the DaemonSet to be Ready", || async {
@@ -103,21 +157,12 @@ pub async fn daemonset_ready(cluster: &TestCluster, node: &Node, image: &str) {
             && status.updated_number_scheduled == Some(1)
             && status.number_ready == 1
             && status.number_available == Some(1);
-        let on_image = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=hereabouts"))
-            .await
-            .ok()?
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .all(|p| p.spec.as_ref().is_some_and(|s| s.containers[0].image.as_deref() == Some(image)));
+        let on_image = all_on_image(&pods, "app.kubernetes.io/name=hereabouts", image).await?;
         (current && ready && on_image).then_some(())
     })
     .await;
     if let Err(e) = done {
-        let listed = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-        let statuses: Vec<_> = listed.iter().map(|p| (&p.metadata.name, &p.status)).collect();
-        panic!("{e:#}\npods: {statuses:#?}\n{}", node.logs());
+        not_ready(&pods, node, e).await;
     }
 }
 
@@ -238,12 +283,15 @@ pub fn ping(node: &Node, uid: &str, to: IpAddr) -> bool {
     netns::ping_at(std::path::Path::new(&format!("/proc/{pid}/ns/net")), to, Duration::from_secs(5)).unwrap()
 }
 
-/// Sets the image of both of the DaemonSet's containers, as `kubectl set image` does.
+/// Sets the image of both of the DaemonSet's containers and of the controller's, as `kubectl set image` does.
 pub async fn set_image(cluster: &TestCluster, image: &str) {
     let api = Api::<DaemonSet>::namespaced(cluster.admin().await, SYSTEM);
     let patch = json!({"spec": {"template": {"spec": {
         "initContainers": [{"name": "install-cni", "image": image}],
-        "containers": [{"name": "reconciler", "image": image}],
+        "containers": [{"name": "agent", "image": image}],
     }}}});
     api.patch("hereabouts", &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
+    let api = Api::<Deployment>::namespaced(cluster.admin().await, SYSTEM);
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "reconciler", "image": image}]}}}});
+    api.patch("hereabouts-controller", &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
 }

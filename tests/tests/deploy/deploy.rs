@@ -82,15 +82,21 @@ fn objects_come_in_order_in_kube_system() {
     // helm's install order (the manifest is the chart's render): accounts and settings, rights, then workloads
     let expected = [
         ("ServiceAccount", "hereabouts"),
+        ("ServiceAccount", "hereabouts-node"),
         ("ServiceAccount", "hereabouts-cni"),
         ("ConfigMap", "hereabouts-config"),
         ("ClusterRole", "hereabouts"),
+        ("ClusterRole", "hereabouts-node"),
         ("ClusterRoleBinding", "hereabouts"),
+        ("ClusterRoleBinding", "hereabouts-node"),
         ("Role", "hereabouts-cni"),
         ("Role", "hereabouts"),
+        ("Role", "hereabouts-node"),
         ("RoleBinding", "hereabouts-cni"),
         ("RoleBinding", "hereabouts"),
+        ("RoleBinding", "hereabouts-node"),
         ("DaemonSet", "hereabouts"),
+        ("Deployment", "hereabouts-controller"),
         ("Lease", "hereabouts-reconciler"),
         ("ValidatingAdmissionPolicy", deploy::NODE_POLICY_NAME),
         ("ValidatingAdmissionPolicy", deploy::TOKEN_POLICY_NAME),
@@ -103,9 +109,11 @@ fn objects_come_in_order_in_kube_system() {
     // each binding names its own role and its own ServiceAccount, and nothing else
     let subject = |s: &k8s_openapi::api::rbac::v1::Subject| (s.kind.clone(), s.name.clone(), s.namespace.clone());
     let sa = |name: &str| ("ServiceAccount".to_string(), name.to_string(), Some(deploy::NAMESPACE.to_string()));
-    let crb = deploy::cluster_role_binding();
-    assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", deploy::NAME));
-    assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(deploy::NAME)]);
+    for name in deploy::CLUSTER_ROLES {
+        let crb: k8s_openapi::api::rbac::v1::ClusterRoleBinding = deploy::typed(name);
+        assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", name));
+        assert_eq!(crb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(name)]);
+    }
     // the CNI's ClusterRoles come only with their values, each bound to the CNI's ServiceAccount alone
     for (name, value) in [
         (deploy::CNI_EVENTS_NAME, deploy::CNI_EVENTS_VALUE),
@@ -141,16 +149,22 @@ fn objects_come_in_order_in_kube_system() {
         (Some(vec![String::new()]), Some(vec!["events".to_string()]), vec!["create".to_string()]),
         "provider mode's Warning Event: create core Events"
     );
-    for name in [deploy::NAME, deploy::CNI_NAME] {
+    for name in [deploy::NAME, deploy::NODE_ACCOUNT, deploy::CNI_NAME] {
         let rb = deploy::role_binding(name);
         assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("Role", name));
         assert_eq!(rb.subjects.iter().flatten().map(subject).collect::<Vec<_>>(), [sa(name)]);
     }
     // the identities the tests run the binaries as are these ServiceAccounts
-    for id in [Identity::Restricted, Identity::Cni] {
+    for id in [Identity::Restricted, Identity::Node, Identity::Cni] {
         assert_eq!(id.user(), deploy::sa_user(deploy::NAMESPACE, deploy::account_of(id)));
     }
     assert_ne!(deploy::service_account(deploy::NAME).automount_service_account_token, Some(false));
+    assert_ne!(deploy::service_account(deploy::NODE_ACCOUNT).automount_service_account_token, Some(false));
+    // each workload runs as its own account: the controller's token is never on every node
+    let ds = deploy::daemon_set().spec.template.spec.unwrap();
+    assert_eq!(ds.service_account_name.as_deref(), Some(deploy::NODE_ACCOUNT));
+    let controller = deploy::controller().spec.template.spec.unwrap();
+    assert_eq!(controller.service_account_name.as_deref(), Some(deploy::NAME));
     assert_eq!(
         deploy::service_account(deploy::CNI_NAME).automount_service_account_token,
         Some(false),
@@ -232,7 +246,6 @@ fn each_identity_is_granted_exactly_its_list() {
         (W, "overlappingrangeipreservations", &["get", "list", "watch", "create", "delete"], None),
         (W, "nodeslicepools", &["list", "watch", "patch"], None),
         ("coordination.k8s.io", "leases", &["get", "update"], Some(deploy::LEASE_NAME)),
-        ("", "serviceaccounts/token", &["create"], Some(deploy::CNI_NAME)),
     ]);
     assert_same("reconciler, pool namespace", &deploy::namespaced_rights(Identity::Restricted), &reconciler);
     let cluster = grants(&[
@@ -248,20 +261,35 @@ fn each_identity_is_granted_exactly_its_list() {
         ("apiextensions.k8s.io", "customresourcedefinitions", &["get"], Some("nodeslicepools.whereabouts.cni.cncf.io")),
         ("apps", "statefulsets", &["get"], None),
         ("k8s.cni.cncf.io", "ipamclaims", &["get"], None),
-        // the node agent, before a warm reserve and every minute after: does Whereabouts' reconciler run (a
-        // DaemonSet, a Deployment or a CronJob)?
-        ("apps", "daemonsets", &["list"], None),
-        ("apps", "deployments", &["list"], None),
-        ("batch", "cronjobs", &["list"], None),
-        // the node agent: claim its node's slice as a network's NAD appears
-        ("k8s.cni.cncf.io", "network-attachment-definitions", &["list", "watch"], None),
         // kube-runtime 5's events::Recorder creates and patches events.k8s.io/v1 Events only
         ("events.k8s.io", "events", &["create", "patch"], None),
     ]);
     assert_same("reconciler, cluster-wide", &deploy::cluster_rights(Identity::Restricted), &cluster);
 
-    let roles = [deploy::role(deploy::NAME).rules, deploy::role(deploy::CNI_NAME).rules];
-    for rule in roles.iter().flatten().flatten().chain(deploy::cluster_role().rules.iter().flatten()) {
+    // the DaemonSet pod on every node: mint its node's CNI token; read, never write
+    let node = grants(&[("", "serviceaccounts/token", &["create"], Some(deploy::CNI_NAME))]);
+    assert_same("node, pool namespace", &deploy::namespaced_rights(Identity::Node), &node);
+    let node_cluster = grants(&[
+        // the node agent, before a warm reserve and every minute after: does Whereabouts' reconciler run (a
+        // DaemonSet, a Deployment or a CronJob)? And does its Node still exist?
+        ("apps", "daemonsets", &["list"], None),
+        ("apps", "deployments", &["list"], None),
+        ("batch", "cronjobs", &["list"], None),
+        ("", "nodes", &["get"], None),
+        // the node agent: claim its node's slice as a network's NAD appears
+        ("k8s.cni.cncf.io", "network-attachment-definitions", &["list", "watch"], None),
+    ]);
+    assert_same("node, cluster-wide", &deploy::cluster_rights(Identity::Node), &node_cluster);
+
+    let roles = [
+        deploy::role(deploy::NAME).rules,
+        deploy::role(deploy::NODE_ACCOUNT).rules,
+        deploy::role(deploy::CNI_NAME).rules,
+    ];
+    let cluster_roles: Vec<k8s_openapi::api::rbac::v1::ClusterRole> =
+        deploy::CLUSTER_ROLES.iter().map(|n| deploy::typed(n)).collect();
+    let cluster_rules = cluster_roles.iter().flat_map(|r| r.rules.iter().flatten());
+    for rule in roles.iter().flatten().flatten().chain(cluster_rules) {
         assert!(rule.non_resource_urls.is_none(), "{rule:?}");
         let words = rule.api_groups.iter().chain(rule.resources.iter()).flatten().chain(&rule.verbs);
         assert!(words.clone().all(|w| w != "*"), "no wildcards: {rule:?}");
@@ -271,7 +299,7 @@ fn each_identity_is_granted_exactly_its_list() {
             assert!(rule.verbs.iter().all(|v| v != "list" && v != "watch" && (v != "create" || subresource)));
         }
     }
-    assert!(deploy::cluster_role().aggregation_rule.is_none());
+    assert!(cluster_roles.iter().all(|r| r.aggregation_rule.is_none()));
     // what the other integration tests grant the CNI plugin is the manifest's Role, as written
     assert_eq!(rbac::cni_rules(), deploy::role(deploy::CNI_NAME).rules.unwrap());
 }
@@ -290,7 +318,8 @@ fn the_names_the_rules_are_limited_to_are_the_ones_the_binaries_use() {
     let init = ds.init_containers.unwrap_or_default();
     let args = command_line(container(&init, "install-cni"));
     assert_eq!(flag(&args, "--cni-service-account").as_deref(), Some(deploy::CNI_NAME));
-    let reconciler = command_line(container(&ds.containers, "reconciler"));
+    let controller = deploy::controller().spec.template.spec.unwrap();
+    let reconciler = command_line(container(&controller.containers, "reconciler"));
     assert!(flag(&reconciler, "--lease-name").is_none_or(|l| l == deploy::LEASE_NAME));
 }
 
@@ -328,7 +357,7 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert_eq!(rolling.max_surge, Some(IntOrString::Int(0)), "two pods of a node would both write its CNI files");
 
     let pod = spec.template.spec.expect("pod spec");
-    assert_eq!(pod.service_account_name.as_deref(), Some(deploy::NAME));
+    assert_eq!(pod.service_account_name.as_deref(), Some(deploy::NODE_ACCOUNT));
     assert_ne!(pod.automount_service_account_token, Some(false), "install-cni authenticates with the pod's token");
     assert_eq!(pod.host_network, Some(false), "neither container needs the host's network");
     assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
@@ -383,7 +412,7 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
 
     // the node agent: on the host's socket, with the host's CNI files where the host has them, as root without
     // capabilities (the kubeconfig is root's, 0600), and nothing of the API server but what that kubeconfig names
-    assert_eq!(pod.containers.len(), 2, "the reconciler and the agent");
+    assert_eq!(pod.containers.len(), 1, "the agent alone: the cluster-wide work is the controller's");
     let agent = container(&pod.containers, "agent");
     let args = command_line(agent);
     assert_eq!(&args[..2], ["hereabouts-reconciler", "agent"]);
@@ -417,18 +446,39 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
         assert_eq!((get.path.as_deref(), get.port), (Some(path), IntOrString::String("agent-metrics".into())));
     }
 
-    // the reconciler
+    assert_eq!(install.image, agent.image, "one image for both");
+
+    // the controller: the cluster-wide work, leader-elected among two replicas, as the controller's account
+    let deployment = deploy::controller();
+    let spec = deployment.spec;
+    assert_eq!(spec.replicas, Some(2), "two replicas, one leads");
+    let template_labels = spec.template.metadata.clone().unwrap_or_default().labels.unwrap_or_default();
+    for (k, v) in spec.selector.match_labels.iter().flatten() {
+        assert_eq!(template_labels.get(k), Some(v), "the selector matches the pod template");
+        assert_ne!(labels.get(k), Some(v), "and not the DaemonSet's pods");
+    }
+    let rolling = spec.strategy.and_then(|s| s.rolling_update).expect("a rolling update");
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(0)), "with hostNetwork a surge could not bind its port");
+    let pod = spec.template.spec.expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some(deploy::NAME));
+    assert_eq!(pod.host_network, Some(false));
+    assert_eq!(pod.priority_class_name.as_deref(), Some("system-cluster-critical"));
+    let apart = pod.affinity.clone().and_then(|a| a.pod_anti_affinity).expect("replicas kept apart");
+    assert!(!apart.preferred_during_scheduling_ignored_during_execution.unwrap_or_default().is_empty());
+    let volumes = pod.volumes.unwrap_or_default();
+    assert_eq!(pod.containers.len(), 1, "the reconciler");
     let reconciler = container(&pod.containers, "reconciler");
     let args = command_line(reconciler);
     assert_eq!(&args[..2], ["hereabouts-reconciler", "run"]);
-    assert_eq!(flag(&args, "--node-name").as_deref(), Some("$(NODE_NAME)"));
+    assert_eq!(flag(&args, "--scope").as_deref(), Some("cluster"));
+    assert!(flag(&args, "--node-name").is_none(), "no node of its own");
     assert_eq!(flag(&args, "--namespace").as_deref(), Some("$(POD_NAMESPACE)"));
     let env = reconciler.env.clone().unwrap_or_default();
     let field = |name: &str| {
         let var = env.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("no env {name}"));
         var.value_from.as_ref().and_then(|f| f.field_ref.as_ref()).map(|f| f.field_path.clone())
     };
-    assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
+    assert!(env.iter().all(|e| e.name != "NODE_NAME"), "no node of its own");
     assert_eq!(field("POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
     assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"), "the Lease identity");
 
@@ -465,7 +515,7 @@ fn daemon_set_keeps_the_shape_the_binaries_rely_on() {
     assert!(resources.requests.is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory")));
     assert!(resources.limits.is_some_and(|r| r.contains_key("memory")));
 
-    assert_eq!(install.image, reconciler.image, "one image for both");
+    assert_eq!(install.image, reconciler.image, "one image for all");
     assert_eq!(reconciler.image.as_deref(), Some("hereabouts:0.1.0"));
 }
 
@@ -485,7 +535,7 @@ fn without_takes_out_one_verb_of_one_resource() {
     assert_eq!(gone, [&right("whereabouts.cni.cncf.io", "ippools", "patch")]);
     assert!(less.is_subset(&full));
     let full = deploy::rights(&deploy::cluster_role().rules.unwrap());
-    let less = deploy::rights(&deploy::cluster_role_without("pods", "watch").rules.unwrap());
+    let less = deploy::rights(&deploy::cluster_role_without(deploy::NAME, "pods", "watch").rules.unwrap());
     assert_eq!(full.difference(&less).collect::<Vec<_>>(), [&right("", "pods", "watch")]);
 }
 

@@ -112,13 +112,20 @@ fn each_value_lands_where_the_objects_use_it() {
 
     let pod = &find(&objects, "DaemonSet")["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
-    let containers = pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap());
+    let controller = &find(&objects, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(controller["hostNetwork"], true);
+    let containers = pod["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(pod["containers"].as_array().unwrap())
+        .chain(controller["containers"].as_array().unwrap());
     for c in containers {
         assert_eq!(c["image"], "registry.example/hereabouts:1.2.3", "{}", c["name"]);
         assert_eq!(c["imagePullPolicy"], "Always", "{}", c["name"]);
         if c["name"] == "agent" {
             // it serves the CNI through the host's kubeconfig, which names apiServer.host (install-cni); its own
-            // identity (the warm reserve's check) reaches the API server as the reconciler's does, below
+            // identity (its reads) reaches the API server as the controller's does, below
             let mounts = c["volumeMounts"].as_array().unwrap();
             assert!(mounts.iter().any(|m| m["mountPath"] == "/var/run/multus/cni/net.d"), "{mounts:?}");
         }
@@ -138,7 +145,7 @@ fn each_value_lands_where_the_objects_use_it() {
     let host_conf = install.iter().position(|a| *a == "--host-cni-conf-dir").unwrap();
     assert_eq!(install[host_conf + 1], "/var/run/multus/cni/net.d", "the plugin's files as the host sees them");
     assert!(install.contains(&"--install-as-whereabouts"), "{install:?}");
-    let reconciler = &pod["containers"][0];
+    let reconciler = &controller["containers"][0];
     let args: Vec<&str> = reconciler["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert!(args.contains(&"--listen=0.0.0.0:9400"), "{args:?}");
     assert_eq!(reconciler["ports"][0]["containerPort"], 9400);
@@ -222,9 +229,22 @@ fn the_pod_values_land_in_the_pod() {
     let term = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
     assert_eq!(term["nodeSelectorTerms"][0]["matchExpressions"][0]["key"], "example.com/zone");
     assert_eq!(pod["metadata"]["annotations"]["example.com/team"], "net");
-    let containers: Vec<&Value> =
-        spec["initContainers"].as_array().unwrap().iter().chain(spec["containers"].as_array().unwrap()).collect();
-    assert_eq!(containers.len(), 3);
+    // the controller: the same image, secrets, annotations, logs and environment; its own node selection
+    let controller = &find(&objects, "Deployment")["spec"]["template"];
+    assert_eq!(controller["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(controller["metadata"]["annotations"]["example.com/team"], "net");
+    assert!(controller["spec"]["nodeSelector"].get("example.com/secondary").is_none(), "the DaemonSet's value");
+    assert!(
+        controller["spec"]["affinity"]["nodeAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution").is_none()
+    );
+    let containers: Vec<&Value> = spec["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(spec["containers"].as_array().unwrap())
+        .chain(controller["spec"]["containers"].as_array().unwrap())
+        .collect();
+    assert_eq!(containers.len(), 3, "install-cni, the agent, the controller's reconciler");
     for c in &containers {
         assert_eq!(c["image"], format!("hereabouts@{digest}"), "{}", c["name"]);
         let env = c["env"].as_array().unwrap();
@@ -235,7 +255,7 @@ fn the_pod_values_land_in_the_pod() {
         let expected = match c["name"].as_str() {
             Some("agent") => "256Mi",
             Some("install-cni") => "64Mi",
-            _ => "128Mi",
+            _ => "512Mi",
         };
         assert_eq!(*memory, expected, "{}: the agent's as set, the others' defaults", c["name"]);
         assert_eq!(var("HTTPS_PROXY"), Some(Value::from("http://198.18.0.1:3128")), "{}", c["name"]);
@@ -256,11 +276,23 @@ fn the_pod_values_land_in_the_pod() {
     assert_eq!(default["nodeSelector"], serde_json::json!({"kubernetes.io/os": "linux"}));
     assert!(default["affinity"].is_null() && default["imagePullSecrets"].is_null());
     assert_eq!(default["initContainers"][0]["image"], "hereabouts:0.1.0", "the tag defaults to appVersion");
+    // the controller's defaults: control-plane nodes preferred (their taint tolerated), replicas apart
+    let controller = find(&deploy::parse(&render(&[])).unwrap(), "Deployment")["spec"]["template"]["spec"].clone();
+    assert_eq!(controller["tolerations"][0]["key"], "node-role.kubernetes.io/control-plane");
+    let preferred = &controller["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(preferred[0]["preference"]["matchExpressions"][0]["key"], "node-role.kubernetes.io/control-plane");
+    let apart = &controller["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(apart["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(
+        apart["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "hereabouts-controller"
+    );
 }
 
-/// The monitoring objects come only with their values: a headless Service of both metrics ports selecting the
-/// DaemonSet's pods, a PodMonitor of ports the containers declare, and a PrometheusRule whose alerts are the ones
-/// docs/deploying.md shows, with Prometheus' own templates left for Prometheus.
+/// The monitoring objects come only with their values: a headless Service of the controller's metrics port selecting
+/// its pods and one of the agent's selecting the DaemonSet's, a PodMonitor of ports the containers declare, and a
+/// PrometheusRule whose alerts are the ones docs/deploying.md shows, with Prometheus' own templates left for
+/// Prometheus.
 #[test]
 fn the_monitoring_objects_come_only_with_their_values() {
     let kinds = ["Service", "PodMonitor", "PrometheusRule"];
@@ -273,33 +305,49 @@ fn the_monitoring_objects_come_only_with_their_values() {
         "metrics.port=9400",
     ]))
     .unwrap();
-    assert_eq!(objects.len(), deploy::manifest().len() + 3, "only those three added");
-    let pod = &find(&objects, "DaemonSet")["spec"]["template"];
-    let labels = pod["metadata"]["labels"].as_object().unwrap();
-    let declared: Vec<String> = pod["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
-        .map(|p| p["name"].as_str().unwrap().to_string())
-        .collect();
-
-    let service = find(&objects, "Service");
-    assert_eq!(service["spec"]["clusterIP"], "None");
-    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
-        assert_eq!(labels.get(key), Some(value), "the Service selects the DaemonSet's pods");
+    assert_eq!(objects.len(), deploy::manifest().len() + 4, "only those four added (two Services)");
+    let mut declared = Vec::new();
+    for (kind, service_name, port) in [
+        ("Deployment", "hereabouts-metrics", ("metrics", 9400)),
+        ("DaemonSet", "hereabouts-agent-metrics", ("agent-metrics", 9301)),
+    ] {
+        let pod = &find(&objects, kind)["spec"]["template"];
+        let labels = pod["metadata"]["labels"].as_object().unwrap();
+        declared.extend(
+            pod["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+                .map(|p| (p["name"].as_str().unwrap().to_string(), labels.clone())),
+        );
+        let service = objects
+            .iter()
+            .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == service_name)
+            .unwrap_or_else(|| panic!("no Service {service_name}"));
+        assert_eq!(service["spec"]["clusterIP"], "None");
+        for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+            assert_eq!(labels.get(key), Some(value), "{service_name} selects the {kind}'s pods");
+        }
+        let ports: Vec<(String, u64)> = service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["targetPort"].as_str().unwrap().to_string(), p["port"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(ports, [(port.0.to_string(), port.1)], "{service_name}");
     }
-    let ports: Vec<(String, u64)> = service["spec"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["targetPort"].as_str().unwrap().to_string(), p["port"].as_u64().unwrap()))
-        .collect();
-    assert_eq!(ports, [("metrics".to_string(), 9400), ("agent-metrics".to_string(), 9301)]);
 
     let monitor = find(&objects, "PodMonitor");
+    let selects = |labels: &serde_json::Map<String, Value>| {
+        monitor["spec"]["selector"]["matchExpressions"].as_array().unwrap().iter().all(|e| {
+            e["operator"] == "In"
+                && labels.get(e["key"].as_str().unwrap()).is_some_and(|v| e["values"].as_array().unwrap().contains(v))
+        })
+    };
     for endpoint in monitor["spec"]["podMetricsEndpoints"].as_array().unwrap() {
-        assert!(declared.iter().any(|d| endpoint["port"] == d.as_str()), "{endpoint} among {declared:?}");
+        let pods = declared.iter().filter(|(name, _)| endpoint["port"] == name.as_str());
+        assert!(pods.clone().count() == 1 && pods.clone().all(|(_, l)| selects(l)), "{endpoint} among {declared:?}");
     }
     let rule = find(&objects, "PrometheusRule");
     let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
@@ -340,19 +388,25 @@ fn the_cni_cluster_roles_come_only_with_their_values() {
 /// probes following them there; off, they listen on the pod's addresses and the kubelet probes the pod's IP.
 #[test]
 fn host_network_is_a_value_and_the_endpoints_follow_it() {
-    let pod_of = |text: &str| find(&deploy::parse(text).unwrap(), "DaemonSet")["spec"]["template"]["spec"].clone();
+    let pod_of = |text: &str, kind: &str| find(&deploy::parse(text).unwrap(), kind)["spec"]["template"]["spec"].clone();
     for (set, host_network, listen, probe_host) in [
-        (vec![], false, "--listen=0.0.0.0:9300", Value::Null),
-        (vec!["hostNetwork=false"], false, "--listen=0.0.0.0:9300", Value::Null),
-        (vec!["hostNetwork=true"], true, "--listen=127.0.0.1:9300", Value::from("127.0.0.1")),
-        (vec!["hostNetwork=true", "metrics.host=[::]"], true, "--listen=[::]:9300", Value::from("127.0.0.1")),
+        (vec![], false, "0.0.0.0", Value::Null),
+        (vec!["hostNetwork=false"], false, "0.0.0.0", Value::Null),
+        (vec!["hostNetwork=true"], true, "127.0.0.1", Value::from("127.0.0.1")),
+        (vec!["hostNetwork=true", "metrics.host=[::]"], true, "[::]", Value::from("127.0.0.1")),
     ] {
-        let pod = pod_of(&render(&set));
-        assert_eq!(pod["hostNetwork"], host_network, "{set:?}");
-        let reconciler = &pod["containers"][0];
-        assert!(reconciler["command"].as_array().unwrap().iter().any(|a| a == listen), "{set:?}: {reconciler}");
-        for probe in ["livenessProbe", "readinessProbe"] {
-            assert_eq!(reconciler[probe]["httpGet"]["host"], probe_host, "{set:?}: {probe}");
+        let text = render(&set);
+        // the controller's reconciler and each node's agent, each on its own port
+        for (kind, port) in [("Deployment", 9300), ("DaemonSet", 9301)] {
+            let pod = pod_of(&text, kind);
+            assert_eq!(pod["hostNetwork"], host_network, "{set:?} {kind}");
+            let serving = pod["containers"].as_array().unwrap().iter().find(|c| c["livenessProbe"].is_object());
+            let serving = serving.unwrap_or_else(|| panic!("{set:?}: a probed container of the {kind}"));
+            let listen = format!("--listen={listen}:{port}");
+            assert!(serving["command"].as_array().unwrap().iter().any(|a| *a == listen), "{set:?}: {serving}");
+            for probe in ["livenessProbe", "readinessProbe"] {
+                assert_eq!(serving[probe]["httpGet"]["host"], probe_host, "{set:?} {kind}: {probe}");
+            }
         }
     }
 }
@@ -401,6 +455,8 @@ async fn helm_installs_and_uninstalls_the_objects() {
     let admin = cluster.admin().await;
     let ds = Api::<DaemonSet>::namespaced(admin.clone(), &ns).get("hereabouts").await.unwrap();
     assert_eq!(ds.metadata.annotations.unwrap_or_default()["meta.helm.sh/release-name"], "hereabouts");
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(admin.clone(), &ns);
+    assert!(deployments.get_opt(deploy::CONTROLLER_NAME).await.unwrap().is_some(), "the controller");
     assert!(Api::<Lease>::namespaced(admin.clone(), &ns).get_opt("hereabouts-reconciler").await.unwrap().is_some());
     assert!(Api::<ClusterRole>::all(admin.clone()).get_opt("hereabouts").await.unwrap().is_some());
     let policies = Api::<ValidatingAdmissionPolicy>::all(admin.clone());
@@ -411,6 +467,7 @@ async fn helm_installs_and_uninstalls_the_objects() {
 
     helm_with(&["uninstall", "hereabouts", "--namespace", &ns, "--wait"], &env);
     assert!(Api::<DaemonSet>::namespaced(admin.clone(), &ns).get_opt("hereabouts").await.unwrap().is_none());
+    assert!(deployments.get_opt(deploy::CONTROLLER_NAME).await.unwrap().is_none(), "the controller goes too");
     assert!(Api::<ClusterRole>::all(admin).get_opt("hereabouts").await.unwrap().is_none());
     for name in [deploy::NODE_POLICY_NAME, deploy::TOKEN_POLICY_NAME] {
         assert!(policies.get_opt(name).await.unwrap().is_none() && bindings.get_opt(name).await.unwrap().is_none());
@@ -423,7 +480,7 @@ async fn helm_installs_and_uninstalls_the_objects() {
 fn the_provider_secret_turns_on_the_reconcilers_provider_release() {
     let reconciler_of = |text: &str| {
         let objects = deploy::parse(text).unwrap();
-        let pod = find(&objects, "DaemonSet")["spec"]["template"]["spec"].clone();
+        let pod = find(&objects, "Deployment")["spec"]["template"]["spec"].clone();
         (pod["containers"][0].clone(), pod["volumes"].clone())
     };
     let flag = "--iaas-provider-config=/etc/hereabouts-iaas/iaas_provider.json";
@@ -470,11 +527,19 @@ fn every_object_has_helms_standard_labels_and_the_selector_stays_put() {
     let ds = find(&objects, "DaemonSet");
     assert_eq!(ds["spec"]["selector"]["matchLabels"], only_name);
     assert_eq!(ds["spec"]["template"]["metadata"]["labels"], only_name);
-    for kind in ["Service", "PodMonitor"] {
-        let o = find(&objects, kind);
-        let selector = if kind == "Service" { &o["spec"]["selector"] } else { &o["spec"]["selector"]["matchLabels"] };
-        assert_eq!(*selector, only_name, "{kind}");
-    }
+    let controller = serde_json::json!({"app.kubernetes.io/name": "hereabouts-controller"});
+    let deployment = find(&objects, "Deployment");
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], controller);
+    assert_eq!(deployment["spec"]["template"]["metadata"]["labels"], controller);
+    let service = |name: &str| {
+        let found = objects.iter().find(|o| o["kind"] == "Service" && o["metadata"]["name"] == name);
+        found.unwrap_or_else(|| panic!("no Service {name}"))["spec"]["selector"].clone()
+    };
+    assert_eq!(service("hereabouts-metrics"), controller);
+    assert_eq!(service("hereabouts-agent-metrics"), only_name);
+    let monitor = find(&objects, "PodMonitor");
+    let values = &monitor["spec"]["selector"]["matchExpressions"][0]["values"];
+    assert_eq!(*values, serde_json::json!(["hereabouts-controller", "hereabouts"]), "both kinds of pod");
 }
 
 /// `crds.install` puts the three CRDs of `crds/` in the release, as they are there plus the release's labels, and
@@ -537,7 +602,18 @@ fn the_name_overrides_rename_every_object_and_every_reference_to_it() {
     assert_eq!(ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "ipam-app");
     assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "ipam-app");
     named("ServiceAccount", pod["spec"]["serviceAccountName"].as_str().unwrap());
-    let volumes = pod["spec"]["volumes"].as_array().unwrap();
+    let controller = named("Deployment", "ipam-controller");
+    let controller_pod = &controller["spec"]["template"];
+    assert_eq!(controller["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "ipam-app-controller");
+    assert_eq!(controller_pod["metadata"]["labels"]["app.kubernetes.io/name"], "ipam-app-controller");
+    named("ServiceAccount", controller_pod["spec"]["serviceAccountName"].as_str().unwrap());
+    let apart =
+        &controller_pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(
+        apart[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "ipam-app-controller"
+    );
+    let volumes = controller_pod["spec"]["volumes"].as_array().unwrap();
     let config = volumes.iter().find(|v| v["name"] == "config").unwrap();
     named("ConfigMap", config["configMap"]["name"].as_str().unwrap());
     let command = |c: &Value| -> Vec<String> {
@@ -546,10 +622,13 @@ fn the_name_overrides_rename_every_object_and_every_reference_to_it() {
     let install = command(&pod["spec"]["initContainers"][0]);
     let minted = &install[install.iter().position(|a| a == "--cni-service-account").unwrap() + 1];
     assert_eq!(minted, "ipam-cni");
-    let role = named("Role", "ipam");
-    let token_rule = role["rules"].as_array().unwrap().iter().find(|r| r["resources"][0] == "serviceaccounts/token");
+    let node_role = named("Role", "ipam-node");
+    let token_rule =
+        node_role["rules"].as_array().unwrap().iter().find(|r| r["resources"][0] == "serviceaccounts/token");
     assert_eq!(token_rule.unwrap()["resourceNames"], serde_json::json!(["ipam-cni"]));
-    let reconciler = pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "reconciler").unwrap();
+    let role = named("Role", "ipam");
+    let reconciler =
+        controller_pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "reconciler").unwrap();
     assert!(command(reconciler).contains(&"--lease-name=ipam-reconciler".to_string()), "{:?}", command(reconciler));
     named("Lease", "ipam-reconciler");
     let lease_rule = role["rules"].as_array().unwrap().iter().find(|r| r["resources"][0] == "leases").unwrap();
@@ -561,6 +640,8 @@ fn the_name_overrides_rename_every_object_and_every_reference_to_it() {
         named("ValidatingAdmissionPolicy", binding["spec"]["policyName"].as_str().unwrap());
     }
     let service = named("Service", "ipam-metrics");
+    assert_eq!(service["spec"]["selector"]["app.kubernetes.io/name"], "ipam-app-controller");
+    let service = named("Service", "ipam-agent-metrics");
     assert_eq!(service["spec"]["selector"]["app.kubernetes.io/name"], "ipam-app");
 
     let refused = helm_refused(&[

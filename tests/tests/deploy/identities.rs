@@ -56,8 +56,10 @@ fn is_forbidden<T>(r: &Result<T, kube::Error>) -> bool {
 // ---------------------------------------------------------------------------------------------------------------
 // What each identity may not do
 
+/// The controller's identity (ServiceAccount hereabouts) holds its one Lease and mints no token; the DaemonSet
+/// pod's (hereabouts-node) mints the CNI's and no other, and holds no Lease.
 #[tokio::test]
-async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
+async fn the_reconciler_identity_holds_one_lease_and_the_node_identity_mints_for_one_account() {
     let cluster = cluster();
     let admin = cluster.admin().await;
     let _rbac = deploy::cluster_rbac(&admin).await;
@@ -101,13 +103,23 @@ async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
         }
     }
     let token = |name: &str| named("", "serviceaccounts/token", "create", name);
-    assert!(deploy::can(&me, Some(ks), &token(deploy::CNI_NAME)).await.unwrap());
-    for name in [deploy::NAME, "default", "kube-scheduler", "replicaset-controller"] {
-        assert!(!deploy::can(&me, Some(ks), &token(name)).await.unwrap(), "a token for {name}");
+    let node = cluster.client(Identity::Node).await;
+    assert!(deploy::can(&node, Some(ks), &token(deploy::CNI_NAME)).await.unwrap());
+    for name in [deploy::CNI_NAME, deploy::NAME, deploy::NODE_ACCOUNT, "default", "kube-scheduler"] {
+        assert!(!deploy::can(&me, Some(ks), &token(name)).await.unwrap(), "the controller mints a token for {name}");
     }
-    assert!(!deploy::can(&me, Some("default"), &token(deploy::CNI_NAME)).await.unwrap(), "elsewhere");
-    assert!(!deploy::can(&me, Some(ks), &right("", "serviceaccounts", "get")).await.unwrap());
-    assert!(!deploy::can(&me, Some(ks), &right(W, "ippools", "create")).await.unwrap(), "the CNI creates pools");
+    for name in [deploy::NAME, deploy::NODE_ACCOUNT, "default", "kube-scheduler", "replicaset-controller"] {
+        assert!(!deploy::can(&node, Some(ks), &token(name)).await.unwrap(), "the node mints a token for {name}");
+    }
+    assert!(!deploy::can(&node, Some("default"), &token(deploy::CNI_NAME)).await.unwrap(), "elsewhere");
+    for who in [&me, &node] {
+        assert!(!deploy::can(who, Some(ks), &right("", "serviceaccounts", "get")).await.unwrap());
+        assert!(!deploy::can(who, Some(ks), &right(W, "ippools", "create")).await.unwrap(), "the CNI creates pools");
+    }
+    for verb in ["get", "update"] {
+        let ours = lease(verb, deploy::LEASE_NAME);
+        assert!(!deploy::can(&node, Some(ks), &ours).await.unwrap(), "the node: {ours}");
+    }
 
     // and the requests themselves
     let leases = Api::<Lease>::namespaced(me.clone(), ks);
@@ -122,10 +134,108 @@ async fn the_reconciler_identity_holds_one_lease_and_mints_for_one_account() {
     ours.spec = Some(LeaseSpec { holder_identity: Some("test".into()), ..Default::default() });
     leases.replace(deploy::LEASE_NAME, &PostParams::default(), &ours).await.expect("update its own Lease");
     let accounts = Api::<ServiceAccount>::namespaced(me, ks);
-    for name in [deploy::NAME, "default"] {
+    for name in [deploy::CNI_NAME, deploy::NAME, "default"] {
         let minted = accounts.create_token_request(name, &PostParams::default(), &TokenRequest::default()).await;
-        assert!(is_forbidden(&minted), "a token for {name}: {minted:?}");
+        assert!(is_forbidden(&minted), "the controller, a token for {name}: {minted:?}");
     }
+    let accounts = Api::<ServiceAccount>::namespaced(node, ks);
+    for name in [deploy::NAME, deploy::NODE_ACCOUNT, "default"] {
+        let minted = accounts.create_token_request(name, &PostParams::default(), &TokenRequest::default()).await;
+        assert!(is_forbidden(&minted), "the node, a token for {name}: {minted:?}");
+    }
+}
+
+/// Waits until `client` holds, in each namespace of `expected`, exactly its rights there, as a SelfSubjectRulesReview
+/// lists them less what any ServiceAccount of kube-system may (the API server's own bindings to its groups).
+async fn holds_exactly(admin: &Client, client: &Client, expected: &[(&str, BTreeSet<deploy::Right>)]) {
+    let cluster = cluster();
+    let baseline = "rights-baseline";
+    let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), deploy::NAMESPACE);
+    if accounts.get_opt(baseline).await.unwrap().is_none() {
+        let sa = ServiceAccount { metadata: meta(baseline), ..Default::default() };
+        let created = accounts.create(&PostParams::default(), &sa).await;
+        assert!(created.is_ok() || matches!(&created, Err(kube::Error::Api(s)) if s.is_already_exists()));
+    }
+    let everyone = cluster.client_with_token(&deploy::token_for(admin, deploy::NAMESPACE, baseline, None).await).await;
+    for (namespace, expected) in expected {
+        let last = std::sync::Mutex::new(String::new());
+        let exact = wait::until(Duration::from_secs(20), "the rights to be the chart's", || async {
+            let base = deploy::rules_review(&everyone, namespace).await.ok()?;
+            let held: BTreeSet<_> =
+                deploy::rules_review(client, namespace).await.ok()?.difference(&base).cloned().collect();
+            let extra: Vec<_> = held.difference(expected).map(ToString::to_string).collect();
+            let missing: Vec<_> = expected.difference(&held).map(ToString::to_string).collect();
+            *last.lock().unwrap() = format!("extra {extra:?}, missing {missing:?}");
+            (extra.is_empty() && missing.is_empty()).then_some(())
+        })
+        .await;
+        exact.unwrap_or_else(|e| panic!("{e} in {namespace}: {}", last.lock().unwrap()));
+    }
+}
+
+/// The DaemonSet pod's identity on every node (hereabouts-node) with every object of the chart's default render
+/// applied as shipped: what the authorizer grants it is exactly its Role in the pool namespace and its ClusterRole
+/// (reads), listed by a SelfSubjectRulesReview less what any ServiceAccount may. It writes no pool, reservation,
+/// NodeSlicePool, Lease or Event, reads no pod, and the API server refuses the requests themselves: a node's pod
+/// token cannot release another node's pod's address.
+#[tokio::test]
+async fn the_node_identity_writes_no_address_and_reads_no_pod() {
+    let cluster = cluster();
+    let admin = cluster.admin().await;
+    let _rbac = deploy::cluster_rbac(&admin).await;
+    deploy::apply_chart(&admin, &deploy::manifest()).await;
+    let ns = cluster.namespace("id-node").await;
+    let node = cluster.client(Identity::Node).await;
+    let reads = deploy::cluster_rights(Identity::Node);
+    let home: BTreeSet<_> = deploy::namespaced_rights(Identity::Node).union(&reads).cloned().collect();
+    holds_exactly(&admin, &node, &[(deploy::NAMESPACE, home), (ns.as_str(), reads.clone())]).await;
+    for namespace in [Some(deploy::NAMESPACE), Some(ns.as_str()), None] {
+        for denied in [
+            right(W, "ippools", "get"),
+            right(W, "ippools", "patch"),
+            right(W, "ippools", "delete"),
+            right(W, "overlappingrangeipreservations", "create"),
+            right(W, "overlappingrangeipreservations", "delete"),
+            right(W, "nodeslicepools", "patch"),
+            right("", "pods", "get"),
+            right("", "pods", "list"),
+            right("", "nodes", "list"),
+            right("", "nodes", "update"),
+            right("events.k8s.io", "events", "create"),
+            right("", "secrets", "get"),
+        ] {
+            assert!(!deploy::can(&node, namespace, &denied).await.unwrap(), "{denied} in {namespace:?}");
+        }
+    }
+    // the requests themselves: another node's pod's entry cannot be removed, nor its reservation deleted
+    let ks = deploy::NAMESPACE;
+    let pool_name = format!("{ns}-198.18.49.0-24");
+    let entry = IpAllocation { node: Some("node-b".into()), ..mk_entry("c-live", "ns/live").ifname("net1").build() };
+    let pool = mk_pool(&pool_name, "198.18.49.0/24").entry(5, entry).build();
+    Api::<IpPool>::namespaced(admin.clone(), ks).create(&PostParams::default(), &pool).await.unwrap();
+    let reservation =
+        mk_reservation(&format!("{ns}-198.18.49.5"), "ns/live").container("c-live").ifname("net1").build();
+    Api::<OverlappingRangeIpReservation>::namespaced(admin.clone(), ks)
+        .create(&PostParams::default(), &reservation)
+        .await
+        .unwrap();
+    let removal = json!([{"op": "remove", "path": "/spec/allocations/5"}]);
+    let patched = Api::<IpPool>::namespaced(node.clone(), ks)
+        .patch(&pool_name, &PatchParams::default(), &Patch::<Value>::Json(serde_json::from_value(removal).unwrap()))
+        .await;
+    assert!(is_forbidden(&patched), "the node's pod token removed an entry: {patched:?}");
+    let deleted = Api::<OverlappingRangeIpReservation>::namespaced(node.clone(), ks)
+        .delete(&format!("{ns}-198.18.49.5"), &DeleteParams::default())
+        .await;
+    assert!(is_forbidden(&deleted), "the node's pod token deleted a reservation: {deleted:?}");
+    assert!(is_forbidden(&Api::<Pod>::all(node.clone()).list(&ListParams::default().limit(1)).await), "list pods");
+    let held = Api::<IpPool>::namespaced(admin.clone(), ks).get(&pool_name).await.unwrap();
+    assert!(held.spec.allocations.contains_key("5"), "the entry is still there");
+    Api::<IpPool>::namespaced(admin.clone(), ks).delete(&pool_name, &DeleteParams::default()).await.unwrap();
+    Api::<OverlappingRangeIpReservation>::namespaced(admin, ks)
+        .delete(&format!("{ns}-198.18.49.5"), &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// The CNI's identity with every object of the chart's default render applied as shipped (its Role, every
@@ -141,31 +251,9 @@ async fn the_cni_identity_holds_exactly_its_role_with_every_binding_of_the_chart
     deploy::apply_chart(&admin, &deploy::manifest()).await;
     let ns = cluster.namespace("id-cni").await;
     let cni = cluster.client(Identity::Cni).await;
-    // what any ServiceAccount of kube-system may (the API server's own bindings to its groups), the baseline
-    let baseline = "rights-baseline";
-    let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), deploy::NAMESPACE);
-    if accounts.get_opt(baseline).await.unwrap().is_none() {
-        let sa = ServiceAccount { metadata: meta(baseline), ..Default::default() };
-        accounts.create(&PostParams::default(), &sa).await.unwrap();
-    }
-    let everyone = cluster.client_with_token(&deploy::token_for(&admin, deploy::NAMESPACE, baseline, None).await).await;
     let role = deploy::namespaced_rights(Identity::Cni);
-    for (namespace, expected) in
-        [(deploy::NAMESPACE, role.clone()), (ns.as_str(), BTreeSet::new()), ("default", BTreeSet::new())]
-    {
-        let last = std::sync::Mutex::new(String::new());
-        let exact = wait::until(Duration::from_secs(20), "the CNI's rights to be the chart's", || async {
-            let base = deploy::rules_review(&everyone, namespace).await.ok()?;
-            let held: BTreeSet<_> =
-                deploy::rules_review(&cni, namespace).await.ok()?.difference(&base).cloned().collect();
-            let extra: Vec<_> = held.difference(&expected).map(ToString::to_string).collect();
-            let missing: Vec<_> = expected.difference(&held).map(ToString::to_string).collect();
-            *last.lock().unwrap() = format!("extra {extra:?}, missing {missing:?}");
-            (extra.is_empty() && missing.is_empty()).then_some(())
-        })
-        .await;
-        exact.unwrap_or_else(|e| panic!("{e} in {namespace}: {}", last.lock().unwrap()));
-    }
+    let expected = [(deploy::NAMESPACE, role.clone()), (ns.as_str(), BTreeSet::new()), ("default", BTreeSet::new())];
+    holds_exactly(&admin, &cni, &expected).await;
     let leases = [
         named("coordination.k8s.io", "leases", "get", "kube-scheduler"),
         named("coordination.k8s.io", "leases", "update", "kube-scheduler"),
@@ -229,11 +317,14 @@ async fn the_cni_identity_holds_exactly_its_role_with_every_binding_of_the_chart
 // ---------------------------------------------------------------------------------------------------------------
 // The reconciler with exactly its rights, and with one verb less
 
-/// Where a verb is granted: the Role in the pool namespace, or the ClusterRole.
+/// Where a verb is granted: the controller's Role in the pool namespace or its ClusterRole, or the DaemonSet pod's
+/// (install-cni and the node agent, ServiceAccount hereabouts-node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scope {
     Role,
     Cluster,
+    NodeRole,
+    NodeCluster,
 }
 
 /// A test's namespace, with the reconciler's rights as the manifest grants them there (or with one verb less),
@@ -258,16 +349,23 @@ impl Fx {
         let admin = cluster.admin().await;
         let guard = match without {
             Some((Scope::Cluster, resource, verb)) => {
-                Guard::Exclusive(deploy::cluster_rbac_without(&admin, resource, verb).await)
+                Guard::Exclusive(deploy::cluster_rbac_without(&admin, deploy::NAME, resource, verb).await)
+            }
+            Some((Scope::NodeCluster, resource, verb)) => {
+                Guard::Exclusive(deploy::cluster_rbac_without(&admin, deploy::NODE_ACCOUNT, resource, verb).await)
             }
             _ => Guard::Shared(deploy::cluster_rbac(&admin).await),
         };
         let ns = cluster.namespace(prefix).await;
-        let mut rules = deploy::role(deploy::NAME).rules.unwrap();
-        if let Some((Scope::Role, resource, verb)) = without {
-            rules = deploy::without(&rules, resource, verb);
+        for (name, scope) in [(deploy::NAME, Scope::Role), (deploy::NODE_ACCOUNT, Scope::NodeRole)] {
+            let mut rules = deploy::role(name).rules.unwrap();
+            if let Some((taken_from, resource, verb)) = without
+                && taken_from == scope
+            {
+                rules = deploy::without(&rules, resource, verb);
+            }
+            deploy::apply_role(&admin, &ns, name, rules, deploy::NAMESPACE).await;
         }
-        deploy::apply_role(&admin, &ns, deploy::NAME, rules, deploy::NAMESPACE).await;
         deploy::create_lease(&admin, &ns).await;
         let sa = ServiceAccount { metadata: meta(deploy::CNI_NAME), ..Default::default() };
         Api::<ServiceAccount>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &sa).await.unwrap();
@@ -808,7 +906,7 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
             // the token is bound to the node's Node
             mk_node(&fx.node).create(&fx.admin).await;
             let dir = tempfile::tempdir().unwrap();
-            std::fs::write(dir.path().join("token"), fx.cluster.token(Identity::Restricted)).unwrap();
+            std::fs::write(dir.path().join("token"), fx.cluster.token(Identity::Node)).unwrap();
             std::fs::write(dir.path().join("ca.crt"), fx.cluster.ca_pem()).unwrap();
             let out = Command::new(workspace_bin("hereabouts-reconciler"))
                 .env_clear()
@@ -838,12 +936,13 @@ async fn run_job(fx: &Fx, job: Job, granted: bool) {
     }
 }
 
-/// [`Job::KeepWarmReserve`]: the agent on this identity, the network's CNI identity admin (not the subject).
+/// [`Job::KeepWarmReserve`]: the agent on the DaemonSet pod's identity, the network's CNI identity admin (not the
+/// subject).
 async fn keep_warm_reserve(fx: &Fx, text: &str, granted: bool) {
     const WARM: usize = 4;
     // an agent uses a reserve only while its Node exists (it reads it with this identity too)
     mk_node(&fx.node).create(&fx.admin).await;
-    let own = fx.cluster.kubeconfig(Identity::Restricted, &fx.ns);
+    let own = fx.cluster.kubeconfig(Identity::Node, &fx.ns);
     let socket = fx.cluster.dir().join(format!("{}.sock", fx.ns));
     let agent = Agent::start_with(&socket, &fx.node, &[("KUBECONFIG", own.as_path())]).await;
     let ipam = json!({"range": "198.18.75.0/24", "node_slice_size": "/26", "warm_addresses": WARM});
@@ -884,7 +983,7 @@ async fn claim_ahead(fx: &Fx, text: &str, granted: bool) {
     use hereabouts_tests::runtime;
     let crd = runtime::nad_crd_path().expect("the NetworkAttachmentDefinition CRD is missing: run hack/testenv.sh");
     runtime::install_nad_crd(&fx.admin, &crd).await.unwrap();
-    let own = fx.cluster.kubeconfig(Identity::Restricted, &fx.ns);
+    let own = fx.cluster.kubeconfig(Identity::Node, &fx.ns);
     let socket = fx.cluster.dir().join(format!("{}-ahead.sock", fx.ns));
     let agent = Agent::start_claiming_ahead(&socket, &fx.node, &[("KUBECONFIG", own.as_path())]).await;
     let ipam = json!({"range": "198.18.76.0/24", "node_slice_size": "/26"});
@@ -911,11 +1010,11 @@ async fn claim_ahead(fx: &Fx, text: &str, granted: bool) {
     }
 }
 
-/// One test per row: `name: scope, resource, verb => job`. Every verb the reconciler is granted has a row or is
-/// listed in [`PENDING`] (`every_reconciler_verb_has_a_row_or_is_pending` checks).
+/// One test per row: `name: scope, resource, verb => job`. Every verb the controller or the DaemonSet pod is
+/// granted has a row or is listed in [`PENDING`] (`every_reconciler_verb_has_a_row_or_is_pending` checks).
 macro_rules! reconciler_verbs {
     ($($name:ident: $scope:ident, $resource:literal, $verb:literal => $job:expr;)*) => {
-        const RECONCILER_ROWS: &[(&str, &str)] = &[$(($resource, $verb)),*];
+        const RECONCILER_ROWS: &[(Scope, &str, &str)] = &[$((Scope::$scope, $resource, $verb)),*];
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
@@ -943,7 +1042,7 @@ reconciler_verbs! {
     rec_needs_delete_on_reservations: Role, "overlappingrangeipreservations", "delete" => Job::ReleaseOrphan("releasing the orphaned reservation failed");
     rec_needs_get_on_leases: Role, "leases", "get" => Job::LeadAndReconcile;
     rec_needs_update_on_leases: Role, "leases", "update" => Job::LeadAndReconcile;
-    rec_needs_create_on_tokens: Role, "serviceaccounts/token", "create" => Job::MintCniToken;
+    node_needs_create_on_tokens: NodeRole, "serviceaccounts/token", "create" => Job::MintCniToken;
     rec_needs_list_on_nodes: Cluster, "nodes", "list" => Job::KeepSlices("node list failed");
     rec_needs_list_on_node_slices: Role, "nodeslicepools", "list" => Job::KeepSlices("node slice pool list failed");
     rec_needs_patch_on_node_slices: Role, "nodeslicepools", "patch" => Job::KeepSlices("moving the slice failed");
@@ -954,28 +1053,40 @@ reconciler_verbs! {
     rec_needs_get_on_statefulsets: Cluster, "statefulsets", "get" => Job::ReleaseStickyOfGoneSet("cannot read the StatefulSet");
     rec_needs_get_on_nodes: Cluster, "nodes", "get" => Job::ReleaseGoneNodesWarm("cannot read the Node");
     rec_needs_get_on_ipamclaims: Cluster, "ipamclaims", "get" => Job::ReleaseClaimedOfGoneClaim("cannot read the IPAMClaim");
-    agent_needs_list_on_daemonsets: Cluster, "daemonsets", "list" => Job::KeepWarmReserve("list DaemonSets");
-    agent_needs_list_on_deployments: Cluster, "deployments", "list" => Job::KeepWarmReserve("list Deployments");
-    agent_needs_list_on_cronjobs: Cluster, "cronjobs", "list" => Job::KeepWarmReserve("list CronJobs");
-    agent_needs_list_on_nads: Cluster, "network-attachment-definitions", "list" => Job::ClaimAhead("cannot list");
-    agent_needs_watch_on_nads: Cluster, "network-attachment-definitions", "watch" => Job::ClaimAhead("cannot watch");
+    agent_needs_list_on_daemonsets: NodeCluster, "daemonsets", "list" => Job::KeepWarmReserve("list DaemonSets");
+    agent_needs_list_on_deployments: NodeCluster, "deployments", "list" => Job::KeepWarmReserve("list Deployments");
+    agent_needs_list_on_cronjobs: NodeCluster, "cronjobs", "list" => Job::KeepWarmReserve("list CronJobs");
+    agent_needs_list_on_nads: NodeCluster, "network-attachment-definitions", "list" => Job::ClaimAhead("cannot list");
+    agent_needs_watch_on_nads: NodeCluster, "network-attachment-definitions", "watch" => Job::ClaimAhead("cannot watch");
 }
 
-/// Granted verbs no row proves yet, and why. Adding a row means removing the entry here.
-const PENDING: &[(&str, &str, &str)] = &[];
+/// Granted verbs no row proves yet, and why (identity, resource, verb, why). Adding a row means removing the entry
+/// here.
+const PENDING: &[(Identity, &str, &str, &str)] = &[(
+    Identity::Node,
+    "nodes",
+    "get",
+    "the agent reads its Node so as to stop taking warm addresses once the Node is deleted; without the right \
+     it never learns, and nothing it does today shows that short of deleting the Node under a running agent",
+)];
 
 #[test]
 fn every_reconciler_verb_has_a_row_or_is_pending() {
-    let pending = PENDING.iter().map(|(r, v, _)| (*r, *v));
-    let rows: BTreeSet<(String, String)> =
-        RECONCILER_ROWS.iter().copied().chain(pending).map(|(r, v)| (r.to_string(), v.to_string())).collect();
-    assert_eq!(rows.len(), RECONCILER_ROWS.len() + PENDING.len(), "no verb is both a row and pending");
-    let granted: BTreeSet<(String, String)> = deploy::namespaced_rights(Identity::Restricted)
-        .into_iter()
-        .chain(deploy::cluster_rights(Identity::Restricted))
-        .map(|r| (r.resource, r.verb))
-        .collect();
-    assert_eq!(rows, granted);
+    for (id, scopes) in
+        [(Identity::Restricted, [Scope::Role, Scope::Cluster]), (Identity::Node, [Scope::NodeRole, Scope::NodeCluster])]
+    {
+        let rows = RECONCILER_ROWS.iter().filter(|(scope, _, _)| scopes.contains(scope)).map(|(_, r, v)| (*r, *v));
+        let pending = PENDING.iter().filter(|(of, ..)| *of == id).map(|(_, r, v, _)| (*r, *v));
+        let all: Vec<(String, String)> = rows.chain(pending).map(|(r, v)| (r.to_string(), v.to_string())).collect();
+        let distinct: BTreeSet<(String, String)> = all.iter().cloned().collect();
+        assert_eq!(distinct.len(), all.len(), "{id:?}: no verb is both a row and pending, nor two rows");
+        let granted: BTreeSet<(String, String)> = deploy::namespaced_rights(id)
+            .into_iter()
+            .chain(deploy::cluster_rights(id))
+            .map(|r| (r.resource, r.verb))
+            .collect();
+        assert_eq!(distinct, granted, "{id:?}");
+    }
 }
 
 /// The positive control of every row: with exactly the manifest's rights, each job is done.
@@ -999,7 +1110,7 @@ reconciler_jobs! {
     rec_with_its_rights_restores_a_reservation => Job::RestoreReservation;
     rec_with_its_rights_leads_and_reconciles => Job::LeadAndReconcile;
     rec_with_its_rights_tells_the_pod => Job::TellThePod;
-    rec_with_its_rights_mints_the_cni_token => Job::MintCniToken;
+    node_with_its_rights_mints_the_cni_token => Job::MintCniToken;
     rec_with_its_rights_makes_a_repeated_event_a_series => Job::RepeatEvent;
     rec_with_its_rights_keeps_node_slices => Job::KeepSlices("");
     rec_with_its_rights_checks_the_crds => Job::CheckSchema("");

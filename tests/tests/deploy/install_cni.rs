@@ -54,7 +54,7 @@ impl Cluster {
 
     /// A Pod object standing for the DaemonSet pod (nothing runs it).
     async fn pod(&self, name: &str) -> Pod {
-        mk_pod(&self.ns, name).service_account(deploy::NAME).create(&self.admin).await
+        mk_pod(&self.ns, name).service_account(deploy::NODE_ACCOUNT).create(&self.admin).await
     }
 
     async fn delete_pod(&self, name: &str) {
@@ -62,9 +62,9 @@ impl Cluster {
         Api::<Pod>::namespaced(self.admin.clone(), &self.ns).delete(name, &params).await.unwrap();
     }
 
-    /// A token of ServiceAccount `hereabouts`, as the kubelet projects it: bound to `pod` when given.
+    /// A token of ServiceAccount `hereabouts-node` (the DaemonSet pod's), as the kubelet projects it: bound to `pod` when given.
     async fn pod_token(&self, pod: Option<&Pod>) -> String {
-        deploy::token_for(&self.admin, &self.ns, deploy::NAME, pod).await
+        deploy::token_for(&self.admin, &self.ns, deploy::NODE_ACCOUNT, pod).await
     }
 
     async fn whoami(&self, token: &str) -> Result<UserInfo, kube::Error> {
@@ -533,11 +533,11 @@ async fn the_token_is_renewed_before_expiry_and_a_failed_mint_keeps_the_last_one
     cl.assert_cni_token(&t2.token).await;
 
     // no more minting: the pod's Role without create on serviceaccounts/token
-    let rules = deploy::role(deploy::NAME).rules.unwrap();
+    let rules = deploy::role(deploy::NODE_ACCOUNT).rules.unwrap();
     deploy::apply_role(
         &cl.admin,
         &cl.ns,
-        deploy::NAME,
+        deploy::NODE_ACCOUNT,
         deploy::without(&rules, "serviceaccounts/token", "create"),
         &cl.ns,
     )
@@ -565,7 +565,7 @@ async fn the_token_is_renewed_before_expiry_and_a_failed_mint_keeps_the_last_one
     let add = Invocation::new("ADD", &config, &cl.ns, "web", "c1").run().await;
     assert_eq!(add.ips().len(), 1, "the kept token works: {}", add.stderr);
 
-    deploy::apply_role(&cl.admin, &cl.ns, deploy::NAME, rules, &cl.ns).await;
+    deploy::apply_role(&cl.admin, &cl.ns, deploy::NODE_ACCOUNT, rules, &cl.ns).await;
     let t3 = host
         .wait_kubeconfig(Duration::from_secs(90), "a token after the right is back", |s| s.token != kept.token)
         .await;

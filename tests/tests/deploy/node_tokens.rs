@@ -64,9 +64,9 @@ async fn in_force(admin: &Client, render: &[Value]) {
     let admin_pods = Api::<Pod>::namespaced(admin.clone(), KS);
     let probe_pod = match admin_pods.get_opt("policy-probe").await.unwrap() {
         Some(pod) => pod,
-        None => mk_pod(KS, "policy-probe").service_account(deploy::NAME).node("probe-node").create(admin).await,
+        None => mk_pod(KS, "policy-probe").service_account(deploy::NODE_ACCOUNT).node("probe-node").create(admin).await,
     };
-    let token = deploy::token_for(admin, KS, deploy::NAME, Some(&probe_pod)).await;
+    let token = deploy::token_for(admin, KS, deploy::NODE_ACCOUNT, Some(&probe_pod)).await;
     let from_node = cluster().client_with_token(&token).await;
     let refused = wait::until(Duration::from_secs(30), "the token policy in force", || async {
         let answer = format!("{:?}", mint_cni_token(&from_node, KS, Some(("Node", "no-such-node"))).await);

@@ -49,7 +49,13 @@ async fn get_addresses_ping_and_give_them_back(multus: Multus) {
     let pod = daemon_pods.items.first().expect("the DaemonSet's pod");
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(annotations.get("example.com/installed-by").map(String::as_str), Some("node-test"), "{annotations:?}");
+    let controller_pods = Api::<Pod>::namespaced(cluster.admin().await, SYSTEM)
+        .list(&ListParams::default().labels(hereabouts_tests::node::workload::CONTROLLER_PODS))
+        .await
+        .unwrap();
+    let pod = controller_pods.items.first().expect("the controller's pod");
     let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("hereabouts"), "the controller's own account");
     let reconciler = spec.containers.iter().find(|c| c.name == "reconciler").unwrap();
     let limits = reconciler.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
     assert_eq!(limits.get("memory").map(|q| q.0.as_str()), Some("192Mi"), "{limits:?}");
@@ -250,9 +256,9 @@ async fn a_rolling_update_under(multus: Multus) {
     assert_eq!(pool_entries(cluster).await, vec![]);
 }
 
-/// A pod deleted while its node's reconciler is down, whose DEL could not release (the plugin's kubeconfig was
-/// gone, so the lenient DEL succeeded without releasing), is released by the reconciler when it is back; the
-/// live pod's address stays.
+/// A pod deleted while the controller is down (scaled to nothing), whose DEL could not release (the plugin's
+/// kubeconfig was gone, so the lenient DEL succeeded without releasing), is released by the controller when it is
+/// back; the live pod's address stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_the_reconciler_is_down_is_released_when_it_returns() {
     released_after_the_reconciler_returns(Multus::Thin).await;
@@ -283,17 +289,23 @@ async fn released_after_the_reconciler_returns(multus: Multus) {
     let kept = running(cluster, &node, &ns, "kept", "sec").await.1;
     running(cluster, &node, &ns, "gone", "sec").await;
 
-    // The reconciler goes: no node matches the DaemonSet any more.
+    // The controller goes (no replica any more), and the node's pod with its agent (no node matches the DaemonSet:
+    // the agent's client would release without the kubeconfig the DEL below is denied).
+    hereabouts_tests::node::workload::scale_controller(cluster, 0).await;
     let daemonsets = Api::<DaemonSet>::namespaced(cluster.admin().await, SYSTEM);
     let away = json!({"spec": {"template": {"spec": {"nodeSelector": {"hereabouts.test/absent": "true"}}}}});
     daemonsets.patch("hereabouts", &PatchParams::default(), &Patch::Merge(&away)).await.unwrap();
     let system_pods = Api::<Pod>::namespaced(cluster.admin().await, SYSTEM);
-    wait::until(Duration::from_secs(60), "the reconciler's pod to be gone", || async {
-        let lp = ListParams::default().labels("app.kubernetes.io/name=hereabouts");
-        system_pods.list(&lp).await.ok()?.items.is_empty().then_some(())
-    })
-    .await
-    .unwrap();
+    for (what, selector) in [
+        ("the controller's pod", hereabouts_tests::node::workload::CONTROLLER_PODS),
+        ("the node's pod", "app.kubernetes.io/name=hereabouts"),
+    ] {
+        wait::until(Duration::from_secs(60), &format!("{what} to be gone"), || async {
+            system_pods.list(&ListParams::default().labels(selector)).await.ok()?.items.is_empty().then_some(())
+        })
+        .await
+        .unwrap();
+    }
 
     let kubeconfig = node.cni_conf_dir().join("hereabouts.d/hereabouts.kubeconfig");
     let aside = kubeconfig.with_extension("aside");
@@ -305,15 +317,16 @@ async fn released_after_the_reconciler_returns(multus: Multus) {
 
     let back = json!({"spec": {"template": {"spec": {"nodeSelector": {"hereabouts.test/absent": null}}}}});
     daemonsets.patch("hereabouts", &PatchParams::default(), &Patch::Merge(&back)).await.unwrap();
+    hereabouts_tests::node::workload::scale_controller(cluster, 1).await;
     daemonset_ready(cluster, &node, node::IMAGE).await;
-    let released = wait::until(Duration::from_secs(90), "the reconciler to release the gone pod", || async {
+    let released = wait::until(Duration::from_secs(90), "the controller to release the gone pod", || async {
         let now = holders().await;
         (!now.contains(&format!("{ns}/gone"))).then_some(now)
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", node.logs()));
     assert_eq!(released, BTreeSet::from([format!("{ns}/kept")]), "the live pod keeps its address");
-    let log = node.container_logs(SYSTEM, "hereabouts-", "reconciler");
+    let log = node.container_logs(SYSTEM, "hereabouts-controller-", "reconciler");
     let gone = format!("podref={ns}/gone");
     assert!(log.lines().any(|l| l.contains("released") && l.contains(&gone)), "the reconciler released it:\n{log}");
     assert_eq!(reservations(cluster).await.len(), 1, "only the live pod's reservation is left");

@@ -185,6 +185,90 @@ async fn two_reconcilers_run_the_cron_work_once_per_tick() {
     assert!(ta.is_empty() || tb.is_empty(), "one instance holds the lease throughout: a {ta:?} b {tb:?}");
 }
 
+/// The controller Deployment's scope: two replicas, no node of their own. The leader gives back what deleted pods
+/// of every node held, the follower nothing; when the leader goes, the follower takes the Lease over and gives
+/// back what was deleted meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_scope_releases_every_nodes_pods_on_its_leader_only() {
+    let fx = Fx::new("rec-cluster", "198.18.58.0/24").await;
+    let pool = "198.18.58.0-24";
+    let replica = |name: &str| ReconcilerOptions {
+        cluster: true,
+        identity: name.into(),
+        cron: "0 0 1 1 *".into(),
+        ..ReconcilerOptions::new("unused", &fx.ns)
+    };
+    let first = Reconciler::start(fx.cluster, &replica("controller-1")).await;
+    let second = Reconciler::start(fx.cluster, &replica("controller-2")).await;
+    for (i, node) in ["node-a", "node-b", "node-c"].iter().enumerate() {
+        let pod = fx.pod(&format!("p{i}"), node).await;
+        fx.add(&pod, node, &format!("c{i}")).await;
+    }
+    fx.delete("p0").await;
+    fx.delete("p1").await;
+    fx.wait_released(pool, &fx.podref("p0"), Duration::from_secs(10)).await;
+    fx.wait_released(pool, &fx.podref("p1"), Duration::from_secs(10)).await;
+    let released = [first.metric("hereabouts_released_total").await, second.metric("hereabouts_released_total").await];
+    assert!(
+        released.contains(&0.0) && released.iter().sum::<f64>() >= 2.0,
+        "the leader released both nodes' pods, the follower nothing: {released:?}\n{}\n{}",
+        first.logs(),
+        second.logs()
+    );
+    let (mut leader, follower) = if released[0] > 0.0 { (first, second) } else { (second, first) };
+    assert!(leader.stop(), "{}", leader.logs());
+    fx.delete("p2").await;
+    // the Lease lapses (15 s), the follower takes it and resyncs
+    fx.wait_released(pool, &fx.podref("p2"), Duration::from_secs(40)).await;
+    assert!(follower.metric("hereabouts_released_total").await >= 1.0, "{}", follower.logs());
+}
+
+/// An upgrade from the layout where each node's DaemonSet pod ran the cluster-wide work (`run` for its node, as
+/// ServiceAccount hereabouts) to the controller: while an old node pod still runs beside the new controller they
+/// share the Lease, the old one gives back its node's gone pods, and once it is replaced the controller gives back
+/// every node's. Every deleted pod's address comes back once, and no live pod's goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_node_pods_to_the_controller_loses_nothing() {
+    let fx = Fx::new("rec-upgrade", "198.18.59.0/24").await;
+    let pool = "198.18.59.0-24";
+    let mut old = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions {
+            identity: "old-node-a".into(),
+            cron: "0 0 1 1 *".into(),
+            ..ReconcilerOptions::new("node-a", &fx.ns)
+        },
+    )
+    .await;
+    for (name, node) in [("p0", "node-a"), ("p1", "node-a"), ("p2", "node-a"), ("p3", "node-b"), ("p4", "node-b")] {
+        let pod = fx.pod(name, node).await;
+        fx.add(&pod, node, &format!("c-{name}")).await;
+    }
+    let controller = Reconciler::start(
+        fx.cluster,
+        &ReconcilerOptions {
+            cluster: true,
+            identity: "controller-1".into(),
+            cron: "0 0 1 1 *".into(),
+            ..ReconcilerOptions::new("unused", &fx.ns)
+        },
+    )
+    .await;
+    // both running: the old node pod gives back its node's deleted pod
+    fx.delete("p0").await;
+    fx.wait_released(pool, &fx.podref("p0"), Duration::from_secs(10)).await;
+    // the old pod replaced: the controller takes the Lease over and gives back both nodes' gone pods
+    let released_by_old = old.metric("hereabouts_released_total").await;
+    assert!(old.stop(), "{}", old.logs());
+    fx.delete("p1").await;
+    fx.delete("p3").await;
+    fx.wait_released(pool, &fx.podref("p1"), Duration::from_secs(40)).await;
+    fx.wait_released(pool, &fx.podref("p3"), Duration::from_secs(10)).await;
+    assert_eq!(fx.holders(pool).await, BTreeSet::from([fx.podref("p2"), fx.podref("p4")]), "the live pods keep theirs");
+    let released = released_by_old + controller.metric("hereabouts_released_total").await;
+    assert_eq!(released, 3.0, "each gone pod's address given back once:\n{}\n{}", old.logs(), controller.logs());
+}
+
 #[tokio::test]
 async fn an_invalid_schedule_is_a_startup_error() {
     let fx = Fx::new("rec-badcron", "198.18.54.0/24").await;

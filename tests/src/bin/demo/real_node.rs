@@ -1,6 +1,6 @@
 //! The demo on a real node: the local control plane, one kubelet + containerd + runc node with Multus as its only
-//! CNI config, the chart installed by helm (the DaemonSet installing the plugin on the node), pods of a
-//! NetworkAttachmentDefinition getting addresses through the kubelet, DEL through the kubelet, and the reconciler
+//! CNI config, the chart installed by helm (the DaemonSet installing the plugin on the node, the controller), pods of a
+//! NetworkAttachmentDefinition getting addresses through the kubelet, DEL through the kubelet, and the controller
 //! giving back what a DEL could not. Everything it starts and writes goes at the end.
 
 use std::collections::BTreeSet;
@@ -63,6 +63,7 @@ async fn run(step: &mut Step, cluster: &'static TestCluster, node: &Node) -> any
     ));
     workload::helm_install(cluster, node, &[]);
     workload::daemonset_ready(cluster, node, node::IMAGE).await;
+    detail("Deployment kube-system/hereabouts-controller Ready: the cluster-wide work, leader-elected");
     detail("DaemonSet kube-system/hereabouts Ready: install-cni (a native sidecar) wrote on the node:");
     for dir in [node.cni_bin_dir(), node.cni_conf_dir().join("hereabouts.d")] {
         let mut names: Vec<String> =
@@ -125,7 +126,7 @@ async fn run(step: &mut Step, cluster: &'static TestCluster, node: &Node) -> any
     workload::delete_pods(cluster, node, &ns, &names[3..5]).await;
     std::fs::rename(&aside, &kubeconfig)?;
     let mut pending: BTreeSet<String> = names[3..5].iter().map(|n| format!("{ns}/{n}")).collect();
-    step.say("the reconciler on the node sees the pods gone and gives their addresses back");
+    step.say("the controller sees the pods gone and gives their addresses back");
     while !pending.is_empty() {
         if t.elapsed() > Duration::from_secs(60) {
             bail!("not released after 60 s: {pending:?}");
@@ -139,10 +140,10 @@ async fn run(step: &mut Step, cluster: &'static TestCluster, node: &Node) -> any
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    for line in node.container_logs(SYSTEM, "hereabouts-", "reconciler").lines() {
+    for line in node.container_logs(SYSTEM, "hereabouts-controller-", "reconciler").lines() {
         if line.contains("released") && pods[3..5].iter().any(|(name, _, _)| line.contains(&format!("{ns}/{name}"))) {
             let message = line.splitn(4, ' ').nth(3).unwrap_or(line);
-            detail(&format!("reconciler: {message}"));
+            detail(&format!("controller: {message}"));
         }
     }
     print_pool(&pool(cluster).await?);
@@ -159,7 +160,7 @@ async fn run(step: &mut Step, cluster: &'static TestCluster, node: &Node) -> any
         PODS - 1
     );
     println!(
-        "         kubelet, 2 by the reconciler; {left} left allocated, {} ADD/DEL failures, in {:.1} s",
+        "         kubelet, 2 by the controller; {left} left allocated, {} ADD/DEL failures, in {:.1} s",
         failures.len(),
         step.t0.elapsed().as_secs_f64()
     );
