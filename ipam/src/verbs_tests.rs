@@ -1201,3 +1201,30 @@ async fn a_refused_retry_of_a_write_whose_answer_was_lost_keeps_the_entry_it_wro
     let reservations: Vec<String> = store.reservations().iter().map(|r| r.spec.podref.clone()).collect();
     assert_eq!(reservations, ["ns/p"], "the entry keeps its reservation");
 }
+
+/// Found by the simulation's reboot cases: a failed ADD's entry (its roll-back out of time) stayed in node-a's pool
+/// of a slice the NodeSlicePool then listed as node-b's; GC read only the pools of the slices as listed, so the
+/// entry of the gone sandbox stayed while its pod lived. GC also looks through the node's own pools of the
+/// network's other slices (one list of the pools).
+#[tokio::test]
+async fn gc_finds_the_nodes_entry_in_its_pool_of_a_slice_listed_as_another_nodes() {
+    let store = MemoryStore::new(NS);
+    let ipam = serde_json::json!({"range": "198.18.0.0/28", "node_slice_size": "/30"});
+    let cfg = config(ipam, "p");
+    let ip = add(&TestHost(store.clone()), &cfg, &request("c-gone", "node-a")).await.unwrap()[0].ip;
+    // written long ago; then the slice listed as node-b's (node-a's pool keeps the entry)
+    let mut pool = store.pools().into_iter().next().unwrap();
+    for entry in pool.spec.allocations.values_mut() {
+        entry.allocated = Some("2026-01-01T00:00:00Z".into());
+    }
+    store.put_pool(pool);
+    let mut listing = store.node_slices().pop().unwrap();
+    let status = listing.status.as_mut().unwrap();
+    let slice = status.allocations.iter_mut().find(|s| s.node_name == "node-a").unwrap();
+    assert!(slice.slice_range.parse::<ipnet::IpNet>().unwrap().contains(&ip));
+    slice.node_name = "node-b".into();
+    store.put_node_slices(listing);
+    let released = gc(&TestHost(store.clone()), &ReleaseConfig::from(cfg), &request("", "node-a"), &[]).await.unwrap();
+    assert_eq!(released, 1, "node-a's gone sandbox's entry: {:?}", held(&store));
+    assert!(held(&store).is_empty());
+}

@@ -42,6 +42,23 @@ pub(crate) trait Layout<S>: Sync {
 
     /// The object a CHECK that finds no entry for `range` names.
     fn missing_in(&self, scope: &Scope<'_>, range: &IpRange) -> String;
+
+    /// For GC: `node`'s pools of `range` that `listed` ([`Layout::places`]) leaves out, where an entry of one of its
+    /// gone sandboxes may still be. None but in slice mode.
+    fn strays(
+        &self,
+        _store: &S,
+        _scope: &Scope<'_>,
+        _range: &IpRange,
+        _node: &str,
+        _listed: &[Place],
+        _budget: &Budget,
+    ) -> impl Future<Output = Result<Vec<Place>, IpamError>> + Send
+    where
+        S: PoolStore,
+    {
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// The pool `name`, or `None` when it does not exist.
@@ -119,7 +136,8 @@ async fn release_in(
 /// Which pools of a range to search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Search {
-    /// Every pool that may hold an entry of the range.
+    /// Every pool that may hold an entry of the range, and the node's own pools the layout does not list
+    /// ([`Layout::strays`]): GC.
     All,
     /// The node's own pools first, and the others only if nothing was found there (DEL in slice mode: a pod's
     /// address is in its node's slice unless it was borrowed).
@@ -140,13 +158,19 @@ async fn release_where<S: PoolStore + ReservationStore>(
     let mut released = 0;
     let mut errors = Vec::new();
     for range in scope.ranges {
-        let places = match layout.places(store, scope, range, node, budget).await {
+        let mut places = match layout.places(store, scope, range, node, budget).await {
             Ok(pools) => pools,
             Err(e) => {
                 errors.push(e);
                 continue;
             }
         };
+        if search == Search::All {
+            match layout.strays(store, scope, range, node, &places, budget).await {
+                Ok(strays) => places.extend(strays),
+                Err(e) => errors.push(e),
+            }
+        }
         let mut found_own = false;
         let mut borrowed: Option<Vec<String>> = None;
         for Place { pool: name, range: sub, own } in &places {

@@ -187,6 +187,42 @@ impl<S: SliceStore> Layout<S> for Sliced {
     fn missing_in(&self, scope: &Scope<'_>, _range: &IpRange) -> String {
         names::node_slice_pool_name(scope.network_name, scope.network)
     }
+
+    /// The node's pools of the range's slices listed free or as another node's: a failed ADD's entry stays in one
+    /// when the slice changes hands under it (the claimant makes no pool of its own there while it holds
+    /// entries). One list of the pools, as a retried ADD lists them to find its entry.
+    fn strays(
+        &self,
+        store: &S,
+        scope: &Scope<'_>,
+        range: &IpRange,
+        node: &str,
+        listed: &[Place],
+        budget: &Budget,
+    ) -> impl Future<Output = Result<Vec<Place>, IpamError>> + Send
+    where
+        S: PoolStore,
+    {
+        let network_name = scope.network_name.to_string();
+        let (range, node) = (range.clone(), node.to_string());
+        let known: std::collections::HashSet<String> = listed.iter().map(|p| p.pool.clone()).collect();
+        async move {
+            let pools = budget
+                .retry(StoreError::is_transient, || store.list_pools())
+                .await
+                .map_err(|e| IpamError::from_retry(&format!("pools of {network_name}: list {node}'s"), e))?;
+            Ok(pools
+                .iter()
+                .filter(|p| plan::of_network(p, &network_name))
+                .filter_map(|p| {
+                    let name = p.metadata.name.as_deref().filter(|n| !known.contains(*n))?;
+                    let cidr = p.spec.range.parse::<ipnet::IpNet>().ok()?.trunc();
+                    (names::node_of_slice_pool(name, &network_name, cidr)? == node).then_some(())?;
+                    Some(Place { pool: name.to_string(), range: range.slice(cidr)?, own: true })
+                })
+                .collect())
+        }
+    }
 }
 
 /// The objects an invocation of `cfg` on a node writes, for the host lock: the node's slices of the network, under
