@@ -294,8 +294,16 @@ impl<S> Shared<S> {
         };
         if !joined {
             let _sending = reads.sending.lock().await;
-            if let Ok(result) = answered.try_recv() {
-                return result;
+            match answered.try_recv() {
+                Ok(result) => return result,
+                // a reader before us took our place along and ended (its invocation was killed) before it
+                // answered: the channel is spent, so wait on a new one, which this read answers
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    let (answer, again) = oneshot::channel();
+                    reads.waiting.lock().expect("not poisoned").push(answer);
+                    answered = again;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {}
             }
             let mut readers = std::mem::take(&mut *reads.waiting.lock().expect("not poisoned"));
             let sent = SentWhen { answers: self.state.answers.load(Ordering::SeqCst), at: tokio::time::Instant::now() };
@@ -320,6 +328,17 @@ impl<S> Shared<S> {
     }
 }
 
+/// A write of `pool` whose batch ended before it was answered: it may have been applied.
+fn unanswered(pool: &str, op: String) -> StoreError {
+    StoreError::new(
+        "pool",
+        pool,
+        op,
+        super::Failure::Ambiguous,
+        "the batch carrying this write ended unanswered".into(),
+    )
+}
+
 impl<S: PoolStore> Shared<S> {
     /// Sends the guarded write `patch` of pool `pool` at `offset`, with whatever writes of the pool queue up
     /// meanwhile.
@@ -331,23 +350,18 @@ impl<S: PoolStore> Shared<S> {
         queue.changed.notify_waiters();
         {
             let _sending = queue.sending.lock().await;
-            // a sender before us may have taken ours along
-            if let Ok(result) = answered.try_recv() {
-                return result;
+            // a sender before us may have taken ours along; if it ended before it answered (its invocation was
+            // killed), the batch may have been applied: the channel is spent, and the caller reads back
+            match answered.try_recv() {
+                Ok(result) => return result,
+                Err(oneshot::error::TryRecvError::Closed) => return Err(unanswered(pool, op)),
+                Err(oneshot::error::TryRecvError::Empty) => {}
             }
             let batch = self.linger(pool, &queue).await;
             self.send(pool, batch).await;
         }
         // the sender was dropped before it answered (its invocation ended): the batch may have been applied
-        answered.await.unwrap_or_else(|_| {
-            Err(StoreError::new(
-                "pool",
-                pool,
-                op,
-                super::Failure::Ambiguous,
-                "the batch carrying this write ended unanswered".into(),
-            ))
-        })
+        answered.await.unwrap_or_else(|_| Err(unanswered(pool, op)))
     }
 
     /// The writes queued for `pool`, with those of the claims that held an offset of it when the batch was
@@ -1023,6 +1037,63 @@ mod tests {
         assert_eq!(entries(on_wire), 0, "the read sent at 0 s was answered as the pool was then");
         assert_eq!(entries(sharing), 0, "a view begun before the read was sent shared it");
         assert_eq!(entries(retry), 1, "the retry read the pool again, and found the binary's entry");
+    }
+
+    /// Found by a 100,000-case simulation run (a panic, "called after complete"): two invocations wait behind a read
+    /// they cannot share; the first takes the second's place along and is killed before its read is answered.
+    /// The second, its answer gone, reads itself and gets the pool, where it polled a spent channel.
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_whose_place_a_killed_reader_took_along_reads_itself() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let plan = FaultPlan::quiet(3).at(Op::GetPool, 1, Fault::LateAnswer).at(Op::GetPool, 2, Fault::LateAnswer);
+        let store = Shared::new(base.handle("agent", plan));
+        let at = |millis: u64| tokio::time::sleep(Duration::from_millis(millis));
+        let on_wire = async { store.get_pool("p").await };
+        let killed = async {
+            at(1000).await;
+            // begun after the read on the wire was sent: waits its turn; killed while its own read is out
+            tokio::time::timeout(Duration::from_secs(7), store.for_invocation().get_pool("p")).await
+        };
+        let taken_along = async {
+            at(2000).await;
+            store.for_invocation().get_pool("p").await
+        };
+        let (on_wire, killed, taken_along) = tokio::join!(on_wire, killed, taken_along);
+        assert!(matches!(on_wire, Ok(Some(_))), "{on_wire:?}");
+        assert!(killed.is_err(), "killed before its read was answered: {killed:?}");
+        assert!(matches!(taken_along, Ok(Some(_))), "it read the pool itself: {taken_along:?}");
+    }
+
+    /// The same for a write: two wait behind a batch on the wire; the first takes the second's write along in its
+    /// batch and is killed before the answer. The second's write may have been applied: it is told so (ambiguous,
+    /// to read back), where it polled a spent channel.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_a_killed_sender_took_along_is_ambiguous() {
+        let base = MemoryStore::new("ns");
+        pool_with(&base).await;
+        let plan =
+            FaultPlan::quiet(3).at(Op::AddAllocation, 1, Fault::LateAnswer).at(Op::AddAllocation, 2, Fault::LateAnswer);
+        let store = Shared::new(base.handle("agent", plan));
+        let at = |millis: u64| tokio::time::sleep(Duration::from_millis(millis));
+        let add = |offset: u128| {
+            let store = store.clone();
+            async move { store.add_allocation("p", offset, &entry(&format!("c{offset}")), &AsRead::default()).await }
+        };
+        let on_wire = add(1);
+        let killed = async {
+            at(1000).await;
+            tokio::time::timeout(Duration::from_secs(7), add(2)).await
+        };
+        let taken_along = async {
+            at(2000).await;
+            add(3).await
+        };
+        let (on_wire, killed, taken_along) = tokio::join!(on_wire, killed, taken_along);
+        assert_eq!(on_wire.unwrap(), Patched::Applied);
+        assert!(killed.is_err(), "killed before its batch was answered: {killed:?}");
+        let ambiguous = taken_along.expect_err("its batch ended unanswered");
+        assert!(matches!(ambiguous.failure, crate::store::Failure::Ambiguous), "{ambiguous:?}");
     }
 
     /// Readers that ask together, before anything is answered, share one read; a reader whose read's sender is
