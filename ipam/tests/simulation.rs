@@ -2002,3 +2002,28 @@ fn a_failed_adds_entry_in_an_adaptive_slice_that_changed_hands_is_given_back_by_
     ];
     run_case(1632347365814726280, 0.22458654145022064, scripts).unwrap();
 }
+
+/// Found by the second 100,000-case release run (kept in the regressions file too): net-h's pods through node-0's
+/// agent and the binary while the NAD drops its reserve; an agent invocation killed while its shared read was out
+/// had taken another invocation's place along, and that one panicked in the shared store ("called after complete")
+/// when it read itself. 8 of 8 runs panicked before the fix.
+#[test]
+fn an_invocation_whose_read_a_killed_one_took_along_reads_itself() {
+    let p = |node, start_ms, live_ms, agent| scripted(7, node, false, false, End::Del, false, start_ms, live_ms, agent);
+    let scripts = vec![
+        p(0, 5014, 0, true),
+        p(0, 5018, 7298, false),
+        p(0, 5087, 0, false),
+        p(0, 5014, 0, false),
+        p(0, 5138, 0, false),
+        p(2, 5000, 0, false),
+        p(2, 5000, 0, true),
+        p(0, 10000, 0, false),
+        p(0, 5298, 4538, true),
+        p(1, 5000, 7347, true),
+        p(0, 5005, 0, true),
+        p(0, 5015, 0, false),
+        p(1, 7339, 100, true),
+    ];
+    run_case_with(16347537727154867321, 0.07175009184812635, scripts, false, true, None, Some(7340)).unwrap();
+}
