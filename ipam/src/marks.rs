@@ -32,8 +32,13 @@ pub const KEPT_BOOTS: usize = 4;
 
 /// This boot's id, if the kernel tells it.
 pub fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let id = id.trim();
+    parse_boot_id(&std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?)
+}
+
+/// The boot id in `text` (the kernel's file), if it is one: it names a directory, so nothing but hex digits and
+/// dashes (no `/`, no `..`).
+fn parse_boot_id(text: &str) -> Option<String> {
+    let id = text.trim();
     (!id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then(|| id.to_string())
 }
 
@@ -140,6 +145,14 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         assert!(!first_add(&file.join("attachments"), "b1", "net", "c1", "net1"));
         assert!(!first_add(&file, "b1", "net", "c1", "net1"));
+    }
+
+    #[test]
+    fn a_boot_id_names_a_directory_and_nothing_else() {
+        assert_eq!(parse_boot_id("0b1f-9c2e\n").as_deref(), Some("0b1f-9c2e"));
+        for bad in ["", "\n", "../etc", "ab/cd", "b00t id"] {
+            assert_eq!(parse_boot_id(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
