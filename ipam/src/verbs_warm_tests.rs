@@ -34,29 +34,37 @@ impl Node {
     }
 }
 
+/// What both kinds of invocation have of the node (`self.0`): its store, marks and boot; no routing table or host
+/// lock.
+macro_rules! the_node {
+    () => {
+        type Store = MemoryStore;
+        type Table = KernelTable;
+
+        async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
+            Ok(self.0.store.clone())
+        }
+
+        fn table(&self) -> Result<KernelTable, TableError> {
+            Err(TableError::Netlink { op: "open a netlink socket", detail: "not in these tests".into() })
+        }
+
+        fn lock_dir(&self) -> Option<PathBuf> {
+            None
+        }
+
+        fn marks_dir(&self) -> Option<PathBuf> {
+            Some(self.0.marks.clone())
+        }
+
+        fn boot_id(&self) -> Option<String> {
+            Some(self.0.boot.clone())
+        }
+    };
+}
+
 impl Host for Agent {
-    type Store = MemoryStore;
-    type Table = KernelTable;
-
-    async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
-        Ok(self.0.store.clone())
-    }
-
-    fn table(&self) -> Result<KernelTable, TableError> {
-        Err(TableError::Netlink { op: "open a netlink socket", detail: "not in these tests".into() })
-    }
-
-    fn lock_dir(&self) -> Option<PathBuf> {
-        None
-    }
-
-    fn marks_dir(&self) -> Option<PathBuf> {
-        Some(self.0.marks.clone())
-    }
-
-    fn boot_id(&self) -> Option<String> {
-        Some(self.0.boot.clone())
-    }
+    the_node!();
 
     async fn take_warm(
         &self,
@@ -84,28 +92,7 @@ impl Host for Agent {
 }
 
 impl Host for Binary {
-    type Store = MemoryStore;
-    type Table = KernelTable;
-
-    async fn connect(&self, _kubeconfig: &Path) -> Result<MemoryStore, ConnectError> {
-        Ok(self.0.store.clone())
-    }
-
-    fn table(&self) -> Result<KernelTable, TableError> {
-        Err(TableError::Netlink { op: "open a netlink socket", detail: "not in these tests".into() })
-    }
-
-    fn lock_dir(&self) -> Option<PathBuf> {
-        None
-    }
-
-    fn marks_dir(&self) -> Option<PathBuf> {
-        Some(self.0.marks.clone())
-    }
-
-    fn boot_id(&self) -> Option<String> {
-        Some(self.0.boot.clone())
-    }
+    the_node!();
 
     fn warm_journal(&self, _node: &str) -> Option<PathBuf> {
         Some(self.0.journal.clone())
