@@ -795,6 +795,41 @@ async fn a_preferred_address_is_taken_when_free_and_otherwise_the_usual_choice_i
     assert_no_address_twice(&store);
 }
 
+/// Found by the simulation's range-grown cases (100,000 cases, twice): a network's range grows, without
+/// reservations, just as its first pool is made. The old config's first ADD lists the pools (none) and its create
+/// reaches the server late; the new config's first ADD lists (none), makes the /28's pool and claims; then the
+/// /29's pool lands. Each pool was made naming nothing, so their claims read neither the other's entries nor its
+/// mark, and the first address of each went to two pods. Pools are born pending and settled by a second list: here
+/// the /29's, made last, names the /28's, so the new config's ADDs are refused while the old config's may run, and
+/// no address is handed out twice.
+#[tokio::test(start_paused = true)]
+async fn two_layouts_whose_first_pools_are_made_at_once_never_hand_out_one_address_twice() {
+    use crate::store::memory::{Fault, FaultPlan, Op};
+    let store = MemoryStore::new(NS);
+    let old = serde_json::json!({"range": "198.18.87.0/29", "enable_overlapping_ranges": false});
+    let grown = serde_json::json!({"range": "198.18.87.0/28", "enable_overlapping_ranges": false});
+    let late = TestHost(store.handle("old", FaultPlan::quiet(1).at(Op::CreatePool, 1, Fault::LateRequest)));
+    let host = TestHost(store.clone());
+    let first_old = async { add(&late, &config(old.clone(), "old-0"), &request("co0", "n")).await };
+    let first_new = async {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        add(&host, &config(grown.clone(), "new-0"), &request("cn0", "n")).await
+    };
+    let (a, b) = tokio::join!(first_old, first_new);
+    let mut added = usize::from(a.is_ok()) + usize::from(b.is_ok());
+    for i in 1..8 {
+        for (ipam, pod) in [(&old, format!("old-{i}")), (&grown, format!("new-{i}"))] {
+            if add(&host, &config(ipam.clone(), &pod), &request(&format!("c{pod}"), "n")).await.is_ok() {
+                added += 1;
+            }
+        }
+    }
+    assert!(added >= 6, "the one layout's ADDs went on: {added} added");
+    assert_no_address_twice(&store);
+    let pools = store.pools();
+    assert!(pools.iter().all(|p| !crate::store::replaces_pending(p)), "no pool left pending");
+}
+
 /// A pod's DEL under the grown config reads the new pool (no copy yet), the old one (its entry), the new one again
 /// (still no copy), and sends its removal, which arrives late: meanwhile the leader copies the entry into the new
 /// pool and removes it from the old one. The DEL's removal finds it gone; without a last read of the new pool the
@@ -1190,8 +1225,9 @@ async fn an_add_begun_under_the_old_range_cannot_take_what_the_new_pool_hands_ou
 async fn a_refused_retry_of_a_write_whose_answer_was_lost_keeps_the_entry_it_wrote() {
     use crate::store::memory::{Fault, FaultPlan, Op};
     let store = MemoryStore::new(NS);
+    // the store's first guarded pool patch is the new pool's settle (crate::replaces); the entry's add is the second
     let plan =
-        FaultPlan::quiet(3).at(Op::AddAllocation, 1, Fault::LostResponse).at(Op::AddAllocation, 2, Fault::Refused);
+        FaultPlan::quiet(3).at(Op::AddAllocation, 2, Fault::LostResponse).at(Op::AddAllocation, 3, Fault::Refused);
     let host = TestHost(store.handle("refused-retry", plan));
     let ipam = serde_json::json!({"range": "198.18.65.0/29"});
     let got = add(&host, &config(ipam, "p"), &request("c1", "n")).await.expect("the earlier try's entry is the ADD's");

@@ -1715,7 +1715,8 @@ fn a_guard_less_one_test_is_caught() {
 /// lands on the stale plan. The add's `test` of the offset's release record is what refuses it. (Since an ADD that
 /// makes a pool lists the pools it replaces, the found seed's interleaving no longer meets the race; the seed and
 /// rate below were searched for again over the same scripts, and meet it; again since an add also tests the pool's
-/// replacement mark as read, which a pool's first annotation, the cooldown's, now makes a concurrent claim retry.)
+/// replacement mark as read, which a pool's first annotation, the cooldown's, now makes a concurrent claim retry;
+/// and again since a new pool is settled by a second list: seed ...900, found by the same search, 5 of 5 runs.)
 fn a_claim_planned_before_a_release() -> Result<(), String> {
     let pod = |network, start_ms, live_ms, repeat_add| PodScript {
         repeat_add,
@@ -1728,7 +1729,7 @@ fn a_claim_planned_before_a_release() -> Result<(), String> {
         pod(COOLDOWN_NETWORK, 0, 5074, true),
         pod(0, 39, 0, false),
     ];
-    run_case_counted(3634237780332438904, 0.2, scripts, false, false)
+    run_case_counted(3634237780332438900, 0.2, scripts, false, false)
 }
 
 #[test]

@@ -69,7 +69,7 @@ pub(crate) struct Steer {
     pub only: bool,
 }
 
-/// Which of its config's pools a new pool names as those it replaces ([`crate::pools::replaced`]).
+/// Which of its config's pools a new pool names as those it replaces ([`crate::replaces::replaced`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Replaces {
     /// None: the mode does not lay a network out anew.
@@ -236,8 +236,9 @@ where
         let mut spread = false;
         let mut seed = crate::entropy::random(self.who.me.container.as_bytes());
         let mut pool = match &self.target.read {
-            Some(pool) => self.policy.check(pool.clone(), self.pool())?,
-            None => self.read_pool().await?,
+            // a copy whose layout is pending is no plan's ground: read it settled
+            Some(pool) if !crate::store::replaces_pending(pool) => self.policy.check(pool.clone(), self.pool())?,
+            _ => self.read_pool().await?,
         };
         let mut hinted = self.target.hinted && self.target.read.is_some();
         // with reservations, an old pool's entries keep their reservations, which keep this claim off them already;
@@ -258,6 +259,7 @@ where
             let flying = self.store.in_flight(self.pool());
             if let Some(seen) = self.store.cached_pool(self.pool())
                 && crate::store::shared::newer(&seen.metadata, &pool.metadata)
+                && !crate::store::replaces_pending(&seen)
             {
                 pool = self.policy.check(seen, self.pool())?;
             }
@@ -508,7 +510,10 @@ where
             self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool())))?;
             attempt += 1;
             if let Some(pool) = self.get_pool().await? {
-                return self.policy.check(pool, self.pool());
+                match crate::replaces::settle(self.store, self.policy.check(pool, self.pool())?, self.budget).await? {
+                    Some(pool) => return Ok(pool),
+                    None => continue,
+                }
             }
             let Some(node_name) = self.policy.create() else {
                 tracing::debug!(pool = %self.pool(), "pool gone: nothing to borrow from it");
@@ -523,7 +528,10 @@ where
             if turn.is_some()
                 && let Some(made) = self.store.cached_pool(self.pool())
             {
-                return self.policy.check(made, self.pool());
+                match crate::replaces::settle(self.store, self.policy.check(made, self.pool())?, self.budget).await? {
+                    Some(pool) => return Ok(pool),
+                    None => continue,
+                }
             }
             if !self.policy.may_create(self.store, self.budget).await? {
                 return Err(IpamError::Exhausted {
@@ -534,12 +542,20 @@ where
             let range = names::range_string(self.target.range.cidr());
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;
+            let pending = self.policy.replaces() != Replaces::Nothing;
             let (overlaps, keeps_off) = match self.policy.replaces() {
                 Replaces::Nothing => (Vec::new(), Vec::new()),
                 replaces => {
                     let slice = replaces == Replaces::Slice;
-                    crate::pools::replaced(self.store, self.pool(), self.target.range, self.who.cfg, slice, self.budget)
-                        .await?
+                    crate::replaces::replaced(
+                        self.store,
+                        self.pool(),
+                        self.target.range,
+                        self.who.cfg,
+                        slice,
+                        self.budget,
+                    )
+                    .await?
                 }
             };
             let new = NewPool {
@@ -548,6 +564,7 @@ where
                 overlaps: &overlaps,
                 keeps_off: &keeps_off,
                 config_name: &self.who.cfg.name,
+                pending,
                 ..NewPool::new(self.pool(), &range, usable)
             };
             let created = self
@@ -555,10 +572,12 @@ where
                 .retry(StoreError::is_transient, || self.store.create_pool(&new))
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool()), e))?;
-            if let Created::Created(pool) = created {
+            if let Created::Created(pool) = created
+                && let Some(pool) = crate::replaces::settle(self.store, pool, self.budget).await?
+            {
                 return Ok(pool);
             }
-            // someone else just made it: read it
+            // someone else just made it (or it went while it settled): read it
         }
     }
 

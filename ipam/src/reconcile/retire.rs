@@ -7,11 +7,12 @@ use std::time::Duration;
 use crate::crd::IpPool;
 use crate::store::{Deleted, Patched, PoolStore, StoreError, Version, guard, overlaps_of};
 
-/// Whether `pool` was created more than `settle` (longer than any ADD runs) before `now`: no ADD begun under the
-/// config it replaced is left.
+/// Whether `pool` was created more than `settle` (longer than any ADD runs) before `now`, so no ADD begun under the
+/// config it replaced is left, and what it replaces is decided ([`crate::replaces`]).
 pub fn settled(pool: &IpPool, now: k8s_openapi::jiff::Timestamp, settle: Duration) -> bool {
     let created = pool.metadata.creation_timestamp.as_ref().map(|t| t.0);
     created.is_some_and(|c| now > c && now.duration_since(c).unsigned_abs() > settle)
+        && !crate::store::replaces_pending(pool)
 }
 
 /// Retires, among `pools` (as listed), the empty pools that a pool created more than `settle` before `now`

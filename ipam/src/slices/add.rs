@@ -565,7 +565,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
     }
 
     /// A network that kept one pool per range (or other slices) before: the slice's new pool names the pools of
-    /// the network whose ranges overlap the slice ([`crate::pools::replaced`]).
+    /// the network whose ranges overlap the slice ([`crate::replaces::replaced`]).
     fn replaces(&self) -> Replaces {
         Replaces::Slice
     }

@@ -94,6 +94,16 @@ pub fn config_of(pool: &IpPool) -> Option<&str> {
 /// longer read this one; and an entry is added to it only while the mark is as its claim read it.
 pub const REPLACED_ANNOTATION: &str = "hereabouts.cni.cncf.io/replaced";
 
+/// On a pool just made for a config whose layouts may change ([`crate::replaces`]): which overlapping pools it
+/// replaces is not yet decided. No address is claimed in it until a step that lists the pools again has decided,
+/// by a rule that two pools made at once both reach, and removed this ([`crate::replaces::settle`]).
+pub const PENDING_ANNOTATION: &str = "hereabouts.cni.cncf.io/replaces-pending";
+
+/// Whether what `pool` replaces is still to be decided ([`PENDING_ANNOTATION`]).
+pub fn replaces_pending(pool: &IpPool) -> bool {
+    pool.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PENDING_ANNOTATION))
+}
+
 /// How long after a pool was marked replaced ([`REPLACED_ANNOTATION`]) an ADD of the old config may be under way:
 /// the longest budget (`timeout_seconds`) with the node agent's turn and a roll-back, and room for a runtime's
 /// retry. Past it, a claim in the pool is taken for one of a config that names it again (the NAD changed back).
@@ -135,12 +145,24 @@ pub struct NewPool<'a> {
     pub keeps_off: &'a [String],
     /// The netconf `name` of the config whose ADD makes it ([`CONFIG_ANNOTATION`]); `""`, none recorded.
     pub config_name: &'a str,
+    /// Born with what it replaces still to be decided ([`PENDING_ANNOTATION`]).
+    pub pending: bool,
 }
 
 impl<'a> NewPool<'a> {
     /// The pool `name` of `range` with `usable` addresses, of the unnamed network, bound to no node, replacing none.
     pub fn new(name: &'a str, range: &'a str, usable: u128) -> Self {
-        Self { name, range, network_name: "", usable, node_name: None, overlaps: &[], keeps_off: &[], config_name: "" }
+        Self {
+            name,
+            range,
+            network_name: "",
+            usable,
+            node_name: None,
+            overlaps: &[],
+            keeps_off: &[],
+            config_name: "",
+            pending: false,
+        }
     }
 
     /// The object `create_pool` writes.
@@ -156,6 +178,7 @@ impl<'a> NewPool<'a> {
             (!self.keeps_off.is_empty()).then(|| (KEEPS_OFF_ANNOTATION.to_string(), self.keeps_off.join(",")));
         let config =
             (!self.config_name.is_empty()).then(|| (CONFIG_ANNOTATION.to_string(), self.config_name.to_string()));
+        let pending = self.pending.then(|| (PENDING_ANNOTATION.to_string(), "true".to_string()));
         pool.metadata.annotations = Some(
             [
                 (NETWORK_ANNOTATION.to_string(), self.network_name.to_string()),
@@ -165,6 +188,7 @@ impl<'a> NewPool<'a> {
             .chain(overlaps)
             .chain(keeps_off)
             .chain(config)
+            .chain(pending)
             .collect(),
         );
         pool

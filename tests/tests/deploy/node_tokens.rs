@@ -397,6 +397,52 @@ async fn a_node_marks_a_replaced_pool_once() {
     assert!(run(&on_a, "DEL", "pod-a", "ca").await.success);
 }
 
+/// A pool is born with what it replaces pending (`hereabouts.cni.cncf.io/replaces-pending`), and the ADD that
+/// finds one settles it, first the pending pools of a higher name that overlap it (which then name it). Here the
+/// /29's and the /30's pools were made at once (by the admin: pending, naming neither the other), and node A's ADD
+/// of the /29 settles both with the host's token. Once settled, what a pool replaces is no node's to change, nor
+/// may it be pending again. With the policy of before (the pending mark could not go), A's ADD was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_settles_what_a_pending_pool_replaces_and_nothing_after() {
+    let (admin, _guard) = shipped().await;
+    let a = NodeHost::install(cluster(), KS, "settle-a").await;
+    let (wide, narrow) = ("198.18.205.0/29", "198.18.205.0/30");
+    let name = |range: &str| hereabouts_ipam::names::pool_name("settle", range.parse().unwrap());
+    let pools_api = Api::<IpPool>::namespaced(admin.clone(), KS);
+    for (range, usable) in [(wide, 6), (narrow, 2)] {
+        let pool_name = name(range);
+        let made_at_once = hereabouts_ipam::store::NewPool {
+            network_name: "settle",
+            config_name: "settle",
+            pending: true,
+            ..hereabouts_ipam::store::NewPool::new(&pool_name, range, usable)
+        };
+        pools_api.create(&PostParams::default(), &made_at_once.object()).await.unwrap();
+    }
+    let on_a =
+        a.netconf("settle", json!({"range": wide, "network_name": "settle", "enable_overlapping_ranges": false}));
+    assert_eq!(run(&on_a, "ADD", "pod-a", "ca").await.ips(), [ip("198.18.205.1")]);
+    let read = |range: &str| {
+        let (api, name) = (pools_api.clone(), name(range));
+        async move { api.get(&name).await.unwrap() }
+    };
+    let (w, n) = (read(wide).await, read(narrow).await);
+    for pool in [&w, &n] {
+        assert!(!hereabouts_ipam::store::replaces_pending(pool), "{:?} settled", pool.metadata.name);
+    }
+    assert_eq!(hereabouts_ipam::store::overlaps_of(&n), [name(wide)], "the higher name names the lower");
+    assert!(hereabouts_ipam::store::overlaps_of(&w).is_empty(), "and is not named by it");
+
+    let pools_as_a = Api::<IpPool>::namespaced(a.client().await, KS);
+    let overlaps = hereabouts_ipam::store::OVERLAPS_ANNOTATION;
+    let renamed = Patch::Merge(json!({"metadata": {"annotations": {overlaps: name(narrow)}}}));
+    denied(pools_as_a.patch(&name(wide), &PatchParams::default(), &renamed).await, "settle-a", "named once settled");
+    let pending = hereabouts_ipam::store::PENDING_ANNOTATION;
+    let again = Patch::Merge(json!({"metadata": {"annotations": {pending: "true"}}}));
+    denied(pools_as_a.patch(&name(wide), &PatchParams::default(), &again).await, "settle-a", "pending again");
+    assert!(run(&on_a, "DEL", "pod-a", "ca").await.success);
+}
+
 /// The warm reserve's hand-over, as the agent writes it with the host's token: node A turns the entry and the
 /// reservation of its own reserve into a pod's; node B can do neither with A's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
