@@ -26,6 +26,7 @@ if [[ ${#files[@]} -eq 0 ]]; then
     ipam/src/warm/reserve.rs
     ipam/src/reconcile/relayout.rs
     ipam/src/marks.rs
+    ipam/src/replaces.rs
   )
 fi
 cd "$root"

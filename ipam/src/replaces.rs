@@ -159,7 +159,9 @@ pub(crate) async fn settle<S: PoolStore>(
     }
     let name = pool.metadata.name.clone().unwrap_or_default();
     let mut attempt = 0;
-    loop {
+    // the last refusal: the pool it was sent to, at the version tested, and what the server said
+    let mut refused: Option<(String, String, String)> = None;
+    'listing: loop {
         budget
             .pause(attempt)
             .await
@@ -167,6 +169,13 @@ pub(crate) async fn settle<S: PoolStore>(
         attempt += 1;
         let listed = list(store, &name, budget).await?;
         let find = |n: &str| listed.iter().find(|p| p.metadata.name.as_deref() == Some(n));
+        // refused while the pool stayed as tested and pending: not our test but a policy or a schema, which
+        // refuses again
+        if let Some((at, version, message)) = refused.take()
+            && find(&at).is_some_and(|p| replaces_pending(p) && p.metadata.resource_version.as_ref() == Some(&version))
+        {
+            return Err(IpamError::Refused { what: format!("pool {at}: settle what it replaces"), message });
+        }
         let Some(mine) = find(&name) else { return Ok(None) };
         if !replaces_pending(mine) {
             return Ok(Some(mine.clone()));
@@ -178,7 +187,7 @@ pub(crate) async fn settle<S: PoolStore>(
                 Step::Name { overlaps, keeps_off } => break (overlaps, keeps_off),
                 Step::First(higher) => match find(&higher) {
                     Some(first) => target = first,
-                    None => unreachable!("step names only listed pools"),
+                    None => continue 'listing,
                 },
             }
         };
@@ -198,8 +207,13 @@ pub(crate) async fn settle<S: PoolStore>(
             (Patched::Applied, _) => {
                 tracing::info!(pool = %target_name, replaces = ?overlaps, before = %name, "settled what it replaces");
             }
-            // changed since the list (another settled it, marked it, or named itself in it): list again
-            (outcome, _) => tracing::debug!(pool = %target_name, ?outcome, "settle refused; listing again"),
+            // changed since the list (another settled it, marked it, or named itself in it), or refused for
+            // another reason: the next list tells
+            (Patched::Refused(message), _) => {
+                tracing::debug!(pool = %target_name, %message, "settle refused; listing again");
+                refused = Some((target_name, version, message));
+            }
+            (Patched::Missing, _) => tracing::debug!(pool = %target_name, "gone before it settled; listing again"),
         }
     }
 }
@@ -367,6 +381,38 @@ mod tests {
             let pool = listed.iter().find(|p| p.metadata.name.as_deref() == Some(name(settling).as_str())).unwrap();
             assert_eq!(step(&listed, pool), expected, "case {i}");
         }
+    }
+
+    /// What a pending pool keeps off is what it kept off at its create and what the list adds (Whereabouts' pools
+    /// with entries), each once; a node's pool of a slice is no layout of another node's pool of the same slice.
+    #[test]
+    fn a_pending_pool_keeps_off_each_unmade_pool_once_and_passes_over_the_same_slice() {
+        let unmade = |range: &str| {
+            let mut pool = NewPool::new(&name(range), range, 0).object();
+            pool.metadata.annotations = None;
+            pool.spec.allocations.insert("1".into(), crate::crd::IpAllocation { id: "c".into(), ..Default::default() });
+            pool
+        };
+        let (wide, a, b) = ("198.18.66.0/28", "198.18.66.0/30", "198.18.66.4/30");
+        let mut pending = made(wide, true, &[]);
+        let annotations = pending.metadata.annotations.as_mut().unwrap();
+        annotations.insert(crate::store::KEEPS_OFF_ANNOTATION.into(), name(a));
+        let listed = [pending.clone(), unmade(a), unmade(b)];
+        assert_eq!(step(&listed, &pending), Step::Name { overlaps: vec![], keeps_off: vec![name(a), name(b)] });
+
+        let slice = "198.18.66.16/29";
+        let of_node = |node: &str, pending: bool| {
+            let n = names::pool_name(&format!("{NET}-{node}"), slice.parse().unwrap());
+            NewPool { network_name: NET, config_name: NET, pending, ..NewPool::new(&n, slice, 0) }.object()
+        };
+        let (mine, theirs) = (of_node("node-a", true), of_node("node-b", false));
+        let whole = made("198.18.66.16/28", false, &[]);
+        let listed = [mine.clone(), theirs, whole];
+        assert_eq!(
+            step(&listed, &mine),
+            Step::Name { overlaps: vec![name("198.18.66.16/28")], keeps_off: vec![] },
+            "the range's pool is a layout it replaces; node-b's pool of the same slice is not"
+        );
     }
 
     /// Two pools made at once, neither naming the other: settling the lower name settles the higher first (which
