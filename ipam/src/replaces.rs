@@ -3,12 +3,12 @@
 //! ([`crate::store::OVERLAPS_ANNOTATION`]): its claims keep off what they hold, its first claim marks them replaced, and the
 //! leader moves their entries over ([`crate::reconcile::relayout`]).
 //!
-//! A pool names the pools it found when it listed them before its create. Two pools made at once (the old config's
-//! first ADD and the new config's, each listing before the other's create lands) would each miss the other, and
-//! their claims, reading neither the other's entries nor the other's mark, hand out one address twice (found by the
-//! simulation's range-grown cases). So a pool of a layout that can change is born pending ([`crate::store::PENDING_ANNOTATION`]),
-//! and no address is claimed in it until [`settle`] has listed the pools again and decided, of each overlapping pool
-//! of its config that it does not name yet:
+//! A pool that named the pools it found when it listed them before its create would miss one made at the same time
+//! (the old config's first ADD and the new config's, each listing before the other's create lands), and neither
+//! pool's claims would read the other's entries or mark: one address handed out twice (found by the simulation's
+//! range-grown cases). So a pool of a layout that can change is born pending ([`crate::store::PENDING_ANNOTATION`]),
+//! naming nothing, and no address is claimed in it until [`settle`] has listed the pools after its create and
+//! decided, of each overlapping pool of its config that it does not name yet:
 //! - one that names it replaces it: nothing to name;
 //! - one that is settled: this pool names it (a settled pool's decision is final, and it may hand out addresses
 //!   already);
@@ -26,19 +26,6 @@ use crate::error::IpamError;
 use crate::names;
 use crate::range::IpRange;
 use crate::store::{Patched, PoolStore, StoreError, config_of, guard, keeps_off_of, overlaps_of, replaces_pending};
-
-/// The pools that the new pool `name` of `range` for the config `cfg` replaces, listed now ([`among`]).
-pub(crate) async fn replaced<S: PoolStore>(
-    store: &S,
-    name: &str,
-    range: &IpRange,
-    cfg: &crate::config::IpamConfig,
-    slice: bool,
-    budget: &Budget,
-) -> Result<(Vec<String>, Vec<String>), IpamError> {
-    let listed = list(store, name, budget).await?;
-    Ok(among(&listed, name, range, &cfg.name, &cfg.network_name, slice))
-}
 
 async fn list<S: PoolStore>(store: &S, name: &str, budget: &Budget) -> Result<Vec<IpPool>, IpamError> {
     budget
@@ -193,8 +180,7 @@ pub(crate) async fn settle<S: PoolStore>(
         };
         let target_name = target.metadata.name.clone().unwrap_or_default();
         let version = target.metadata.resource_version.clone().unwrap_or_default();
-        let had = (!overlaps_of(target).is_empty(), !keeps_off_of(target).is_empty());
-        let patch = guard::settle(&version, &overlaps, &keeps_off, had);
+        let patch = guard::settle(&version, &overlaps, &keeps_off);
         let written = budget
             .retry(StoreError::is_transient, || store.apply_pool_patch(&target_name, "settle what it replaces", &patch))
             .await
@@ -249,8 +235,8 @@ mod tests {
     /// Found by the agents' simulation: two networks sharing the network name with overlapping ranges (one pool and
     /// slices, kept apart by their reservations) are not one layout replacing another: a new pool names only its
     /// own config's pools, so the leader never moves another network's entries into it, nor retires its pools.
-    #[tokio::test]
-    async fn a_new_pool_replaces_only_its_own_configs_pools() {
+    #[test]
+    fn a_new_pool_replaces_only_its_own_configs_pools() {
         use crate::crd::IpAllocation;
         let store = crate::store::MemoryStore::new("ns");
         let entry = |network: Option<&str>| IpAllocation {
@@ -281,11 +267,7 @@ mod tests {
         )
         .unwrap();
         let range = IpRange::parse("198.18.90.0/27", None, None, &[]).unwrap();
-        let named =
-            replaced(&store, "198.18.90.0-27", &range, &cfg, false, &Budget::new(std::time::Duration::from_secs(5)))
-                .await
-                .unwrap();
-        let (replaced, kept_off) = named;
+        let (replaced, kept_off) = among(&store.pools(), "198.18.90.0-27", &range, &cfg.name, &cfg.network_name, false);
         assert_eq!(
             replaced,
             ["198.18.90.0-30", "198.18.90.8-30"],
@@ -413,6 +395,53 @@ mod tests {
             Step::Name { overlaps: vec![name("198.18.66.16/28")], keeps_off: vec![] },
             "the range's pool is a layout it replaces; node-b's pool of the same slice is not"
         );
+        // one pool given back for slices as large as the range: the range's pool replaces the slice's pool
+        let whole = made(slice, true, &[]);
+        let of_b = of_node("node-b", false);
+        let listed = [whole.clone(), of_b.clone()];
+        assert_eq!(
+            step(&listed, &whole),
+            Step::Name { overlaps: vec![of_b.metadata.name.unwrap()], keeps_off: vec![] }
+        );
+    }
+
+    /// A pool alone settles with one list and one patch, and what the patch answers is what it returns: a second
+    /// list or patch is refused here.
+    #[tokio::test]
+    async fn a_pool_alone_settles_with_one_list_and_one_patch() {
+        use crate::store::memory::{Fault, FaultPlan, Op};
+        let store = crate::store::MemoryStore::new("ns");
+        store.put_pool(made("198.18.68.0/28", true, &[]));
+        let plan = FaultPlan::quiet(1).at(Op::ListPools, 2, Fault::Refused).at(Op::AddAllocation, 2, Fault::Refused);
+        let once = store.handle("once", plan);
+        let settled = settle(&once, read(&store, "198.18.68.0/28"), &budget()).await.unwrap().unwrap();
+        assert!(!replaces_pending(&settled) && overlaps_of(&settled).is_empty());
+    }
+
+    /// A pending pool marked replaced (by the first claim of a pool that names it) between its list and its
+    /// settle: the settle, sent before the mark and landing after it, is refused by its version test, and the next
+    /// list shows why (the pool changed), so it settles again rather than failing as refused by a policy.
+    #[tokio::test(start_paused = true)]
+    async fn a_settle_refused_because_the_pool_changed_is_made_again() {
+        use crate::store::memory::{Fault, FaultPlan, Op};
+        let (wide, narrow) = ("198.18.67.0/28", "198.18.67.0/29");
+        let store = crate::store::MemoryStore::new("ns");
+        store.put_pool(made(wide, false, &[narrow]));
+        store.put_pool(made(narrow, true, &[]));
+        // the settle's patch is the store's first guarded pool patch, and it reaches the server 5 s late
+        let late = store.handle("late", FaultPlan::quiet(1).at(Op::AddAllocation, 1, Fault::LateRequest));
+        let long = budget();
+        let settling = settle(&late, read(&store, narrow), &long);
+        let marking = async {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let mark = guard::mark_replaced(true, &crate::clock::now().to_string());
+            store.apply_pool_patch(&name(narrow), "mark replaced", &mark).await.unwrap()
+        };
+        let (settled, (marked, _)) = tokio::join!(settling, marking);
+        assert_eq!(marked, Patched::Applied);
+        let settled = settled.expect("settled on the next list").unwrap();
+        assert!(!replaces_pending(&settled) && crate::store::replaced_at(&settled).is_some());
+        assert_one_way(&store, &[wide, narrow]);
     }
 
     /// Two pools made at once, neither naming the other: settling the lower name settles the higher first (which

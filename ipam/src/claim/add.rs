@@ -69,17 +69,6 @@ pub(crate) struct Steer {
     pub only: bool,
 }
 
-/// Which of its config's pools a new pool names as those it replaces ([`crate::replaces::replaced`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Replaces {
-    /// None: the mode does not lay a network out anew.
-    Nothing,
-    /// The overlapping pools of its config (a range's pool).
-    Range,
-    /// The same, but for other nodes' pools of the very same slice (a slice's pool).
-    Slice,
-}
-
 /// What a mode adds to the claim of an address in one pool.
 pub(crate) trait Policy<S>: Sync {
     /// Whether a missing pool is created, and bound to which node: `None`, it is not, and the claim finds the pool
@@ -87,11 +76,11 @@ pub(crate) trait Policy<S>: Sync {
     /// freed, and writing into it again would hide the entry from the slice's next owner).
     fn create(&self) -> Option<Option<&str>>;
 
-    /// Which pools a missing pool it creates names as those whose layout it replaces
-    /// ([`crate::store::OVERLAPS_ANNOTATION`], listed right before it is created): none unless the mode lays a network
-    /// out anew when its config changes.
-    fn replaces(&self) -> Replaces {
-        Replaces::Nothing
+    /// Whether a missing pool it creates may replace other pools of its config (the mode lays a network out anew
+    /// when its config changes): such a pool is born with that pending, and settled before any claim
+    /// ([`crate::replaces`]).
+    fn replaces_others(&self) -> bool {
+        false
     }
 
     /// Read again, right before a missing pool is created, whether it still may be: `false`, the claim finds the
@@ -153,10 +142,10 @@ impl<S: PoolStore> Policy<S> for Plain {
     }
 
     /// A range's pool is named after the range: a config whose range grew, shrank or moved writes into a new pool
-    /// while the old one still holds its pods' entries. The new pool names the old ones (one LIST, when it is made),
+    /// while the old one still holds its pods' entries. The new pool names the old ones (settled once it is made),
     /// so that the leader moves their entries into it and, without reservations, its claims keep off what they hold.
-    fn replaces(&self) -> Replaces {
-        Replaces::Range
+    fn replaces_others(&self) -> bool {
+        true
     }
 }
 
@@ -542,29 +531,11 @@ where
             let range = names::range_string(self.target.range.cidr());
             let usable = self.target.range.usable_count();
             let network = &self.who.cfg.network_name;
-            let pending = self.policy.replaces() != Replaces::Nothing;
-            let (overlaps, keeps_off) = match self.policy.replaces() {
-                Replaces::Nothing => (Vec::new(), Vec::new()),
-                replaces => {
-                    let slice = replaces == Replaces::Slice;
-                    crate::replaces::replaced(
-                        self.store,
-                        self.pool(),
-                        self.target.range,
-                        self.who.cfg,
-                        slice,
-                        self.budget,
-                    )
-                    .await?
-                }
-            };
             let new = NewPool {
                 network_name: network,
                 node_name,
-                overlaps: &overlaps,
-                keeps_off: &keeps_off,
                 config_name: &self.who.cfg.name,
-                pending,
+                pending: self.policy.replaces_others(),
                 ..NewPool::new(self.pool(), &range, usable)
             };
             let created = self

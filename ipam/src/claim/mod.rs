@@ -17,7 +17,7 @@ mod reclaim;
 mod release;
 mod reservation;
 
-pub(crate) use add::{Claim, Plain, Policy, Replaces, Steer, Target};
+pub(crate) use add::{Claim, Plain, Policy, Steer, Target};
 pub use choose::{IPAMCLAIMS_CLUSTER_ROLE, IPAMCLAIMS_VALUE, RANGES_CLUSTER_ROLE, RANGES_VALUE, statefulset_ordinal};
 pub(crate) use choose::{PodOnce, choose_ranges};
 pub(crate) use ipamclaim::{ClaimRead, resolve as resolve_ipamclaim};

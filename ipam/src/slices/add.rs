@@ -13,7 +13,7 @@ use super::plan::{self as slices, Next, Slice};
 use crate::budget::Budget;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::claim::{Claim, Claimant, Journal, Policy, Replaces, Target};
+use crate::claim::{Claim, Claimant, Journal, Policy, Target};
 use crate::clock;
 use crate::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec};
 use crate::error::IpamError;
@@ -565,9 +565,9 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
     }
 
     /// A network that kept one pool per range (or other slices) before: the slice's new pool names the pools of
-    /// the network whose ranges overlap the slice ([`crate::replaces::replaced`]).
-    fn replaces(&self) -> Replaces {
-        Replaces::Slice
+    /// the network whose ranges overlap the slice but other nodes' pools of the same slice ([`crate::replaces`]).
+    fn replaces_others(&self) -> bool {
+        true
     }
 
     fn guard_in_use(&self, pool: &IpPool) -> Option<(u128, String)> {

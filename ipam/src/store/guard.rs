@@ -155,21 +155,17 @@ pub fn mark_replaced(annotated: bool, at: &str) -> Patch {
 }
 
 /// Decides what a pool whose replaced pools were pending replaces ([`super::PENDING_ANNOTATION`]), if the pool is
-/// still at `version` (as read with the list the decision was made on): names `overlaps` and `keeps_off` (each
-/// written, or removed when empty and `had` shows it) and removes the pending mark, whose removal alone already
-/// fails once another decision landed; the version test also refuses a decision made on a list older than the
-/// pool (made again since, or marked). Not under [`Guard`]'s mutation test, which the ADD and DEL simulation
-/// drives and where two pools made at once are rare: proven by `replaces::tests`.
-pub fn settle(version: &str, overlaps: &[String], keeps_off: &[String], had: (bool, bool)) -> Patch {
+/// still at `version` (as read with the list the decision was made on): names `overlaps` and `keeps_off` (what it
+/// named before and what the list adds: the lists only grow, so an empty one is left unwritten) and removes the
+/// pending mark, whose removal alone already fails once another decision landed; the version test also refuses a
+/// decision made on a list older than the pool (made again since, or marked). Not under [`Guard`]'s mutation test,
+/// which the ADD and DEL simulation drives and where two pools made at once are rare: proven by `replaces::tests`.
+pub fn settle(version: &str, overlaps: &[String], keeps_off: &[String]) -> Patch {
     let path = |key: &str| format!("/metadata/annotations/{}", key.replace('/', "~1"));
     let mut ops = vec![test("/metadata/resourceVersion", json!(version))];
-    for (key, names, present) in
-        [(super::OVERLAPS_ANNOTATION, overlaps, had.0), (super::KEEPS_OFF_ANNOTATION, keeps_off, had.1)]
-    {
+    for (key, names) in [(super::OVERLAPS_ANNOTATION, overlaps), (super::KEEPS_OFF_ANNOTATION, keeps_off)] {
         if !names.is_empty() {
             ops.push(add(&path(key), json!(names.join(","))));
-        } else if present {
-            ops.push(remove(&path(key)));
         }
     }
     ops.push(remove(&path(super::PENDING_ANNOTATION)));
