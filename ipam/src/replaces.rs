@@ -145,15 +145,15 @@ pub(crate) async fn settle<S: PoolStore>(
         return Ok(Some(pool));
     }
     let name = pool.metadata.name.clone().unwrap_or_default();
-    let mut attempt = 0;
     // the last refusal: the pool it was sent to, at the version tested, and what the server said
     let mut refused: Option<(String, String, String)> = None;
+    // no pause between rounds: a round is taken again only when the pools changed between its list and its patch,
+    // and each pool settles once and is marked once, so the rounds are few however many ADDs settle at once (and a
+    // loser reads the pool settled at once, as a claim that lost its offset reads the pool again)
     'listing: loop {
-        budget
-            .pause(attempt)
-            .await
-            .map_err(|_| IpamError::Expired(format!("pool {name}: decide which pools it replaces")))?;
-        attempt += 1;
+        if budget.expired() {
+            return Err(IpamError::Expired(format!("pool {name}: decide which pools it replaces")));
+        }
         let listed = list(store, &name, budget).await?;
         let find = |n: &str| listed.iter().find(|p| p.metadata.name.as_deref() == Some(n));
         // refused while the pool stayed as tested and pending: not our test but a policy or a schema, which

@@ -816,6 +816,14 @@ async fn two_layouts_whose_first_pools_are_made_at_once_never_hand_out_one_addre
         add(&host, &config(grown.clone(), "new-0"), &request("cn0", "n")).await
     };
     let (a, b) = tokio::join!(first_old, first_new);
+    // the race as found: the /29's pool landed after the /28's was settled and in use, so only its settle, after
+    // its create, could see the /28's; it names it, and its first ADD took an address the /28's does not hold
+    let pool_of = |range: &str| store.pools().into_iter().find(|p| p.spec.range == range).unwrap();
+    let (narrow, wide) = (pool_of("198.18.87.0/29"), pool_of("198.18.87.0/28"));
+    assert_eq!(crate::store::overlaps_of(&narrow), [wide.metadata.name.clone().unwrap()]);
+    let holds = |pool: &IpPool, pod: &str| pool.spec.allocations.values().any(|e| e.podref == format!("ns/{pod}"));
+    assert!(holds(&wide, "new-0") && holds(&narrow, "old-0"), "each config's first ADD in its own pool");
+    assert_ne!(a.as_ref().unwrap()[0].ip, b.as_ref().unwrap()[0].ip);
     let mut added = usize::from(a.is_ok()) + usize::from(b.is_ok());
     for i in 1..8 {
         for (ipam, pod) in [(&old, format!("old-{i}")), (&grown, format!("new-{i}"))] {
