@@ -45,7 +45,7 @@ async fn list<S: PoolStore>(store: &S, name: &str, budget: &Budget) -> Result<Ve
 /// The second list: the overlapping pools of the network that no hereabouts config made (no config recorded, no entry
 /// with a network: Whereabouts wrote them), which the pool keeps off ([`crate::store::KEEPS_OFF_ANNOTATION`])
 /// without taking them as its own layout.
-pub(crate) fn among(
+fn among(
     listed: &[IpPool],
     name: &str,
     range: &IpRange,
@@ -81,7 +81,7 @@ pub(crate) fn among(
 /// The pools of `listed` that a new pool `name` of `range` for the network `network_name` replaces: those of the same
 /// network (as [`crate::claim::pool_scope`] reads a pool's network) whose ranges overlap `range`, but for node-warm
 /// pools (IaaS provider mode: never one range's).
-pub(crate) fn overlapping(listed: &[IpPool], name: &str, range: &IpRange, network_name: &str) -> Vec<String> {
+fn overlapping(listed: &[IpPool], name: &str, range: &IpRange, network_name: &str) -> Vec<String> {
     let mine = range.cidr();
     let mut found: Vec<String> = listed
         .iter()
