@@ -1272,3 +1272,25 @@ async fn gc_finds_the_nodes_entry_in_its_pool_of_a_slice_listed_as_another_nodes
     assert_eq!(released, 1, "node-a's gone sandbox's entry: {:?}", held(&store));
     assert!(held(&store).is_empty());
 }
+
+/// Found by `make fuzz`'s parse fuzzer (seed 7522544532343385973): a range whose one usable address lies in one of
+/// 128 /32 slices (`range_start` = `range_end`). The ADD claimed free slices at random, found each without a usable
+/// address full and claimed the next, until its budget ran out (code 11), holding the slices it had claimed. A free
+/// slice without a usable address is never claimed now: the ADD claims the one slice that has one.
+#[tokio::test(start_paused = true)]
+async fn a_free_slice_without_a_usable_address_is_never_claimed() {
+    let store = MemoryStore::new(NS);
+    let host = TestHost(store.clone());
+    let ipam = serde_json::json!({"ipRanges": [{"range": "198.18.54.29-198.18.54.29/25"}], "node_slice_size": "/32"});
+    for (i, node) in ["node-1", "node-2"].into_iter().enumerate() {
+        let got = add(&host, &config(ipam.clone(), &format!("p{i}")), &request(&format!("c{i}"), node)).await;
+        if i == 0 {
+            assert_eq!(got.unwrap()[0].ip.to_string(), "198.18.54.29");
+        } else {
+            assert_eq!(got.unwrap_err().code, Code::RangeExhausted, "the one address is node-1's");
+        }
+    }
+    let listing = store.node_slices().pop().unwrap().status.unwrap().allocations;
+    let held: Vec<_> = listing.iter().filter(|s| !s.node_name.is_empty()).map(|s| s.slice_range.clone()).collect();
+    assert_eq!(held, ["198.18.54.29/32"], "one slice claimed, the one with the usable address");
+}

@@ -75,7 +75,12 @@ impl<S: PoolStore + ReservationStore + SliceStore> SlicedAdd<'_, S> {
     ) -> Next {
         let max_own = self.max_slices.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         let lending = slices::Lending { may_borrow: self.who.kube.overlapping_ranges, max_own, growth: self.growth };
-        slices::next(slices, self.node(), full, unclaimable, preferred, lending, seed)
+        // a free slice holding no address the range may hand out (range_start, range_end, exclude) is never
+        // claimed: the node would find it full and claim the next, hoarding slices until its budget ran out
+        let mut passed = unclaimable.clone();
+        passed
+            .extend(slices.iter().filter(|s| s.node.is_empty() && self.range.slice(s.cidr).is_none()).map(|s| s.cidr));
+        slices::next(slices, self.node(), full, &passed, preferred, lending, seed)
     }
 
     pub(super) async fn run(&self, journal: &mut Journal) -> Result<IpAddr, IpamError> {
