@@ -26,7 +26,7 @@ if [[ ${#files[@]} -eq 0 ]]; then
     ipam/src/warm/reserve.rs
     ipam/src/reconcile/relayout.rs
     ipam/src/marks.rs
-    ipam/src/replaces.rs
+    ipam/src/claim/replaces.rs
   )
 fi
 cd "$root"

@@ -9,7 +9,7 @@
 //! | what is asked | [`config`] (the [`Mode`]), [`request`] |
 //! | the verbs | [`verbs`], with the machine behind a [`Host`] and the node's [`lock`] |
 //! | the modes | [`pools`] (one pool per range), [`slices`] (node slices), [`provider`] (IaaS candidates), [`routetable`] (the routing table) |
-//! | the protocol on the API server | [`claim`]: one address claimed in one pool, rolled back, released; pure decisions in [`claim::decide`]; what a new pool replaces in [`replaces`] |
+//! | the protocol on the API server | [`claim`]: one address claimed in one pool, rolled back, released; pure decisions in [`claim::decide`]; what a new pool replaces in [`claim::replaces`] |
 //! | the reconciler's rules | [`reconcile`]: whether an entry or a reservation may go, and the guarded writes that give it back |
 //! | storage | [`store`]: narrow traits per concern, the live [`KubeStore`], the fault-injecting [`MemoryStore`], the guarded patches of [`store::guard`] |
 //! | pure parts | [`range`], [`allocator`], [`names`], [`crd`], [`cooldown`], [`selector`] |
@@ -34,7 +34,6 @@ pub mod pools;
 pub mod provider;
 pub mod range;
 pub mod reconcile;
-pub mod replaces;
 
 pub mod request;
 pub mod routetable;

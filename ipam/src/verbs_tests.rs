@@ -1233,7 +1233,7 @@ async fn an_add_begun_under_the_old_range_cannot_take_what_the_new_pool_hands_ou
 async fn a_refused_retry_of_a_write_whose_answer_was_lost_keeps_the_entry_it_wrote() {
     use crate::store::memory::{Fault, FaultPlan, Op};
     let store = MemoryStore::new(NS);
-    // the store's first guarded pool patch is the new pool's settle (crate::replaces); the entry's add is the second
+    // the store's first guarded pool patch is the new pool's settle (crate::claim::replaces); the entry's add is the second
     let plan =
         FaultPlan::quiet(3).at(Op::AddAllocation, 2, Fault::LostResponse).at(Op::AddAllocation, 3, Fault::Refused);
     let host = TestHost(store.handle("refused-retry", plan));

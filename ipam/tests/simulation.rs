@@ -1691,7 +1691,7 @@ fn caught(guard: Guard, nth: usize) -> Option<(u32, String)> {
 /// records' values guard against need a delete and a re-create between two calls of one ADD, or two releases of
 /// one address within one cooldown, which its schedules make too rare to meet in a few thousand cases.
 ///
-/// 2,000 since pools settle what they replace after their create (`hereabouts_ipam::replaces`): the first two
+/// 2,000 since pools settle what they replace after their create (`hereabouts_ipam::claim::replaces`): the first two
 /// racing ADDs on one offset without reservations now come at case 1,032 of the same cases (a mutant caught is
 /// caught at the first case that meets its race, so the budget costs only when nothing is found).
 const MUTANT_BUDGET: u32 = 2000;

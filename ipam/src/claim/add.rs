@@ -78,7 +78,7 @@ pub(crate) trait Policy<S>: Sync {
 
     /// Whether a missing pool it creates may replace other pools of its config (the mode lays a network out anew
     /// when its config changes): such a pool is born with that pending, and settled before any claim
-    /// ([`crate::replaces`]).
+    /// ([`crate::claim::replaces`]).
     fn replaces_others(&self) -> bool {
         false
     }
@@ -499,7 +499,9 @@ where
             self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool())))?;
             attempt += 1;
             if let Some(pool) = self.get_pool().await? {
-                match crate::replaces::settle(self.store, self.policy.check(pool, self.pool())?, self.budget).await? {
+                match crate::claim::replaces::settle(self.store, self.policy.check(pool, self.pool())?, self.budget)
+                    .await?
+                {
                     Some(pool) => return Ok(pool),
                     None => continue,
                 }
@@ -517,7 +519,9 @@ where
             if turn.is_some()
                 && let Some(made) = self.store.cached_pool(self.pool())
             {
-                match crate::replaces::settle(self.store, self.policy.check(made, self.pool())?, self.budget).await? {
+                match crate::claim::replaces::settle(self.store, self.policy.check(made, self.pool())?, self.budget)
+                    .await?
+                {
                     Some(pool) => return Ok(pool),
                     None => continue,
                 }
@@ -544,7 +548,7 @@ where
                 .await
                 .map_err(|e| IpamError::from_retry(&format!("pool {}: create", self.pool()), e))?;
             if let Created::Created(pool) = created
-                && let Some(pool) = crate::replaces::settle(self.store, pool, self.budget).await?
+                && let Some(pool) = crate::claim::replaces::settle(self.store, pool, self.budget).await?
             {
                 return Ok(pool);
             }

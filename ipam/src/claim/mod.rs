@@ -15,6 +15,7 @@ mod journal;
 mod preferred;
 mod reclaim;
 mod release;
+pub mod replaces;
 mod reservation;
 
 pub(crate) use add::{Claim, Plain, Policy, Steer, Target};

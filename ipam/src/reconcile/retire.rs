@@ -8,7 +8,7 @@ use crate::crd::IpPool;
 use crate::store::{Deleted, Patched, PoolStore, StoreError, Version, guard, overlaps_of};
 
 /// Whether `pool` was created more than `settle` (longer than any ADD runs) before `now`, so no ADD begun under the
-/// config it replaced is left, and what it replaces is decided ([`crate::replaces`]).
+/// config it replaced is left, and what it replaces is decided ([`crate::claim::replaces`]).
 pub fn settled(pool: &IpPool, now: k8s_openapi::jiff::Timestamp, settle: Duration) -> bool {
     let created = pool.metadata.creation_timestamp.as_ref().map(|t| t.0);
     created.is_some_and(|c| now > c && now.duration_since(c).unsigned_abs() > settle)

@@ -570,7 +570,7 @@ impl<S: PoolStore + ReservationStore + SliceStore> Policy<S> for InSlice<'_, '_,
     }
 
     /// A network that kept one pool per range (or other slices) before: the slice's new pool names the pools of
-    /// the network whose ranges overlap the slice but other nodes' pools of the same slice ([`crate::replaces`]).
+    /// the network whose ranges overlap the slice but other nodes' pools of the same slice ([`crate::claim::replaces`]).
     fn replaces_others(&self) -> bool {
         true
     }

@@ -159,7 +159,7 @@ pub fn mark_replaced(annotated: bool, at: &str) -> Patch {
 /// named before and what the list adds: the lists only grow, so an empty one is left unwritten) and removes the
 /// pending mark, whose removal alone already fails once another decision landed; the version test also refuses a
 /// decision made on a list older than the pool (made again since, or marked). Not under [`Guard`]'s mutation test,
-/// which the ADD and DEL simulation drives and where two pools made at once are rare: proven by `replaces::tests`.
+/// which the ADD and DEL simulation drives and where two pools made at once are rare: proven by `claim::replaces::tests`.
 pub fn settle(version: &str, overlaps: &[String], keeps_off: &[String]) -> Patch {
     let path = |key: &str| format!("/metadata/annotations/{}", key.replace('/', "~1"));
     let mut ops = vec![test("/metadata/resourceVersion", json!(version))];

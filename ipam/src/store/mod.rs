@@ -94,9 +94,9 @@ pub fn config_of(pool: &IpPool) -> Option<&str> {
 /// longer read this one; and an entry is added to it only while the mark is as its claim read it.
 pub const REPLACED_ANNOTATION: &str = "hereabouts.cni.cncf.io/replaced";
 
-/// On a pool just made for a config whose layouts may change ([`crate::replaces`]): which overlapping pools it
+/// On a pool just made for a config whose layouts may change ([`crate::claim::replaces`]): which overlapping pools it
 /// replaces is not yet decided. No address is claimed in it until a step that lists the pools again has decided,
-/// by a rule that two pools made at once both reach, and removed this ([`crate::replaces::settle`]).
+/// by a rule that two pools made at once both reach, and removed this ([`crate::claim::replaces::settle`]).
 pub const PENDING_ANNOTATION: &str = "hereabouts.cni.cncf.io/replaces-pending";
 
 /// Whether what `pool` replaces is still to be decided ([`PENDING_ANNOTATION`]).

@@ -310,7 +310,7 @@ async fn a_held_write_of_a_killed_plugin_is_applied_on_release() {
     let fx = CniFixture::new("fp-kill").await;
     let proxy = FaultProxy::start(fx.cluster).await;
     let config = proxied_netconf(&fx, &proxy, "198.18.41.0/24");
-    // the first patch settles the new pool (hereabouts_ipam::replaces); the second is the entry
+    // the first patch settles the new pool (hereabouts_ipam::claim::replaces); the second is the entry
     proxy.add_rule(Rule::nth(Verb::Patch, "ippools", 2, Action::Hold));
 
     let mut child = spawn_plugin(&fx.invocation("ADD", &config, "victim", "c-killed")).await;

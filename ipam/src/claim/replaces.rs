@@ -79,7 +79,7 @@ fn among(
 }
 
 /// The pools of `listed` that a new pool `name` of `range` for the network `network_name` replaces: those of the same
-/// network (as [`crate::claim::pool_scope`] reads a pool's network) whose ranges overlap `range`, but for node-warm
+/// network (as [`super::pool_scope`] reads a pool's network) whose ranges overlap `range`, but for node-warm
 /// pools (IaaS provider mode: never one range's).
 fn overlapping(listed: &[IpPool], name: &str, range: &IpRange, network_name: &str) -> Vec<String> {
     let mine = range.cidr();
@@ -87,7 +87,7 @@ fn overlapping(listed: &[IpPool], name: &str, range: &IpRange, network_name: &st
         .iter()
         .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n != name) && p.spec.node_name.is_none())
         .filter_map(|p| {
-            let (theirs, network) = crate::claim::pool_scope(p)?;
+            let (theirs, network) = super::pool_scope(p)?;
             let theirs = theirs.cidr();
             (network == network_name && crate::cut::overlap(mine, theirs)).then(|| p.metadata.name.clone()).flatten()
         })
@@ -109,7 +109,7 @@ enum Step {
 fn step(listed: &[IpPool], pool: &IpPool) -> Step {
     let name = pool.metadata.name.as_deref().unwrap_or_default();
     let (mut overlaps, mut keeps_off) = (overlaps_of(pool), keeps_off_of(pool));
-    let Some((range, network)) = crate::claim::pool_scope(pool) else { return Step::Name { overlaps, keeps_off } };
+    let Some((range, network)) = super::pool_scope(pool) else { return Step::Name { overlaps, keeps_off } };
     let slice = name != names::pool_name(&network, range.cidr());
     let (replaced, kept_off) = among(listed, name, &range, config_of(pool).unwrap_or_default(), &network, slice);
     for other in replaced {
