@@ -131,15 +131,19 @@ pub fn add_entry(offset: u128, entry: &IpAllocation, read: &AsRead) -> Patch {
     // and its layout settled: a claim planned on a copy from before the pool went and was made again lands in no
     // pool whose replaced pools are still to be decided
     if matches!(read.replaced, Some(super::MarkAsRead::Unmarked | super::MarkAsRead::Marked(_))) {
-        let pending = format!("/metadata/annotations/{}", super::PENDING_ANNOTATION.replace('/', "~1"));
-        ops.push(test(&pending, Value::Null));
+        ops.push(test(&annotation_path(super::PENDING_ANNOTATION), Value::Null));
     }
     ops.push(add(&path, value(entry)));
     guarded(Guard::AddEntry, ops)
 }
 
 fn replaced_path() -> String {
-    format!("/metadata/annotations/{}", super::REPLACED_ANNOTATION.replace('/', "~1"))
+    annotation_path(super::REPLACED_ANNOTATION)
+}
+
+/// The JSON Pointer of the annotation `key` (its `/` escaped).
+fn annotation_path(key: &str) -> String {
+    format!("/metadata/annotations/{}", key.replace('/', "~1"))
 }
 
 /// Marks a pool replaced at `at` ([`super::REPLACED_ANNOTATION`]) if it still has no mark: of two claims marking
@@ -161,14 +165,13 @@ pub fn mark_replaced(annotated: bool, at: &str) -> Patch {
 /// decision made on a list older than the pool (made again since, or marked). Not under [`Guard`]'s mutation test,
 /// which the ADD and DEL simulation drives and where two pools made at once are rare: proven by `claim::replaces::tests`.
 pub fn settle(version: &str, overlaps: &[String], keeps_off: &[String]) -> Patch {
-    let path = |key: &str| format!("/metadata/annotations/{}", key.replace('/', "~1"));
     let mut ops = vec![test("/metadata/resourceVersion", json!(version))];
     for (key, names) in [(super::OVERLAPS_ANNOTATION, overlaps), (super::KEEPS_OFF_ANNOTATION, keeps_off)] {
         if !names.is_empty() {
-            ops.push(add(&path(key), json!(names.join(","))));
+            ops.push(add(&annotation_path(key), json!(names.join(","))));
         }
     }
-    ops.push(remove(&path(super::PENDING_ANNOTATION)));
+    ops.push(remove(&annotation_path(super::PENDING_ANNOTATION)));
     Patch(ops)
 }
 
@@ -317,7 +320,7 @@ pub fn move_out(offset: u128, held: &IpAllocation, annotated: bool) -> Patch {
     ops.push(remove(&path));
     let key = moved_annotation(offset);
     if annotated {
-        ops.push(add(&format!("/metadata/annotations/{}", key.replace('/', "~1")), json!(held.id)));
+        ops.push(add(&annotation_path(&key), json!(held.id)));
     } else {
         ops.push(add("/metadata/annotations", json!({ key: held.id })));
     }
@@ -328,7 +331,7 @@ pub fn move_out(offset: u128, held: &IpAllocation, annotated: bool) -> Patch {
 /// reads so, to `kept` (removing it when none is kept). Not under [`Guard`]'s mutation test, which the ADD and
 /// DEL simulation drives: the leader's retirement is proven by its own test (`reconcile::retire`).
 pub fn narrow_overlaps(named: &[String], kept: &[String]) -> Patch {
-    let path = format!("/metadata/annotations/{}", super::OVERLAPS_ANNOTATION.replace('/', "~1"));
+    let path = annotation_path(super::OVERLAPS_ANNOTATION);
     let change = if kept.is_empty() { remove(&path) } else { replace(&path, json!(kept.join(","))) };
     Patch(vec![test(&path, json!(named.join(","))), change])
 }
