@@ -499,7 +499,9 @@ where
             self.budget.pause(attempt).await.map_err(|_| IpamError::Expired(format!("pool {}: get", self.pool())))?;
             attempt += 1;
             if let Some(pool) = self.get_pool().await? {
-                match self.settled(pool).await? {
+                match crate::claim::replaces::settle(self.store, self.policy.check(pool, self.pool())?, self.budget)
+                    .await?
+                {
                     Some(pool) => return Ok(pool),
                     None => continue,
                 }
@@ -517,7 +519,9 @@ where
             if turn.is_some()
                 && let Some(made) = self.store.cached_pool(self.pool())
             {
-                match self.settled(made).await? {
+                match crate::claim::replaces::settle(self.store, self.policy.check(made, self.pool())?, self.budget)
+                    .await?
+                {
                     Some(pool) => return Ok(pool),
                     None => continue,
                 }
@@ -550,11 +554,6 @@ where
             }
             // someone else just made it (or it went while it settled): read it
         }
-    }
-
-    /// `pool` as read, checked by the mode and settled ([`crate::claim::replaces::settle`]); `None`, it went.
-    async fn settled(&self, pool: IpPool) -> Result<Option<IpPool>, IpamError> {
-        crate::claim::replaces::settle(self.store, self.policy.check(pool, self.pool())?, self.budget).await
     }
 
     /// Rewrites as now the release records of `pool` that lie ahead of this clock (a releaser's clock was fast), in
