@@ -403,4 +403,43 @@ mod tests {
         );
         assert_eq!(held(&store), [row(NEW, 1, "intruder"), row(OLD, 1, "a")], "both left as they were, for a person");
     }
+
+    /// Two NetworkAttachmentDefinitions of one network name share its pools; a grown range of one of them replaces
+    /// the old pool for that config's entries only.
+    #[test]
+    fn an_entry_another_config_recorded_stays_for_that_config() {
+        let now = Timestamp::now();
+        let named = [OLD.to_string()];
+        let mut grown =
+            NewPool { overlaps: &named, config_name: "ns/grown", ..NewPool::new(NEW, "198.18.80.0/28", 14) }.object();
+        grown.metadata.creation_timestamp = Some(Time(now - SignedDuration::from_mins(10)));
+        let mut old = NewPool::new(OLD, "198.18.80.0/29", 6).object();
+        for (offset, pod, config) in [(1, "mine", "ns/grown"), (2, "theirs", "ns/other"), (3, "unrecorded", "")] {
+            let recorded = Some(config.to_string()).filter(|c| !c.is_empty());
+            old.spec.allocations.insert(offset.to_string(), IpAllocation { network: recorded, ..entry(pod) });
+        }
+        let planned = plan(&[grown, old], now, crate::SETTLE_TIME);
+        let moved: Vec<&str> = planned.moves.iter().map(|m| m.entry.podref.as_str()).collect();
+        assert_eq!(moved, ["ns/mine", "ns/unrecorded"]);
+        let stranded: Vec<&str> = planned.stranded.iter().map(|(_, _, p)| p.as_str()).collect();
+        assert_eq!(stranded, ["ns/theirs"]);
+    }
+
+    /// A persistent address's claim moved to a new pod whose ADD, under the new config, already took the address in
+    /// the replacing pool: the old pool's entry is the same attachment's earlier sandbox, and goes.
+    #[tokio::test]
+    async fn an_ipamclaims_newer_pod_holding_the_copy_is_the_same_attachment() {
+        let (store, now) = fleet(&[], &[], SignedDuration::from_mins(10));
+        let of_claim = |pod: &str| IpAllocation { ipamclaim: Some("vm-disk".into()), ..entry(pod) };
+        for (name, pod) in [(OLD, "vm-before"), (NEW, "vm-after")] {
+            let mut pool = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(name)).unwrap();
+            pool.spec.allocations.insert("1".into(), of_claim(pod));
+            store.put_pool(pool);
+        }
+        assert_eq!(
+            move_replaced(&store, &store.pools(), now, crate::SETTLE_TIME).await,
+            Moved { moved: 1, skipped: 0 }
+        );
+        assert_eq!(held(&store), [row(NEW, 1, "vm-after")], "the claim's address once, with its newer pod");
+    }
 }
