@@ -394,6 +394,19 @@ mod tests {
         assert_eq!(held(&store), [], "no entry outlives its pod");
     }
 
+    /// The same, with the copy's answer lost: the copy found on reading back is the mover's own, so it too is taken back.
+    #[tokio::test]
+    async fn a_copy_whose_answer_was_lost_and_whose_entry_was_released_meanwhile_is_taken_back() {
+        let (store, now) = fleet(&[(1, "a")], &[], SignedDuration::from_mins(10));
+        let listed = store.pools();
+        let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
+        old.spec.allocations.clear();
+        store.put_pool(old);
+        let lossy = store.handle("lossy", FaultPlan::quiet(1).at(Op::AddAllocation, 1, Fault::LostResponse));
+        assert_eq!(move_replaced(&lossy, &listed, now, crate::SETTLE_TIME).await, Moved { moved: 0, skipped: 1 });
+        assert_eq!(held(&store), [], "no entry outlives its pod");
+    }
+
     #[tokio::test]
     async fn an_offset_another_attachment_holds_is_never_written() {
         let (store, now) = fleet(&[(1, "a")], &[(1, "intruder")], SignedDuration::from_mins(10));
