@@ -417,6 +417,18 @@ mod tests {
         assert_eq!(held(&store), [row(NEW, 1, "intruder"), row(OLD, 1, "a")], "both left as they were, for a person");
     }
 
+    /// A copy an admission policy refuses fails the move, which is counted skipped; the next pass tries again.
+    #[tokio::test]
+    async fn a_refused_copy_is_counted_skipped_and_leaves_the_entry() {
+        let (store, now) = fleet(&[(1, "a"), (2, "b")], &[], SignedDuration::from_mins(10));
+        let refused = store.handle("refused", FaultPlan::quiet(1).at(Op::AddAllocation, 1, Fault::Refused));
+        assert_eq!(
+            move_replaced(&refused, &store.pools(), now, crate::SETTLE_TIME).await,
+            Moved { moved: 1, skipped: 1 }
+        );
+        assert_eq!(held(&store), [row(NEW, 2, "b"), row(OLD, 1, "a")]);
+    }
+
     /// Two NetworkAttachmentDefinitions of one network name share its pools; a grown range of one of them replaces
     /// the old pool for that config's entries only.
     #[test]
