@@ -102,6 +102,9 @@ fn a_missing_pods_fresh_entry_waits_for_the_grace_period() {
     assert_eq!(v, Verdict::Keep(Keep::Fresh));
     let v = judge(&mk_alloc(None, Some(120), now), &facts(&PodView::Missing, None, now));
     assert_eq!(v, Verdict::Release(Reason::Deleted));
+    // the grace period is what it waits, not a moment more
+    let v = judge(&mk_alloc(None, Some(GRACE.as_secs() as i64), now), &facts(&PodView::Missing, None, now));
+    assert_eq!(v, Verdict::Release(Reason::Deleted));
     // no timestamp (Whereabouts): judged by the pod alone
     let v = judge(&mk_alloc(None, None, now), &facts(&PodView::Missing, None, now));
     assert_eq!(v, Verdict::Release(Reason::Deleted));
@@ -118,6 +121,17 @@ fn finished_and_replaced_pods_give_back() {
     assert_eq!(judge(&mk_alloc(None, None, now), &facts(&done, None, now)), Verdict::Release(Reason::Finished));
     let v = judge(&mk_alloc(Some("u0"), Some(3600), now), &facts(&live("u1"), None, now));
     assert_eq!(v, Verdict::Release(Reason::Replaced));
+}
+
+/// A pod recreated under its name: the earlier pod's entry, younger than the grace period, waits (its sandbox may
+/// still be torn down), unless that pod's UID was seen gone; another UID's event says nothing of it.
+#[test]
+fn a_replaced_pods_fresh_entry_waits_unless_its_uid_was_seen_gone() {
+    let now = Timestamp::now();
+    let fresh = mk_alloc(Some("u0"), Some(5), now);
+    assert_eq!(judge(&fresh, &facts(&live("u1"), None, now)), Verdict::Keep(Keep::Fresh));
+    assert_eq!(judge(&fresh, &facts(&live("u1"), Some("u0"), now)), Verdict::Release(Reason::Replaced));
+    assert_eq!(judge(&fresh, &facts(&live("u1"), Some("u9"), now)), Verdict::Keep(Keep::Fresh));
 }
 
 #[test]
