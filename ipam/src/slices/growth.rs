@@ -256,6 +256,9 @@ mod tests {
                 net("198.18.0.96/27")
             ]
         );
+        // the block cut is the one holding the slice, not the first one large enough
+        let cut = cut_around(vec![net("198.18.0.0/26"), net("198.18.0.64/26")], &[net("198.18.0.80/28")]);
+        assert_eq!(cut, [net("198.18.0.0/26"), net("198.18.0.64/28"), net("198.18.0.80/28"), net("198.18.0.96/27")]);
     }
 
     /// The addresses of `cidrs`, each once, or the first given twice.

@@ -57,14 +57,6 @@ pub fn slices_of(pool: &NodeSlicePool) -> Vec<Slice> {
         .collect()
 }
 
-/// A fresh slice list for `range`: every slice free.
-pub fn all_free(range: IpNet, prefix: u8) -> Result<Vec<NodeSliceAllocation>, SliceError> {
-    Ok(divide(range, prefix)?
-        .into_iter()
-        .map(|cidr| NodeSliceAllocation { node_name: String::new(), slice_range: names::range_string(cidr) })
-        .collect())
-}
-
 /// The free slices a claim ahead (of a node that holds no slice of `range`, before its first ADD) may take, in list
 /// order: the first of them while claims of `claim_prefix` (or whole smaller slices) one after another each find at
 /// least half of `range` free. A network's slices then go to its nodes as it appears (as Whereabouts' node-slice

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 
 use futures::StreamExt;
 use futures::stream;
-use hereabouts_ipam::crd::{IpPool, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
+use hereabouts_ipam::crd::{IpPool, NodeSliceAllocation, NodeSlicePool, NodeSlicePoolSpec, NodeSlicePoolStatus};
+use hereabouts_ipam::names;
 use hereabouts_ipam::range::IpRange;
 use hereabouts_tests::fixture::CniFixture;
 use hereabouts_tests::plugin::Output;
@@ -29,10 +30,11 @@ pub(crate) async fn add_all(fx: &CniFixture, config: &Value, pods: &[(String, St
 /// Creates the NodeSlicePool `name` as Whereabouts' controller writes it: every `/prefix` slice of `range`
 /// listed, the first ones owned by `owners` in order, the rest free.
 async fn put_node_slices(fx: &CniFixture, name: &str, range: &str, prefix: u8, owners: &[&str]) {
-    let mut allocations = hereabouts_ipam::slices::all_free(range.parse().unwrap(), prefix).unwrap();
-    for (slice, owner) in allocations.iter_mut().zip(owners) {
-        slice.node_name = owner.to_string();
-    }
+    let slices = hereabouts_ipam::slices::divide(range.parse().unwrap(), prefix).unwrap();
+    let owner = |i: usize| owners.get(i).map(|o| o.to_string()).unwrap_or_default();
+    let allocations = (slices.into_iter().enumerate())
+        .map(|(i, cidr)| NodeSliceAllocation { node_name: owner(i), slice_range: names::range_string(cidr) })
+        .collect();
     let spec = NodeSlicePoolSpec { range: range.into(), slice_size: format!("/{prefix}") };
     let mut nsp = NodeSlicePool::new(name, spec);
     nsp.status = Some(NodeSlicePoolStatus { allocations });
