@@ -143,7 +143,9 @@ pub fn rebuilt(
     let used: Vec<IpNet> = holders(pools, network_name, range, now)
         .into_iter()
         .map(|h| h.cidr)
-        .filter(|c| range.contains(&c.network()) && c.prefix_len() > prefix)
+        // a holder lies inside the range or holds it all (ranges nest or are apart): those smaller than a slice
+        // are inside
+        .filter(|c| c.prefix_len() > prefix)
         .collect();
     Ok(growth::cut_around(divide(range, prefix)?, &used)
         .into_iter()
@@ -286,6 +288,83 @@ mod tests {
 
     fn mk(list: &[(&str, &str)]) -> Vec<Slice> {
         list.iter().enumerate().map(|(index, (c, n))| Slice { index, cidr: net(c), node: n.to_string() }).collect()
+    }
+
+    /// A slice pool of `node` for `cidr` in network "net", holding `entries` at offsets 1.., and release records
+    /// of `released` seconds ago under a one-minute cooldown.
+    fn slice_pool(node: &str, cidr: &str, entries: usize, released: &[i64], now: Timestamp) -> IpPool {
+        let name = names::slice_pool_name("net", node, net(cidr));
+        let mut pool =
+            crate::store::NewPool { network_name: "net", ..crate::store::NewPool::new(&name, cidr, 14) }.object();
+        for offset in 1..=entries {
+            let entry = crate::crd::IpAllocation {
+                id: format!("c{offset}"),
+                podref: format!("ns/p{offset}"),
+                ..Default::default()
+            };
+            pool.spec.allocations.insert(offset.to_string(), entry);
+        }
+        if !released.is_empty() {
+            let annotations = pool.metadata.annotations.get_or_insert_default();
+            annotations.insert(crate::cooldown::COOLDOWN_ANNOTATION.into(), "60".into());
+            let at = |secs: i64| (now - k8s_openapi::jiff::SignedDuration::from_secs(secs)).to_string();
+            let records = released.iter().enumerate().map(|(i, secs)| ((i + 10).to_string(), at(*secs)));
+            pool.spec.released = Some(records.collect());
+        }
+        pool
+    }
+
+    #[test]
+    fn a_slice_pool_holds_its_slice_while_it_has_entries_or_addresses_cooling() {
+        let now = Timestamp::now();
+        let pools = [
+            slice_pool("n1", "198.18.90.0/26", 1, &[], now),
+            slice_pool("n2", "198.18.90.64/26", 0, &[5], now),
+            slice_pool("n3", "198.18.90.128/26", 0, &[3600], now),
+            slice_pool("n4", "198.18.90.192/26", 0, &[], now),
+        ];
+        let held: Vec<String> =
+            holders(&pools, "net", net("198.18.90.0/24"), now).into_iter().map(|h| h.node).collect();
+        assert_eq!(held, ["n1", "n2"], "an entry, an address still cooling; not a cooled or an empty pool");
+        assert_eq!(holders(&pools, "other", net("198.18.90.0/24"), now), [], "another network's pools");
+        // with no network name, "net-n1-..." reads as node "net-n1"'s: the annotation tells them apart
+        assert_eq!(holders(&pools, "", net("198.18.90.0/24"), now), [], "the unnamed network's pools");
+    }
+
+    /// A NodeSlicePool lost and re-created by node n1: its own slices in use, of any size, are its own again, listed
+    /// as they are with what is around them cut to fit; another node's in use, an empty pool's, and those inside a
+    /// larger pool of an earlier slice size are listed free.
+    #[test]
+    fn a_lost_list_is_rebuilt_around_the_slices_in_use_of_any_size() {
+        let now = Timestamp::now();
+        let pools = [
+            slice_pool("n1", "198.18.90.80/28", 1, &[], now),
+            slice_pool("n1", "198.18.90.128/26", 2, &[], now),
+            slice_pool("n2", "198.18.90.192/26", 1, &[], now),
+            slice_pool("n1", "198.18.90.0/26", 0, &[], now),
+            slice_pool("n1", "198.18.91.0/25", 1, &[], now),
+        ];
+        let listed: Vec<(String, String)> = rebuilt(net("198.18.90.0/23"), 26, "net", "n1", &pools, now)
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.slice_range, a.node_name))
+            .collect();
+        let row = |r: &str, n: &str| (r.to_string(), n.to_string());
+        assert_eq!(
+            listed,
+            [
+                row("198.18.90.0/26", ""),
+                row("198.18.90.64/28", ""),
+                row("198.18.90.80/28", "n1"),
+                row("198.18.90.96/27", ""),
+                row("198.18.90.128/26", "n1"),
+                row("198.18.90.192/26", ""),
+                row("198.18.91.0/26", ""),
+                row("198.18.91.64/26", ""),
+                row("198.18.91.128/26", ""),
+                row("198.18.91.192/26", ""),
+            ]
+        );
     }
 
     #[test]
