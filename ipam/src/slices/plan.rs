@@ -442,6 +442,9 @@ mod tests {
         );
         let all: BTreeSet<IpNet> = s.iter().map(|s| s.cidr).collect();
         assert_eq!(next(&taken, "a", &all, &none_claimed(), None, lend(true), 7), Next::Full);
+        // the attachment's slice listed free but in use by another node's pool: neither claimed nor borrowed
+        let in_use: BTreeSet<IpNet> = [net("10.0.0.64/26")].into();
+        assert_eq!(next(&s, "a", &none, &in_use, Some(net("10.0.0.64/26")), lend(true), 7), Next::Own(s[0].clone()));
     }
 
     #[test]
