@@ -212,10 +212,9 @@ pub fn next(
             _ => return Next::Borrow(s.clone()),
         }
     }
-    let mut own: Vec<&Slice> = slices.iter().filter(|s| s.node == node).filter(open).collect();
-    own.sort_by_key(|s| Some(s.cidr) != preferred);
-    if let Some(s) = own.first() {
-        return Next::Own((*s).clone());
+    // the preferred slice, if it is an open one of the node's own, was taken above
+    if let Some(s) = slices.iter().filter(|s| s.node == node).find(open) {
+        return Next::Own(s.clone());
     }
     // a free slice found in use (another node's pool of it holds entries) is not claimed
     let held = slices.iter().filter(|s| s.node == node).count();
