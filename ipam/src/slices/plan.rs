@@ -538,6 +538,15 @@ mod tests {
         assert_eq!(moves, [(s[0].clone(), "b".to_string())], "the free slice in use goes to nobody");
     }
 
+    #[test]
+    fn an_address_is_found_in_the_slice_that_holds_it() {
+        let s = mk(&[("10.0.0.0/26", "a"), ("10.0.0.64/27", ""), ("10.0.0.96/27", "b")]);
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        assert_eq!(slice_of(&s, ip("10.0.0.100")), Some(&s[2]));
+        assert_eq!(slice_of(&s, ip("10.0.0.64")), Some(&s[1]));
+        assert_eq!(slice_of(&s, ip("10.0.0.128")), None);
+    }
+
     /// A model of slice mode without I/O: nodes ADD in a random order, each following [`next`] and taking the
     /// lowest free address of the slice it lands on. No address is given twice, no slice gets two owners, and the
     /// range fills completely before anyone hears "full".
