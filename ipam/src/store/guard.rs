@@ -556,6 +556,19 @@ mod tests {
         assert_eq!(doc["spec"]["allocations"], json!({}));
     }
 
+    /// One container's two interfaces on one network hold two entries: each is its interface's. An entry written
+    /// without an interface (by Whereabouts) is judged by container and pod alone.
+    #[test]
+    fn a_removal_tests_the_interface_when_the_entry_names_one() {
+        let mut doc = pool();
+        let other_interface = IpAllocation { ifname: "net2".into(), ..entry("c1", "ns/a") };
+        assert!(apply(&mut doc, &remove_entry(1, &other_interface, None)).is_err());
+        let mut doc = json!({"spec": {"allocations": {"1": {"id": "c1", "podref": "ns/a"}}}});
+        apply(&mut doc, &remove_entry(1, &IpAllocation { ifname: String::new(), ..entry("c1", "ns/a") }, None))
+            .unwrap();
+        assert_eq!(doc["spec"]["allocations"], json!({}));
+    }
+
     #[test]
     fn an_add_fails_once_the_address_was_released_since_it_was_read() {
         let mut doc = pool();
