@@ -511,6 +511,7 @@ mod tests {
         let claim = |spec| Claim { spec, node: "node-a".into(), at: k8s_openapi::jiff::Timestamp::now() };
         let mut current = OverlappingRangeIpReservation::new("198.18.0.1", spec("old", "ns/vm-0", Some("ns/vm")));
         current.metadata.resource_version = Some("7".into());
+        current.metadata.labels = Some([("team".to_string(), "blue".to_string())].into());
         let taken = |current: &OverlappingRangeIpReservation, by: &Claim| {
             let mut doc = serde_json::to_value(current).unwrap();
             apply(&mut doc, &take_over(current, by))
@@ -518,6 +519,14 @@ mod tests {
         };
         let after = taken(&current, &claim(spec("new", "ns/b", None))).unwrap();
         assert_eq!((after.spec.podref.as_str(), after.spec.ipamclaim.as_deref()), ("ns/b", None), "{after:?}");
+        // the new holder's node and claim time written, another's label kept
+        let labels = after.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            (labels.get(super::super::NODE_LABEL), labels.get("team")),
+            (Some(&"node-a".into()), Some(&"blue".into()))
+        );
+        let annotations = after.metadata.annotations.clone().unwrap_or_default();
+        assert!(annotations.contains_key(super::super::CLAIMED_ANNOTATION), "{after:?}");
         let after = taken(&current, &claim(spec("new", "ns/vm-1", Some("ns/vm")))).unwrap();
         assert_eq!(after.spec.ipamclaim.as_deref(), Some("ns/vm"), "{after:?}");
         let mut moved_on = serde_json::to_value(&current).unwrap();
