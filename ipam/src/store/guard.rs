@@ -565,6 +565,21 @@ mod tests {
         assert_eq!(doc["spec"]["allocations"], json!({}));
     }
 
+    /// A settle names what it decided, drops the pending mark, and is refused on a pool changed since its list.
+    #[test]
+    fn a_settle_names_what_it_replaces_and_ends_pending_at_the_version_listed() {
+        use super::super::{KEEPS_OFF_ANNOTATION, OVERLAPS_ANNOTATION, PENDING_ANNOTATION};
+        let pending = json!({"metadata": {"resourceVersion": "7", "annotations": {PENDING_ANNOTATION: "true"}}});
+        let mut doc = pending.clone();
+        apply(&mut doc, &settle("7", &["a".into(), "b".into()], &[])).unwrap();
+        assert_eq!(doc["metadata"]["annotations"], json!({OVERLAPS_ANNOTATION: "a,b"}));
+        let mut doc = pending.clone();
+        apply(&mut doc, &settle("7", &[], &["c".into()])).unwrap();
+        assert_eq!(doc["metadata"]["annotations"], json!({KEEPS_OFF_ANNOTATION: "c"}));
+        assert!(apply(&mut pending.clone(), &settle("6", &["a".into()], &[])).is_err(), "listed before a change");
+        assert!(apply(&mut doc, &settle("7", &["a".into()], &[])).is_err(), "settled already");
+    }
+
     /// One container's two interfaces on one network hold two entries: each is its interface's. An entry written
     /// without an interface (by Whereabouts) is judged by container and pod alone.
     #[test]
