@@ -394,6 +394,24 @@ mod tests {
         assert_eq!(held(&store), [], "no entry outlives its pod");
     }
 
+    /// A pod's two interfaces on the network hold two entries with one container ID. The trace a move leaves names
+    /// its offset: the second interface's entry, released meanwhile, is not read as moved by the first one's trace,
+    /// and its copy is taken back.
+    #[tokio::test]
+    async fn a_trace_names_its_offset_so_a_second_interfaces_release_is_seen() {
+        let (store, now) = fleet(&[], &[], SignedDuration::from_mins(10));
+        let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
+        for (offset, ifname) in [(1, "net1"), (2, "net2")] {
+            old.spec.allocations.insert(offset.to_string(), IpAllocation { ifname: ifname.into(), ..entry("a") });
+        }
+        store.put_pool(old.clone());
+        let listed = store.pools();
+        old.spec.allocations.remove("2");
+        store.put_pool(old);
+        assert_eq!(move_replaced(&store, &listed, now, crate::SETTLE_TIME).await, Moved { moved: 1, skipped: 1 });
+        assert_eq!(held(&store), [row(NEW, 1, "a")], "net2's entry released: no copy of it outlives it");
+    }
+
     /// The same, with the copy's answer lost: the copy found on reading back is the mover's own, so it too is taken back.
     #[tokio::test]
     async fn a_copy_whose_answer_was_lost_and_whose_entry_was_released_meanwhile_is_taken_back() {

@@ -580,6 +580,27 @@ mod tests {
         assert!(apply(&mut doc, &settle("7", &["a".into()], &[])).is_err(), "settled already");
     }
 
+    /// A pool's sub-interface records: one written by a merge that keeps the others, one removed only while it
+    /// names the node that removes it; the leader's counts written beside the pool's other annotations.
+    #[test]
+    fn sub_interface_records_and_counts_touch_only_their_own_keys() {
+        let mut doc = json!({"metadata": {"annotations": {"team": "blue"}}, "spec": {"range": "198.18.0.0/30",
+            "subInterfaces": {"2": {"node": "node-b", "vlan": 12}}}});
+        let record = SubInterfaceRecord { node: "node-a".into(), vlan: 11, ..Default::default() };
+        merge(&mut doc, &record_sub_interface(1, &record));
+        assert_eq!(doc["spec"]["subInterfaces"]["1"]["node"], json!("node-a"));
+        assert_eq!(doc["spec"]["subInterfaces"]["2"]["node"], json!("node-b"));
+        assert_eq!(doc["spec"]["range"], json!("198.18.0.0/30"));
+        assert!(apply(&mut doc, &remove_sub_interface(2, "node-a")).is_err(), "node-b's record");
+        apply(&mut doc, &remove_sub_interface(1, "node-a")).unwrap();
+        assert_eq!(doc["spec"]["subInterfaces"], json!({"2": {"node": "node-b", "vlan": 12}}));
+        merge(&mut doc, &counted(3, 14));
+        let annotations = &doc["metadata"]["annotations"];
+        assert_eq!(annotations[super::super::ALLOCATED_ANNOTATION], json!("3"));
+        assert_eq!(annotations[super::super::USABLE_ANNOTATION], json!("14"));
+        assert_eq!(annotations["team"], json!("blue"));
+    }
+
     /// One container's two interfaces on one network hold two entries: each is its interface's. An entry written
     /// without an interface (by Whereabouts) is judged by container and pod alone.
     #[test]
