@@ -173,3 +173,35 @@ pub(crate) async fn remove_entry(
 
 /// How many times a release is made again after a cooldown record it pruned changed under it.
 const RECORD_RETRIES: u32 = 4;
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    use super::*;
+    use crate::store::{MemoryStore, NewPool};
+
+    /// A release refused only because another releaser renewed a record it meant to prune (the entry still ours) is
+    /// made again and removes the entry: not taken for "gone", which would leave it behind while the DEL says done.
+    #[tokio::test]
+    async fn a_release_refused_over_a_renewed_record_is_made_again() {
+        let store = MemoryStore::new("ns");
+        let mut pool = NewPool::new("p", "198.18.0.0/29", 6).object();
+        pool.metadata.annotations.get_or_insert_default().insert(cooldown::COOLDOWN_ANNOTATION.into(), "60".into());
+        let entry =
+            IpAllocation { id: "c1".into(), podref: "ns/a".into(), ifname: "net1".into(), ..Default::default() };
+        pool.spec.allocations.insert("1".into(), entry.clone());
+        let ago = |secs: i64| (Timestamp::now() - SignedDuration::from_secs(secs)).to_string();
+        pool.spec.released = Some([("3".to_string(), ago(600))].into());
+        store.put_pool(pool.clone());
+        let read = pool.clone();
+        // offset 3 released again after the read: its record is new, and this release's prune of it is refused
+        pool.spec.released = Some([("3".to_string(), ago(1))].into());
+        store.put_pool(pool);
+        let budget = Budget::new(Duration::from_secs(5));
+        assert_eq!(remove_entry(&store, "p", 1, &entry, Some(&read), &budget).await.unwrap(), Removed::Removed);
+        let after = store.pools().remove(0);
+        assert!(after.spec.allocations.is_empty(), "{after:?}");
+        assert!(after.spec.released.unwrap().contains_key("3"), "the renewed record stays");
+    }
+}
