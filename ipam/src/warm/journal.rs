@@ -245,4 +245,16 @@ mod tests {
         assert!(matches!(err, JournalError::Corrupt { line: 1, .. }), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2, "a refused journal is left as it was");
     }
+
+    /// A journal that cannot be opened for a reason other than its absence (here a symbolic link to itself) is an
+    /// error, not an empty journal to write over: its pending takes would be lost.
+    #[test]
+    fn a_journal_that_cannot_be_opened_is_refused_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        std::os::unix::fs::symlink(&path, &path).unwrap();
+        let err = NodeJournal::open(dir.path()).unwrap_err();
+        assert!(matches!(err, JournalError::Io { .. }), "{err}");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "left as it was");
+    }
 }
