@@ -256,5 +256,8 @@ mod tests {
         let err = NodeJournal::open(dir.path()).unwrap_err();
         assert!(matches!(err, JournalError::Io { .. }), "{err}");
         assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "left as it was");
+        // the binary's read: an error to log, where a missing journal (no agent yet) is only empty
+        assert!(matches!(read_pending(dir.path()), Err(JournalError::Io { .. })));
+        assert!(read_pending(tempfile::tempdir().unwrap().path()).unwrap().is_empty());
     }
 }
