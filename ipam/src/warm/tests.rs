@@ -419,6 +419,8 @@ async fn a_reserve_no_config_asks_for_is_given_back_but_its_pending_takes() {
     // take kept (its pod runs with that address)
     tokio::time::sleep(Duration::from_secs(601)).await;
     assert_eq!(r.pending(), 1, "still away");
+    assert_eq!(r.retire_unwanted(&wanted, tokio::time::Instant::now(), true).await, 0, "a config asks: kept");
+    assert_eq!(warm_entries(&store), before);
     let given = r.retire_unwanted(&Wanted::default(), tokio::time::Instant::now(), true).await;
     assert_eq!(given, 2);
     assert_eq!(r.held().get("net").copied().unwrap_or(0), 0);
