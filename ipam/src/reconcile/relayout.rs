@@ -287,6 +287,19 @@ mod tests {
         (pool.to_string(), offset.to_string(), format!("ns/{pod}"))
     }
 
+    fn pool_of(store: &MemoryStore, name: &str) -> IpPool {
+        store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(name)).unwrap()
+    }
+
+    /// The pools as the mover lists them, then the pods' DELs of the old pool's entries at `offsets` after that.
+    fn released_after_listing(store: &MemoryStore, offsets: &[&str]) -> Vec<IpPool> {
+        let listed = store.pools();
+        let mut old = pool_of(store, OLD);
+        old.spec.allocations.retain(|k, _| !offsets.contains(&k.as_str()));
+        store.put_pool(old);
+        listed
+    }
+
     #[tokio::test]
     async fn the_replaced_pools_entries_move_at_their_addresses_once_no_old_add_can_run() {
         let (store, now) = fleet(&[(1, "a"), (2, "b"), (6, "c")], &[(3, "d")], SignedDuration::from_mins(1));
@@ -385,11 +398,7 @@ mod tests {
     #[tokio::test]
     async fn a_copy_whose_entry_was_released_meanwhile_is_taken_back() {
         let (store, now) = fleet(&[(1, "a")], &[], SignedDuration::from_mins(10));
-        let listed = store.pools();
-        // the pod's DEL removes its entry after the mover listed the pools
-        let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
-        old.spec.allocations.clear();
-        store.put_pool(old);
+        let listed = released_after_listing(&store, &["1"]);
         assert_eq!(move_replaced(&store, &listed, now, crate::SETTLE_TIME).await, Moved { moved: 0, skipped: 1 });
         assert_eq!(held(&store), [], "no entry outlives its pod");
     }
@@ -400,14 +409,12 @@ mod tests {
     #[tokio::test]
     async fn a_trace_names_its_offset_so_a_second_interfaces_release_is_seen() {
         let (store, now) = fleet(&[], &[], SignedDuration::from_mins(10));
-        let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
+        let mut old = pool_of(&store, OLD);
         for (offset, ifname) in [(1, "net1"), (2, "net2")] {
             old.spec.allocations.insert(offset.to_string(), IpAllocation { ifname: ifname.into(), ..entry("a") });
         }
-        store.put_pool(old.clone());
-        let listed = store.pools();
-        old.spec.allocations.remove("2");
         store.put_pool(old);
+        let listed = released_after_listing(&store, &["2"]);
         assert_eq!(move_replaced(&store, &listed, now, crate::SETTLE_TIME).await, Moved { moved: 1, skipped: 1 });
         assert_eq!(held(&store), [row(NEW, 1, "a")], "net2's entry released: no copy of it outlives it");
     }
@@ -416,10 +423,7 @@ mod tests {
     #[tokio::test]
     async fn a_copy_whose_answer_was_lost_and_whose_entry_was_released_meanwhile_is_taken_back() {
         let (store, now) = fleet(&[(1, "a")], &[], SignedDuration::from_mins(10));
-        let listed = store.pools();
-        let mut old = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(OLD)).unwrap();
-        old.spec.allocations.clear();
-        store.put_pool(old);
+        let listed = released_after_listing(&store, &["1"]);
         let lossy = store.handle("lossy", FaultPlan::quiet(1).at(Op::AddAllocation, 1, Fault::LostResponse));
         assert_eq!(move_replaced(&lossy, &listed, now, crate::SETTLE_TIME).await, Moved { moved: 0, skipped: 1 });
         assert_eq!(held(&store), [], "no entry outlives its pod");
@@ -475,7 +479,7 @@ mod tests {
         let (store, now) = fleet(&[], &[], SignedDuration::from_mins(10));
         let of_claim = |pod: &str| IpAllocation { ipamclaim: Some("vm-disk".into()), ..entry(pod) };
         for (name, pod) in [(OLD, "vm-before"), (NEW, "vm-after")] {
-            let mut pool = store.pools().into_iter().find(|p| p.metadata.name.as_deref() == Some(name)).unwrap();
+            let mut pool = pool_of(&store, name);
             pool.spec.allocations.insert("1".into(), of_claim(pod));
             store.put_pool(pool);
         }
